@@ -1,0 +1,244 @@
+/*
+ * libqmoe: quantized mixture-of-experts kernels with CPU/GPU expert offload.
+ *
+ * The stable C ABI. C99-clean; C++ callers include it as it is.
+ *
+ * Conventions that hold for every function below:
+ *  - Every function that can fail returns a qmoe_status. On failure it writes nothing through
+ *    its output pointers except where stated, and qmoe_last_error_message() on the calling
+ *    thread describes the failure in one line.
+ *  - Public enum values are fixed forever: new values are appended, none is renumbered.
+ *  - Structs passed in start with `struct_size`, set by the caller to sizeof the struct it was
+ *    compiled against, so a newer library can read an older caller's struct (missing trailing
+ *    fields take their defaults) and an older library rejects nothing it understands.
+ */
+#ifndef QMOE_QMOE_H_
+#define QMOE_QMOE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qmoe/qmoe_export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------- */
+
+#define QMOE_VERSION_MAJOR 0
+#define QMOE_VERSION_MINOR 1
+#define QMOE_VERSION_PATCH 0
+/** MAJOR * 10000 + MINOR * 100 + PATCH, comparable with qmoe_version_number(). */
+#define QMOE_VERSION_NUMBER \
+  (QMOE_VERSION_MAJOR * 10000 + QMOE_VERSION_MINOR * 100 + QMOE_VERSION_PATCH)
+#define QMOE_VERSION_STRINGIFY_(x) #x
+#define QMOE_VERSION_STRINGIFY(x) QMOE_VERSION_STRINGIFY_(x)
+#define QMOE_VERSION_STRING                  \
+  QMOE_VERSION_STRINGIFY(QMOE_VERSION_MAJOR) \
+  "." QMOE_VERSION_STRINGIFY(QMOE_VERSION_MINOR) "." QMOE_VERSION_STRINGIFY(QMOE_VERSION_PATCH)
+
+/// Version number of the library actually loaded (compare with QMOE_VERSION_NUMBER).
+QMOE_API unsigned qmoe_version_number(void);
+/// Version string of the library actually loaded, "MAJOR.MINOR.PATCH"; static storage.
+QMOE_API const char* qmoe_version_string(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status and errors
+ * ------------------------------------------------------------------------------------------- */
+
+/** Result of every fallible call. Values are fixed; new ones are appended. */
+typedef enum qmoe_status {
+  QMOE_STATUS_OK = 0,
+  /** A pointer, size, stride or enum value is outside what the call accepts. */
+  QMOE_STATUS_INVALID_ARGUMENT = 1,
+  /** The host CPU (or GPU) cannot run what was asked, e.g. an ISA tier it lacks. */
+  QMOE_STATUS_UNSUPPORTED_HARDWARE = 2,
+  /** A data format or option this build does not implement. */
+  QMOE_STATUS_UNSUPPORTED_FORMAT = 3,
+  /** An allocation failed. */
+  QMOE_STATUS_OUT_OF_MEMORY = 4,
+  /** The context handle is null, was destroyed, or is not a qmoe context. */
+  QMOE_STATUS_INVALID_CONTEXT = 5,
+  /** A CUDA runtime call failed; the message names it. */
+  QMOE_STATUS_CUDA_ERROR = 6,
+  /** The build has no CUDA support. */
+  QMOE_STATUS_CUDA_UNAVAILABLE = 7,
+  /** A wait exceeded its deadline. */
+  QMOE_STATUS_TIMEOUT = 8,
+  /** A bug in libqmoe; please report it with the message. */
+  QMOE_STATUS_INTERNAL_ERROR = 9
+} qmoe_status;
+
+/// Name of a status ("QMOE_STATUS_OK", ...); "QMOE_STATUS_<unknown>" for other values.
+QMOE_API const char* qmoe_status_string(qmoe_status status);
+/// One-line detail of the last failure on the calling thread; "" when none. Valid until the
+/// thread's next failing qmoe call.
+QMOE_API const char* qmoe_last_error_message(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * CPU instruction-set tiers and host information
+ * ------------------------------------------------------------------------------------------- */
+
+/** Kernel tiers. Each tier implies the ones below it. */
+typedef enum qmoe_isa {
+  /** In options: "the process default" (best tier, capped by QMOE_MAX_ISA). */
+  QMOE_ISA_DEFAULT = 0,
+  /** Portable C++; the only tier on non-x86 hosts. */
+  QMOE_ISA_SCALAR = 1,
+  /** AVX2 + FMA + F16C with OS-enabled YMM state. */
+  QMOE_ISA_AVX2 = 2,
+  /** AVX-512 F + BW + DQ + VL with OS-enabled ZMM/opmask state. */
+  QMOE_ISA_AVX512 = 3
+} qmoe_isa;
+
+/// Lower-case name of a tier ("scalar", "avx2", "avx512", "default"); "unknown" otherwise.
+QMOE_API const char* qmoe_isa_name(qmoe_isa isa);
+
+/** CPU feature bits of qmoe_host_info.cpu_features; each set bit means the CPU has the
+ * feature and the OS saves its register state. Bit positions are fixed. */
+enum {
+  QMOE_CPU_FEATURE_AVX = 1u << 0,
+  QMOE_CPU_FEATURE_AVX2 = 1u << 1,
+  QMOE_CPU_FEATURE_FMA = 1u << 2,
+  QMOE_CPU_FEATURE_F16C = 1u << 3,
+  QMOE_CPU_FEATURE_AVX512F = 1u << 4,
+  QMOE_CPU_FEATURE_AVX512BW = 1u << 5,
+  QMOE_CPU_FEATURE_AVX512DQ = 1u << 6,
+  QMOE_CPU_FEATURE_AVX512VL = 1u << 7,
+  QMOE_CPU_FEATURE_AVX512VNNI = 1u << 8,
+  QMOE_CPU_FEATURE_AVX512BF16 = 1u << 9,
+  QMOE_CPU_FEATURE_AVXVNNI = 1u << 10
+};
+
+/// Name of one QMOE_CPU_FEATURE_* bit ("avx2", ...); NULL for a value that is not one bit.
+QMOE_API const char* qmoe_cpu_feature_name(uint32_t feature_bit);
+
+/** What the library found about the host. Filled by qmoe_get_host_info(). */
+typedef struct qmoe_host_info {
+  size_t struct_size;          /**< caller sets sizeof(qmoe_host_info) */
+  char cpu_brand[64];          /**< CPUID brand string, NUL-terminated; "" if unknown */
+  uint32_t cpu_features;       /**< QMOE_CPU_FEATURE_* bits */
+  qmoe_isa best_supported_isa; /**< best tier the host can run */
+  qmoe_isa default_isa;        /**< process default: best tier capped by QMOE_MAX_ISA */
+  /** QMOE_MAX_ISA as read once at init, "" when unset; and a one-line reason the default is
+   * below the best tier (or why the variable was ignored), "" when it is not. */
+  char max_isa_env[16];
+  char default_isa_reason[128];
+  uint32_t logical_processors; /**< from cpuinfo */
+  uint32_t physical_cores;     /**< from cpuinfo */
+  uint32_t l1d_cache_bytes;    /**< per core; 0 if unknown */
+  uint32_t l2_cache_bytes;     /**< per instance; 0 if unknown */
+  uint32_t l3_cache_bytes;     /**< per instance (last level); 0 if unknown */
+  uint32_t l3_cache_instances; /**< number of L3 instances; 0 if unknown */
+} qmoe_host_info;
+
+/// Fill `info` (struct_size must be set and at least the size of the first fields).
+QMOE_API qmoe_status qmoe_get_host_info(qmoe_host_info* info);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: the tier its kernels use and the threads it runs them on
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct qmoe_context qmoe_context;
+
+/** One unit of parallel work: run item `index` of a range. */
+typedef void (*qmoe_parallel_task_fn)(void* task_state, size_t index);
+/** A host runtime's parallel-for: call task(task_state, i) once for every i in [0, range),
+ * on any threads, and return when all calls have returned. */
+typedef void (*qmoe_parallel_for_fn)(void* runtime_state, qmoe_parallel_task_fn task,
+                                     void* task_state, size_t range);
+
+typedef struct qmoe_context_options {
+  size_t struct_size; /**< caller sets sizeof(qmoe_context_options) */
+  /** Highest tier this context may use. QMOE_ISA_DEFAULT takes the process default; a tier
+   * the host cannot run makes qmoe_context_create fail with UNSUPPORTED_HARDWARE. */
+  qmoe_isa max_isa;
+  /** Threads for the context's own pool; 0 = one per physical core. Ignored when
+   * parallel_for is set (then it is the number of workers the callback brings, 0 = unknown,
+   * used only to size work splits). */
+  uint32_t num_threads;
+  /** Optional: run parallel work on the caller's pool instead of an owned pthreadpool. */
+  qmoe_parallel_for_fn parallel_for;
+  void* parallel_for_state;
+} qmoe_context_options;
+
+/// Fill `options` with the defaults (struct_size set, process-default tier, all cores).
+QMOE_API void qmoe_context_options_init(qmoe_context_options* options);
+/// Create a context. `options` may be NULL for the defaults. On failure *context is NULL.
+QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
+                                         qmoe_context** context);
+/// Destroy a context and its pool. NULL is accepted; a destroyed handle is rejected.
+QMOE_API qmoe_status qmoe_context_destroy(qmoe_context* context);
+/// Tier the context's kernels use.
+QMOE_API qmoe_status qmoe_context_get_isa(const qmoe_context* context, qmoe_isa* isa);
+/// Number of threads the context splits work over (1 when it runs everything inline).
+QMOE_API qmoe_status qmoe_context_get_num_threads(const qmoe_context* context,
+                                                  uint32_t* num_threads);
+
+/** Entries of a context's kernel table; fixed values, appended over time. */
+typedef enum qmoe_kernel_slot {
+  QMOE_KERNEL_CONVERT_F16_TO_F32 = 0,
+  QMOE_KERNEL_CONVERT_F32_TO_F16 = 1,
+  QMOE_KERNEL_CONVERT_BF16_TO_F32 = 2,
+  QMOE_KERNEL_CONVERT_F32_TO_BF16 = 3,
+  QMOE_KERNEL_READ_BANDWIDTH = 4
+} qmoe_kernel_slot;
+
+/// Number of kernel slots this library knows (slots are 0 .. count-1).
+QMOE_API uint32_t qmoe_kernel_slot_count(void);
+/// Name of a slot ("convert_f16_to_f32", ...); NULL for an unknown slot.
+QMOE_API const char* qmoe_kernel_slot_name(qmoe_kernel_slot slot);
+/// Name of the kernel behind `slot` in this context's table, e.g. "qmoe_convert_f16_f32__avx2".
+QMOE_API qmoe_status qmoe_context_get_kernel_name(const qmoe_context* context,
+                                                  qmoe_kernel_slot slot, const char** name);
+
+/* ---------------------------------------------------------------------------------------------
+ * Row conversions (any count, any alignment; src and dst must not overlap)
+ *
+ * Round to nearest even; overflow to infinity; subnormals kept whatever MXCSR says; a NaN
+ * stays a quiet NaN with its sign (docs/formats.md gives the payload rule). FP16 and BF16
+ * values are passed as their raw uint16_t bit patterns. n == 0 is a no-op (pointers may then
+ * be NULL). Large rows are split over the context's threads.
+ * ------------------------------------------------------------------------------------------- */
+
+/// dst[i] = (float)fp16 src[i], for i < n.
+QMOE_API qmoe_status qmoe_convert_f16_to_f32(qmoe_context* context, const uint16_t* src, float* dst,
+                                             size_t n);
+/// dst[i] = fp16(src[i]) rounded to nearest even, for i < n.
+QMOE_API qmoe_status qmoe_convert_f32_to_f16(qmoe_context* context, const float* src, uint16_t* dst,
+                                             size_t n);
+/// dst[i] = (float)bf16 src[i] (exact), for i < n.
+QMOE_API qmoe_status qmoe_convert_bf16_to_f32(qmoe_context* context, const uint16_t* src,
+                                              float* dst, size_t n);
+/// dst[i] = bf16(src[i]) rounded to nearest even, for i < n.
+QMOE_API qmoe_status qmoe_convert_f32_to_bf16(qmoe_context* context, const float* src,
+                                              uint16_t* dst, size_t n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory bandwidth
+ * ------------------------------------------------------------------------------------------- */
+
+/// Measure read bandwidth (bytes/s) by streaming a private buffer of `buffer_bytes` (at least
+/// 4096) `repetitions` times (>= 1) with the context's read kernel, on one thread or on all of
+/// the context's threads; reports the best repetition. Use a buffer several times the
+/// last-level cache for DRAM bandwidth.
+QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t buffer_bytes,
+                                                 uint32_t repetitions, int use_all_threads,
+                                                 double* bytes_per_second);
+
+/* ---------------------------------------------------------------------------------------------
+ * CUDA
+ * ------------------------------------------------------------------------------------------- */
+
+/// Number of CUDA devices visible; QMOE_STATUS_CUDA_UNAVAILABLE in a build without CUDA,
+/// QMOE_STATUS_CUDA_ERROR (message names the CUDA error) when the runtime cannot be queried.
+QMOE_API qmoe_status qmoe_cuda_get_device_count(int* device_count);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* QMOE_QMOE_H_ */

@@ -1,0 +1,234 @@
+#include "lib/context.h"
+
+#include <cpuinfo.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "lib/dispatch.h"
+#include "lib/error.h"
+
+struct qmoe_context {
+  // kLiveMagic while the context exists, kDeadMagic after destroy. Atomic only so that a
+  // caller's racy misuse is a rejected handle rather than a data race inside the library.
+  std::atomic<uint64_t> magic{0};
+  qmoe::Context* context = nullptr;
+};
+
+namespace qmoe {
+namespace {
+
+constexpr uint64_t kLiveMagic = 0x716d6f652d637478ull;  // "qmoe-ctx"
+constexpr uint64_t kDeadMagic = 0x716d6f652d646561ull;  // "qmoe-dea"
+constexpr size_t kShellQuarantine = 64;
+
+// Shells are allocated once and kept for the life of the process (reachable from this
+// registry, which is itself never destroyed, so exit-time use is still defined).
+struct ShellRegistry {
+  std::mutex mutex;
+  std::deque<qmoe_context*> free_shells;  // FIFO: the oldest dead shell is reused first
+};
+
+ShellRegistry& registry() {
+  static ShellRegistry* r = new ShellRegistry;
+  return *r;
+}
+
+qmoe_context* acquire_shell() {
+  ShellRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.free_shells.size() > kShellQuarantine) {
+    qmoe_context* shell = r.free_shells.front();
+    r.free_shells.pop_front();
+    return shell;
+  }
+  return new (std::nothrow) qmoe_context;
+}
+
+void release_shell(qmoe_context* shell) {
+  ShellRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.free_shells.push_back(shell);
+}
+
+uint32_t default_thread_count() {
+  if (cpuinfo_initialize()) {
+    const uint32_t cores = cpuinfo_get_cores_count();
+    if (cores > 0) return cores;
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? hw : 1;
+}
+
+}  // namespace
+
+Context::Context(Isa isa, const KernelTable* kernels, uint32_t num_threads, pthreadpool_t pool,
+                 qmoe_parallel_for_fn caller_parallel_for, void* caller_parallel_for_state)
+    : isa_(isa),
+      kernels_(kernels),
+      num_threads_(num_threads),
+      pool_(pool),
+      parallel_for_(caller_parallel_for),
+      parallel_for_state_(caller_parallel_for_state) {}
+
+Context::~Context() {
+  if (pool_ != nullptr) pthreadpool_destroy(pool_);
+}
+
+void Context::parallel_for(qmoe_parallel_task_fn task, void* task_state, size_t range) const {
+  if (range == 0) return;
+  if (range == 1 || num_threads_ == 1 || (pool_ == nullptr && parallel_for_ == nullptr)) {
+    for (size_t i = 0; i < range; ++i) task(task_state, i);
+    return;
+  }
+  if (parallel_for_ != nullptr) {
+    parallel_for_(parallel_for_state_, task, task_state, range);
+  } else {
+    pthreadpool_parallelize_1d(pool_, task, task_state, range, /*flags=*/0);
+  }
+}
+
+qmoe_status resolve_context(const qmoe_context* handle, const char* function, Context** context) {
+  if (handle == nullptr) {
+    return fail(QMOE_STATUS_INVALID_CONTEXT, function, "context is NULL");
+  }
+  const uint64_t magic = handle->magic.load(std::memory_order_acquire);
+  if (magic == kDeadMagic) {
+    return fail(QMOE_STATUS_INVALID_CONTEXT, function, "context was destroyed");
+  }
+  if (magic != kLiveMagic || handle->context == nullptr) {
+    return fail(QMOE_STATUS_INVALID_CONTEXT, function, "not a qmoe context");
+  }
+  *context = handle->context;
+  return QMOE_STATUS_OK;
+}
+
+}  // namespace qmoe
+
+extern "C" {
+
+QMOE_API void qmoe_context_options_init(qmoe_context_options* options) {
+  if (options == nullptr) return;
+  *options = qmoe_context_options{};
+  options->struct_size = sizeof(qmoe_context_options);
+  options->max_isa = QMOE_ISA_DEFAULT;
+}
+
+QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
+                                         qmoe_context** context) {
+  using namespace qmoe;
+  if (context == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "context out-pointer is NULL");
+  *context = nullptr;
+
+  // Read only the fields the caller's struct has; later fields keep their defaults.
+  qmoe_context_options opts;
+  qmoe_context_options_init(&opts);
+  if (options != nullptr) {
+    if (options->struct_size < offsetof(qmoe_context_options, num_threads) ||
+        options->struct_size > (1u << 16)) {
+      QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+                "options->struct_size is %zu; set it to sizeof(qmoe_context_options) (%zu)",
+                options->struct_size, sizeof(qmoe_context_options));
+    }
+    const size_t n = options->struct_size < sizeof(opts) ? options->struct_size : sizeof(opts);
+    std::memcpy(&opts, options, n);
+    opts.struct_size = sizeof(opts);
+  }
+
+  Isa isa;
+  switch (opts.max_isa) {
+    case QMOE_ISA_DEFAULT:
+      isa = default_isa();
+      break;
+    case QMOE_ISA_SCALAR:
+    case QMOE_ISA_AVX2:
+    case QMOE_ISA_AVX512:
+      isa = static_cast<Isa>(opts.max_isa);
+      break;
+    default:
+      QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "options->max_isa %d is not a qmoe_isa",
+                static_cast<int>(opts.max_isa));
+  }
+  const KernelTable* kernels = kernel_table_for_isa(isa);
+  if (kernels == nullptr) {
+    QMOE_FAIL(QMOE_STATUS_UNSUPPORTED_HARDWARE, "tier %s requested: %s", isa_name(isa),
+              isa_unavailable_reason(isa));
+  }
+
+  uint32_t threads = opts.num_threads;
+  pthreadpool_t pool = nullptr;
+  if (opts.parallel_for == nullptr) {
+    if (threads == 0) threads = default_thread_count();
+    if (threads > 1) {
+      pool = pthreadpool_create(threads);
+      if (pool == nullptr) {
+        QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "pthreadpool_create(%u) failed", threads);
+      }
+      threads = static_cast<uint32_t>(pthreadpool_get_threads_count(pool));
+    }
+  } else if (threads == 0) {
+    threads = default_thread_count();
+  }
+
+  auto* impl = new (std::nothrow)
+      Context(isa, kernels, threads, pool, opts.parallel_for, opts.parallel_for_state);
+  qmoe_context* shell = impl != nullptr ? acquire_shell() : nullptr;
+  if (shell == nullptr) {
+    if (impl != nullptr) {
+      delete impl;
+    } else if (pool != nullptr) {
+      pthreadpool_destroy(pool);
+    }
+    QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "allocating the context failed");
+  }
+  shell->context = impl;
+  shell->magic.store(kLiveMagic, std::memory_order_release);
+  *context = shell;
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_context_destroy(qmoe_context* context) {
+  if (context == nullptr) return QMOE_STATUS_OK;
+  QMOE_RESOLVE_CONTEXT(impl, context);
+  context->magic.store(qmoe::kDeadMagic, std::memory_order_release);
+  context->context = nullptr;
+  delete impl;
+  qmoe::release_shell(context);
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_context_get_isa(const qmoe_context* context, qmoe_isa* isa) {
+  QMOE_RESOLVE_CONTEXT(impl, context);
+  if (isa == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "isa out-pointer is NULL");
+  *isa = static_cast<qmoe_isa>(impl->isa());
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_context_get_num_threads(const qmoe_context* context,
+                                                  uint32_t* num_threads) {
+  QMOE_RESOLVE_CONTEXT(impl, context);
+  if (num_threads == nullptr) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "num_threads out-pointer is NULL");
+  }
+  *num_threads = impl->num_threads();
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_context_get_kernel_name(const qmoe_context* context,
+                                                  qmoe_kernel_slot slot, const char** name) {
+  QMOE_RESOLVE_CONTEXT(impl, context);
+  if (name == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "name out-pointer is NULL");
+  const char* kernel = qmoe::kernel_name(impl->kernels(), slot);
+  if (kernel == nullptr) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "kernel slot %d is not a qmoe_kernel_slot",
+              static_cast<int>(slot));
+  }
+  *name = kernel;
+  return QMOE_STATUS_OK;
+}
+
+}  // extern "C"

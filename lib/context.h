@@ -1,0 +1,59 @@
+// A context: the kernel table of one tier and the threads its calls run on.
+//
+// Handles: the qmoe_context the caller holds is a small shell {magic, Context*} that is never
+// returned to the allocator. Destroy marks the shell dead and queues it for reuse only after
+// kShellQuarantine other shells, so a destroyed handle is rejected with INVALID_CONTEXT
+// (instead of a use-after-free) until that many contexts have been destroyed after it.
+#ifndef QMOE_LIB_CONTEXT_H_
+#define QMOE_LIB_CONTEXT_H_
+
+#include <pthreadpool.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lib/kernel_table.h"
+#include "qmoe/qmoe.h"
+
+namespace qmoe {
+
+class Context {
+ public:
+  Context(Isa isa, const KernelTable* kernels, uint32_t num_threads, pthreadpool_t pool,
+          qmoe_parallel_for_fn caller_parallel_for, void* caller_parallel_for_state);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  Isa isa() const { return isa_; }
+  const KernelTable& kernels() const { return *kernels_; }
+  /// Workers a split should target (>= 1).
+  uint32_t num_threads() const { return num_threads_; }
+
+  /// task(task_state, i) for every i in [0, range), on the context's pool or the caller's
+  /// parallel-for; inline on the calling thread when range <= 1 or there is one thread.
+  /// Returns when every call has returned. Calls on one context are serialised by its pool.
+  void parallel_for(qmoe_parallel_task_fn task, void* task_state, size_t range) const;
+
+ private:
+  Isa isa_;
+  const KernelTable* kernels_;
+  uint32_t num_threads_;
+  pthreadpool_t pool_;  // owned; nullptr when parallel_for_ is set or num_threads_ == 1
+  qmoe_parallel_for_fn parallel_for_;
+  void* parallel_for_state_;
+};
+
+/// The live Context behind a handle, or a failure status (with message naming `function`).
+qmoe_status resolve_context(const qmoe_context* handle, const char* function, Context** context);
+
+}  // namespace qmoe
+
+/// In an ABI function: `QMOE_RESOLVE_CONTEXT(ctx, handle);` declares `ctx` or returns.
+#define QMOE_RESOLVE_CONTEXT(var, handle)                                              \
+  ::qmoe::Context* var = nullptr;                                                      \
+  if (qmoe_status resolve_status_ = ::qmoe::resolve_context((handle), __func__, &var); \
+      resolve_status_ != QMOE_STATUS_OK)                                               \
+  return resolve_status_
+
+#endif  // QMOE_LIB_CONTEXT_H_

@@ -1,0 +1,15 @@
+// The avx2 kernel table (see lib/kernel_table.h for the invariants).
+#include "lib/cpu/avx2/kernels_avx2.h"
+#include "lib/kernel_table.h"
+
+namespace qmoe {
+
+const KernelTable kAvx2KernelTable = {
+    /*convert_f16_to_f32=*/{&avx2::convert_f16_to_f32, "qmoe_convert_f16_to_f32__avx2"},
+    /*convert_f32_to_f16=*/{&avx2::convert_f32_to_f16, "qmoe_convert_f32_to_f16__avx2"},
+    /*convert_bf16_to_f32=*/{&avx2::convert_bf16_to_f32, "qmoe_convert_bf16_to_f32__avx2"},
+    /*convert_f32_to_bf16=*/{&avx2::convert_f32_to_bf16, "qmoe_convert_f32_to_bf16__avx2"},
+    /*read_bandwidth=*/{&avx2::read_bandwidth, "qmoe_read_bandwidth__avx2"},
+};
+
+}  // namespace qmoe

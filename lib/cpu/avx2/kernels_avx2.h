@@ -1,0 +1,19 @@
+// Prototypes of the avx2 kernels; only lib/cpu/avx2/ includes this header. Semantics of each
+// signature are in lib/kernel_table.h and the public header.
+#ifndef QMOE_LIB_CPU_AVX2_KERNELS_AVX2_H_
+#define QMOE_LIB_CPU_AVX2_KERNELS_AVX2_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qmoe::avx2 {
+
+void convert_f16_to_f32(const uint16_t* src, float* dst, size_t n);
+void convert_f32_to_f16(const float* src, uint16_t* dst, size_t n);
+void convert_bf16_to_f32(const uint16_t* src, float* dst, size_t n);
+void convert_f32_to_bf16(const float* src, uint16_t* dst, size_t n);
+uint64_t read_bandwidth(const void* data, size_t bytes);
+
+}  // namespace qmoe::avx2
+
+#endif  // QMOE_LIB_CPU_AVX2_KERNELS_AVX2_H_

@@ -1,0 +1,15 @@
+// The scalar kernel table (see lib/kernel_table.h for the invariants).
+#include "lib/cpu/scalar/kernels_scalar.h"
+#include "lib/kernel_table.h"
+
+namespace qmoe {
+
+const KernelTable kScalarKernelTable = {
+    /*convert_f16_to_f32=*/{&scalar::convert_f16_to_f32, "qmoe_convert_f16_to_f32__scalar"},
+    /*convert_f32_to_f16=*/{&scalar::convert_f32_to_f16, "qmoe_convert_f32_to_f16__scalar"},
+    /*convert_bf16_to_f32=*/{&scalar::convert_bf16_to_f32, "qmoe_convert_bf16_to_f32__scalar"},
+    /*convert_f32_to_bf16=*/{&scalar::convert_f32_to_bf16, "qmoe_convert_f32_to_bf16__scalar"},
+    /*read_bandwidth=*/{&scalar::read_bandwidth, "qmoe_read_bandwidth__scalar"},
+};
+
+}  // namespace qmoe

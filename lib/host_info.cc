@@ -1,0 +1,46 @@
+// qmoe_get_host_info: our probe's features and tiers, cpuinfo's topology and caches.
+#include <cpuinfo.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "lib/cpu_features.h"
+#include "lib/dispatch.h"
+#include "lib/error.h"
+
+extern "C" {
+
+QMOE_API qmoe_status qmoe_get_host_info(qmoe_host_info* info) {
+  using namespace qmoe;
+  if (info == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "info is NULL");
+  const size_t caller_size = info->struct_size;
+  if (caller_size < offsetof(qmoe_host_info, logical_processors) || caller_size > (1u << 16)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "info->struct_size is %zu; set it to sizeof(qmoe_host_info) (%zu)", caller_size,
+              sizeof(qmoe_host_info));
+  }
+  qmoe_host_info out{};
+  out.struct_size = caller_size;
+  const CpuFeatures& features = host_cpu_features();
+  std::snprintf(out.cpu_brand, sizeof(out.cpu_brand), "%s", features.brand);
+  out.cpu_features = features.bits;
+  out.best_supported_isa = static_cast<qmoe_isa>(best_supported_isa());
+  out.default_isa = static_cast<qmoe_isa>(default_isa());
+  std::snprintf(out.max_isa_env, sizeof(out.max_isa_env), "%s", max_isa_env_value());
+  std::snprintf(out.default_isa_reason, sizeof(out.default_isa_reason), "%s", default_isa_reason());
+  if (cpuinfo_initialize()) {
+    out.logical_processors = cpuinfo_get_processors_count();
+    out.physical_cores = cpuinfo_get_cores_count();
+    if (const cpuinfo_cache* l1d = cpuinfo_get_l1d_cache(0)) out.l1d_cache_bytes = l1d->size;
+    if (const cpuinfo_cache* l2 = cpuinfo_get_l2_cache(0)) out.l2_cache_bytes = l2->size;
+    if (cpuinfo_get_l3_caches_count() > 0) {
+      out.l3_cache_bytes = cpuinfo_get_l3_cache(0)->size;
+      out.l3_cache_instances = cpuinfo_get_l3_caches_count();
+    }
+  }
+  // Copy back only what the caller's struct has room for.
+  std::memcpy(info, &out, caller_size < sizeof(out) ? caller_size : sizeof(out));
+  return QMOE_STATUS_OK;
+}
+
+}  // extern "C"

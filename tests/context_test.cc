@@ -1,0 +1,309 @@
+// Contexts through the C ABI: tier choice and caps, threads, the caller's parallel-for,
+// kernel-name queries, versions and statuses, and bad handles.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lib/dispatch.h"
+#include "qmoe/qmoe.h"
+#include "tests/isa_test_util.h"
+
+namespace {
+
+using qmoe::Isa;
+
+struct ContextDeleter {
+  void operator()(qmoe_context* c) const { qmoe_context_destroy(c); }
+};
+
+qmoe_context_options options_for(qmoe_isa isa, uint32_t threads = 0) {
+  qmoe_context_options o;
+  qmoe_context_options_init(&o);
+  o.max_isa = isa;
+  o.num_threads = threads;
+  return o;
+}
+
+TEST(Version, HeaderAndLibraryAgree) {
+  EXPECT_EQ(qmoe_version_number(), static_cast<unsigned>(QMOE_VERSION_NUMBER));
+  EXPECT_STREQ(qmoe_version_string(), QMOE_VERSION_STRING);
+}
+
+TEST(Status, NamesAreFixed) {
+  EXPECT_STREQ(qmoe_status_string(QMOE_STATUS_OK), "QMOE_STATUS_OK");
+  EXPECT_STREQ(qmoe_status_string(QMOE_STATUS_INTERNAL_ERROR), "QMOE_STATUS_INTERNAL_ERROR");
+  EXPECT_STREQ(qmoe_status_string(static_cast<qmoe_status>(1234)), "QMOE_STATUS_<unknown>");
+  // The values are ABI: never renumbered.
+  EXPECT_EQ(QMOE_STATUS_INVALID_ARGUMENT, 1);
+  EXPECT_EQ(QMOE_STATUS_UNSUPPORTED_HARDWARE, 2);
+  EXPECT_EQ(QMOE_STATUS_INVALID_CONTEXT, 5);
+  EXPECT_EQ(QMOE_ISA_AVX512, 3);
+  EXPECT_EQ(QMOE_KERNEL_READ_BANDWIDTH, 4);
+}
+
+TEST(Status, LastErrorIsPerThread) {
+  EXPECT_EQ(qmoe_context_create(nullptr, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  const std::string mine = qmoe_last_error_message();
+  EXPECT_NE(mine.find("qmoe_context_create"), std::string::npos) << mine;
+  std::string other = "unset";
+  std::thread([&] { other = qmoe_last_error_message(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_EQ(mine, qmoe_last_error_message());
+}
+
+TEST(Context, DefaultUsesTheProcessDefaultTier) {
+  qmoe_context* raw = nullptr;
+  ASSERT_EQ(qmoe_context_create(nullptr, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  std::unique_ptr<qmoe_context, ContextDeleter> ctx(raw);
+  qmoe_isa isa = QMOE_ISA_DEFAULT;
+  ASSERT_EQ(qmoe_context_get_isa(ctx.get(), &isa), QMOE_STATUS_OK);
+  EXPECT_EQ(isa, static_cast<qmoe_isa>(qmoe::default_isa()));
+  uint32_t threads = 0;
+  ASSERT_EQ(qmoe_context_get_num_threads(ctx.get(), &threads), QMOE_STATUS_OK);
+  EXPECT_GE(threads, 1u);
+}
+
+// Per tier: available tiers give a context of exactly that tier whose kernels are that tier's;
+// a tier the host lacks gives UNSUPPORTED_HARDWARE and no context.
+class ContextTier : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(ContextTier, CreateAtTierOrReportUnsupported) {
+  const Isa isa = GetParam();
+  qmoe_context_options o = options_for(static_cast<qmoe_isa>(isa), 1);
+  qmoe_context* raw = reinterpret_cast<qmoe_context*>(0x1);
+  const qmoe_status status = qmoe_context_create(&o, &raw);
+  std::unique_ptr<qmoe_context, ContextDeleter> ctx(status == QMOE_STATUS_OK ? raw : nullptr);
+  if (qmoe::isa_unavailable_reason(isa) != nullptr) {
+    EXPECT_EQ(status, QMOE_STATUS_UNSUPPORTED_HARDWARE);
+    EXPECT_EQ(raw, nullptr);
+    EXPECT_NE(std::string(qmoe_last_error_message()).find(qmoe::isa_unavailable_reason(isa)),
+              std::string::npos)
+        << qmoe_last_error_message();
+    GTEST_SKIP() << "tier " << qmoe::isa_name(isa)
+                 << " unavailable: " << qmoe::isa_unavailable_reason(isa);
+  }
+  ASSERT_EQ(status, QMOE_STATUS_OK) << qmoe_last_error_message();
+  qmoe_isa got = QMOE_ISA_DEFAULT;
+  ASSERT_EQ(qmoe_context_get_isa(ctx.get(), &got), QMOE_STATUS_OK);
+  EXPECT_EQ(got, static_cast<qmoe_isa>(isa));
+  const std::string suffix = std::string("__") + qmoe::isa_name(isa);
+  for (uint32_t slot = 0; slot < qmoe_kernel_slot_count(); ++slot) {
+    const char* name = nullptr;
+    ASSERT_EQ(qmoe_context_get_kernel_name(ctx.get(), static_cast<qmoe_kernel_slot>(slot), &name),
+              QMOE_STATUS_OK);
+    ASSERT_NE(name, nullptr);
+    // Every entry so far exists on every tier, so each must be the tier's own kernel.
+    const std::string n(name);
+    EXPECT_EQ(n.substr(n.size() - suffix.size()), suffix) << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, ContextTier, ::testing::ValuesIn(qmoe::testing::kAllIsas),
+                         qmoe::testing::IsaParamName);
+
+TEST(Context, CappedContextsDoNotDowngradeOthers) {
+  qmoe_context_options scalar_opts = options_for(QMOE_ISA_SCALAR, 1);
+  qmoe_context* scalar = nullptr;
+  ASSERT_EQ(qmoe_context_create(&scalar_opts, &scalar), QMOE_STATUS_OK);
+  qmoe_context* dflt = nullptr;
+  ASSERT_EQ(qmoe_context_create(nullptr, &dflt), QMOE_STATUS_OK);
+  qmoe_isa a = QMOE_ISA_DEFAULT, b = QMOE_ISA_DEFAULT;
+  qmoe_context_get_isa(scalar, &a);
+  qmoe_context_get_isa(dflt, &b);
+  EXPECT_EQ(a, QMOE_ISA_SCALAR);
+  EXPECT_EQ(b, static_cast<qmoe_isa>(qmoe::default_isa()));
+  qmoe_context_destroy(scalar);
+  qmoe_context_destroy(dflt);
+}
+
+TEST(Context, RejectsBadOptions) {
+  qmoe_context* ctx = nullptr;
+  qmoe_context_options o = options_for(static_cast<qmoe_isa>(99));
+  EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx, nullptr);
+  o = options_for(QMOE_ISA_DEFAULT);
+  o.struct_size = 3;
+  EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("struct_size"), std::string::npos);
+  o.struct_size = size_t{1} << 40;
+  EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_context_create(&o, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+}
+
+TEST(Context, AcceptsAnOlderSmallerOptionsStruct) {
+  // A caller compiled before parallel_for existed: its struct ends after num_threads, and the
+  // bytes beyond must not be read.
+  struct OldOptions {
+    size_t struct_size;
+    qmoe_isa max_isa;
+    uint32_t num_threads;
+  };
+  struct {
+    OldOptions old;
+    unsigned char poison[64];
+  } storage;
+  std::memset(&storage, 0xA5, sizeof(storage));
+  storage.old.struct_size = offsetof(qmoe_context_options, parallel_for);
+  storage.old.max_isa = QMOE_ISA_SCALAR;
+  storage.old.num_threads = 2;
+  qmoe_context* ctx = nullptr;
+  ASSERT_EQ(qmoe_context_create(reinterpret_cast<const qmoe_context_options*>(&storage), &ctx),
+            QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+  uint32_t threads = 0;
+  qmoe_context_get_num_threads(ctx, &threads);
+  EXPECT_EQ(threads, 2u);
+  std::vector<float> in(100000, 1.5f);
+  std::vector<uint16_t> out(in.size());
+  EXPECT_EQ(qmoe_convert_f32_to_bf16(ctx, in.data(), out.data(), in.size()), QMOE_STATUS_OK);
+  EXPECT_EQ(out.back(), 0x3FC0);
+  qmoe_context_destroy(ctx);
+}
+
+TEST(Context, DestroyedAndForeignHandlesAreRejected) {
+  qmoe_context* ctx = nullptr;
+  ASSERT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
+  ASSERT_EQ(qmoe_context_destroy(ctx), QMOE_STATUS_OK);
+  qmoe_isa isa;
+  EXPECT_EQ(qmoe_context_get_isa(ctx, &isa), QMOE_STATUS_INVALID_CONTEXT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("destroyed"), std::string::npos);
+  EXPECT_EQ(qmoe_context_destroy(ctx), QMOE_STATUS_INVALID_CONTEXT);  // double destroy
+  float f = 0;
+  uint16_t h = 0;
+  EXPECT_EQ(qmoe_convert_f16_to_f32(ctx, &h, &f, 1), QMOE_STATUS_INVALID_CONTEXT);
+  EXPECT_EQ(qmoe_context_destroy(nullptr), QMOE_STATUS_OK);
+
+  alignas(64) unsigned char not_a_context[64] = {};
+  auto* foreign = reinterpret_cast<qmoe_context*>(not_a_context);
+  EXPECT_EQ(qmoe_context_get_isa(foreign, &isa), QMOE_STATUS_INVALID_CONTEXT);
+  EXPECT_EQ(qmoe_context_get_isa(nullptr, &isa), QMOE_STATUS_INVALID_CONTEXT);
+}
+
+TEST(Context, QueriesRejectNullOutputs) {
+  qmoe_context* ctx = nullptr;
+  ASSERT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
+  EXPECT_EQ(qmoe_context_get_isa(ctx, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_context_get_num_threads(ctx, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_context_get_kernel_name(ctx, QMOE_KERNEL_CONVERT_F16_TO_F32, nullptr),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  const char* name = nullptr;
+  EXPECT_EQ(qmoe_context_get_kernel_name(ctx, static_cast<qmoe_kernel_slot>(-1), &name),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(name, nullptr);
+  qmoe_context_destroy(ctx);
+}
+
+// A host runtime's own pool: the library must hand every index of the range to it exactly once.
+struct RecordingPool {
+  std::atomic<int> calls{0};
+  std::atomic<size_t> items{0};
+  static void parallel_for(void* state, qmoe_parallel_task_fn task, void* task_state,
+                           size_t range) {
+    auto* self = static_cast<RecordingPool*>(state);
+    self->calls.fetch_add(1);
+    // Run in reverse on two threads to prove the library does not depend on order.
+    std::thread other([&] {
+      for (size_t i = range; i-- > range / 2;) task(task_state, i);
+    });
+    for (size_t i = 0; i < range / 2; ++i) task(task_state, i);
+    other.join();
+    self->items.fetch_add(range);
+  }
+};
+
+TEST(Context, CallerParallelForIsUsedForLongRows) {
+  RecordingPool pool;
+  qmoe_context_options o = options_for(QMOE_ISA_DEFAULT, 4);
+  o.parallel_for = &RecordingPool::parallel_for;
+  o.parallel_for_state = &pool;
+  qmoe_context* ctx = nullptr;
+  ASSERT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_OK);
+  const size_t n = 1 << 20;
+  std::vector<uint16_t> src(n);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint16_t>(i * 2654435761u >> 16) & 0x7BFF;
+  std::vector<float> threaded(n, -1.0f), inline_result(n, -2.0f);
+  ASSERT_EQ(qmoe_convert_f16_to_f32(ctx, src.data(), threaded.data(), n), QMOE_STATUS_OK);
+  EXPECT_EQ(pool.calls.load(), 1);
+  EXPECT_GT(pool.items.load(), 1u);
+
+  qmoe_context_options one = options_for(QMOE_ISA_DEFAULT, 1);
+  qmoe_context* single = nullptr;
+  ASSERT_EQ(qmoe_context_create(&one, &single), QMOE_STATUS_OK);
+  ASSERT_EQ(qmoe_convert_f16_to_f32(single, src.data(), inline_result.data(), n), QMOE_STATUS_OK);
+  EXPECT_EQ(std::memcmp(threaded.data(), inline_result.data(), n * sizeof(float)), 0);
+  qmoe_context_destroy(single);
+  qmoe_context_destroy(ctx);
+}
+
+TEST(Context, ManyContextsCreatedAndDestroyedConcurrently) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        qmoe_context_options o = options_for(QMOE_ISA_DEFAULT, 1 + (i % 2));
+        qmoe_context* ctx = nullptr;
+        if (qmoe_context_create(&o, &ctx) != QMOE_STATUS_OK) ++failures;
+        if (qmoe_context_destroy(ctx) != QMOE_STATUS_OK) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(HostInfo, ReportsTiersAndRejectsBadStructs) {
+  qmoe_host_info info{};
+  info.struct_size = sizeof(info);
+  ASSERT_EQ(qmoe_get_host_info(&info), QMOE_STATUS_OK);
+  EXPECT_EQ(info.best_supported_isa, static_cast<qmoe_isa>(qmoe::best_supported_isa()));
+  EXPECT_EQ(info.default_isa, static_cast<qmoe_isa>(qmoe::default_isa()));
+  EXPECT_GE(info.logical_processors, 1u);
+  EXPECT_GE(info.physical_cores, 1u);
+  EXPECT_EQ(qmoe_get_host_info(nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  info.struct_size = 0;
+  EXPECT_EQ(qmoe_get_host_info(&info), QMOE_STATUS_INVALID_ARGUMENT);
+}
+
+// Runs under ctest with QMOE_MAX_ISA set (see tests/CMakeLists.txt), and without: the process
+// default is the best tier capped by the variable, and an unknown value is ignored with a
+// reason.
+TEST(ProcessDefault, FollowsQmoeMaxIsa) {
+  const char* env = std::getenv("QMOE_MAX_ISA");
+  const Isa best = qmoe::best_supported_isa();
+  Isa cap = best;
+  qmoe_host_info info{};
+  info.struct_size = sizeof(info);
+  ASSERT_EQ(qmoe_get_host_info(&info), QMOE_STATUS_OK);
+  if (env == nullptr || *env == '\0') {
+    EXPECT_EQ(qmoe::default_isa(), best);
+    EXPECT_STREQ(info.max_isa_env, "");
+    EXPECT_STREQ(info.default_isa_reason, "");
+    return;
+  }
+  EXPECT_STREQ(info.max_isa_env, env);
+  if (!qmoe::parse_isa_name(env, &cap)) {
+    EXPECT_EQ(qmoe::default_isa(), best);
+    EXPECT_NE(std::string(info.default_isa_reason).find("ignored"), std::string::npos);
+    return;
+  }
+  const Isa expected = static_cast<int>(cap) < static_cast<int>(best) ? cap : best;
+  EXPECT_EQ(qmoe::default_isa(), expected);
+  if (expected != best) {
+    EXPECT_NE(std::string(info.default_isa_reason).find("QMOE_MAX_ISA"), std::string::npos);
+  }
+  // A context may still ask for any tier the host has: the cap is a default, not a switch.
+  qmoe_context_options o = options_for(static_cast<qmoe_isa>(best), 1);
+  qmoe_context* ctx = nullptr;
+  EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_OK);
+  qmoe_context_destroy(ctx);
+}
+
+}  // namespace

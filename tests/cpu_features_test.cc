@@ -1,0 +1,129 @@
+// The CPUID/XGETBV probe against cpuinfo, and the tier gates against synthetic feature sets.
+#include <cpuinfo.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "lib/cpu_features.h"
+#include "lib/dispatch.h"
+
+namespace qmoe {
+namespace {
+
+TEST(CpuFeatures, ProbeAgreesWithCpuinfoOnEveryFeatureBothReport) {
+  ASSERT_TRUE(cpuinfo_initialize());
+  const uint32_t bits = probe_cpu_features().bits;
+  struct Pair {
+    uint32_t ours;
+    bool theirs;
+  };
+  const Pair pairs[] = {
+      {QMOE_CPU_FEATURE_AVX, cpuinfo_has_x86_avx()},
+      {QMOE_CPU_FEATURE_AVX2, cpuinfo_has_x86_avx2()},
+      {QMOE_CPU_FEATURE_FMA, cpuinfo_has_x86_fma3()},
+      {QMOE_CPU_FEATURE_F16C, cpuinfo_has_x86_f16c()},
+      {QMOE_CPU_FEATURE_AVX512F, cpuinfo_has_x86_avx512f()},
+      {QMOE_CPU_FEATURE_AVX512BW, cpuinfo_has_x86_avx512bw()},
+      {QMOE_CPU_FEATURE_AVX512DQ, cpuinfo_has_x86_avx512dq()},
+      {QMOE_CPU_FEATURE_AVX512VL, cpuinfo_has_x86_avx512vl()},
+      {QMOE_CPU_FEATURE_AVX512VNNI, cpuinfo_has_x86_avx512vnni()},
+      {QMOE_CPU_FEATURE_AVX512BF16, cpuinfo_has_x86_avx512bf16()},
+      // cpuinfo 2022 (Debian 12) does not report AVX-VNNI; nothing to compare it with.
+  };
+  for (const Pair& p : pairs) {
+    EXPECT_EQ((bits & p.ours) != 0, p.theirs) << qmoe_cpu_feature_name(p.ours) << ": probe "
+                                              << ((bits & p.ours) != 0) << ", cpuinfo " << p.theirs;
+  }
+}
+
+TEST(CpuFeatures, ProbeIsStableAndCached) {
+  EXPECT_EQ(probe_cpu_features().bits, host_cpu_features().bits);
+  EXPECT_EQ(&host_cpu_features(), &host_cpu_features());
+}
+
+TEST(CpuFeatures, BrandStringIsPrintableAndTrimmed) {
+  const char* brand = host_cpu_features().brand;
+  for (const char* c = brand; *c; ++c) EXPECT_TRUE(*c >= 0x20 && *c < 0x7f) << brand;
+  if (*brand) {
+    EXPECT_NE(brand[0], ' ');
+    EXPECT_NE(brand[std::strlen(brand) - 1], ' ');
+  }
+}
+
+TEST(TierGates, EachTierNeedsExactlyItsFeatures) {
+  const uint32_t avx2 =
+      QMOE_CPU_FEATURE_AVX | QMOE_CPU_FEATURE_AVX2 | QMOE_CPU_FEATURE_FMA | QMOE_CPU_FEATURE_F16C;
+  const uint32_t avx512 = avx2 | QMOE_CPU_FEATURE_AVX512F | QMOE_CPU_FEATURE_AVX512BW |
+                          QMOE_CPU_FEATURE_AVX512DQ | QMOE_CPU_FEATURE_AVX512VL;
+  EXPECT_TRUE(isa_runs_on(Isa::kScalar, 0));
+  EXPECT_TRUE(isa_runs_on(Isa::kAvx2, avx2));
+  EXPECT_TRUE(isa_runs_on(Isa::kAvx512, avx512));
+  // Dropping any single required feature disables the tier (a Haswell without F16C, a
+  // Knights Landing without BW/DQ/VL, an OS that does not save ZMM state...).
+  for (uint32_t bit = 1; bit <= QMOE_CPU_FEATURE_AVXVNNI; bit <<= 1) {
+    if (avx2 & bit) {
+      EXPECT_FALSE(isa_runs_on(Isa::kAvx2, avx2 & ~bit)) << bit;
+    }
+    if (avx512 & bit) {
+      EXPECT_FALSE(isa_runs_on(Isa::kAvx512, avx512 & ~bit)) << bit;
+    }
+  }
+  // Narrow extras are not tier requirements.
+  EXPECT_EQ(isa_required_features(Isa::kAvx512) & QMOE_CPU_FEATURE_AVX512VNNI, 0u);
+}
+
+TEST(TierGates, AvailabilityFollowsTheProbe) {
+  const uint32_t bits = host_cpu_features().bits;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+#if defined(QMOE_HAVE_X86_TIERS)
+    const bool expected = isa_runs_on(isa, bits);
+#else
+    const bool expected = isa == Isa::kScalar;
+#endif
+    EXPECT_EQ(kernel_table_for_isa(isa) != nullptr, expected) << isa_name(isa);
+    EXPECT_EQ(isa_unavailable_reason(isa) == nullptr, expected) << isa_name(isa);
+  }
+  EXPECT_NE(kernel_table_for_isa(best_supported_isa()), nullptr);
+}
+
+TEST(Dispatch, AssembledTablesAreCompleteAndNamedByTheirTier) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    const KernelTable* table = kernel_table_for_isa(isa);
+    if (table == nullptr) continue;
+#define QMOE_CHECK_ENTRY_(slot, member, type)                             \
+  EXPECT_NE(table->member.fn, nullptr) << isa_name(isa) << " " #member;   \
+  ASSERT_NE(table->member.name, nullptr) << isa_name(isa) << " " #member; \
+  EXPECT_EQ(kernel_name(*table, slot), table->member.name);               \
+  EXPECT_NE(std::string(table->member.name).find(#member), std::string::npos) << table->member.name;
+    QMOE_KERNEL_TABLE_ENTRIES(QMOE_CHECK_ENTRY_)
+#undef QMOE_CHECK_ENTRY_
+  }
+  // Every tier's table is assembled once: the same pointer on every call.
+  EXPECT_EQ(kernel_table_for_isa(Isa::kScalar), kernel_table_for_isa(Isa::kScalar));
+  const KernelTable* scalar = kernel_table_for_isa(Isa::kScalar);
+  EXPECT_STREQ(scalar->convert_f16_to_f32.name, "qmoe_convert_f16_to_f32__scalar");
+}
+
+TEST(Dispatch, SlotNamesFollowThePublicEnum) {
+  EXPECT_EQ(kernel_slot_count(), 5u);
+  EXPECT_STREQ(kernel_slot_name(QMOE_KERNEL_CONVERT_F16_TO_F32), "convert_f16_to_f32");
+  EXPECT_STREQ(kernel_slot_name(QMOE_KERNEL_READ_BANDWIDTH), "read_bandwidth");
+  EXPECT_EQ(kernel_slot_name(static_cast<qmoe_kernel_slot>(kernel_slot_count())), nullptr);
+}
+
+TEST(Dispatch, ParseIsaName) {
+  Isa isa = Isa::kScalar;
+  EXPECT_TRUE(parse_isa_name("AVX2", &isa));
+  EXPECT_EQ(isa, Isa::kAvx2);
+  EXPECT_TRUE(parse_isa_name("avx512", &isa));
+  EXPECT_EQ(isa, Isa::kAvx512);
+  EXPECT_TRUE(parse_isa_name("scalar", &isa));
+  EXPECT_EQ(isa, Isa::kScalar);
+  EXPECT_FALSE(parse_isa_name("sse4", &isa));
+  EXPECT_FALSE(parse_isa_name("", &isa));
+  EXPECT_FALSE(parse_isa_name(nullptr, &isa));
+}
+
+}  // namespace
+}  // namespace qmoe

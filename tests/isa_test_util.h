@@ -1,0 +1,52 @@
+// Parameterisation of kernel tests over ISA tiers (Highway style): every test suite is
+// instantiated once per tier and named by it (".../avx2"), and a tier the build or host cannot
+// run is skipped with the reason, so a log shows exactly which paths were covered.
+#ifndef QMOE_TESTS_ISA_TEST_UTIL_H_
+#define QMOE_TESTS_ISA_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+
+#include "lib/dispatch.h"
+
+namespace qmoe {
+// Names the tier in test listings ("GetParam() = avx2" instead of raw bytes).
+inline void PrintTo(Isa isa, std::ostream* os) {
+  *os << isa_name(isa);
+}
+}  // namespace qmoe
+
+namespace qmoe::testing {
+
+inline const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+
+inline std::string IsaParamName(const ::testing::TestParamInfo<Isa>& info) {
+  return isa_name(info.param);
+}
+
+/// Base fixture: GetParam() is the tier; table() its assembled kernel table.
+class IsaTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    const char* reason = isa_unavailable_reason(GetParam());
+    if (reason != nullptr) {
+      GTEST_SKIP() << "tier " << isa_name(GetParam()) << " skipped: " << reason;
+    }
+    table_ = kernel_table_for_isa(GetParam());
+    ASSERT_NE(table_, nullptr);
+  }
+  const KernelTable& table() const { return *table_; }
+
+ private:
+  const KernelTable* table_ = nullptr;
+};
+
+}  // namespace qmoe::testing
+
+#define QMOE_INSTANTIATE_ISA_TEST_SUITE(suite)                                         \
+  INSTANTIATE_TEST_SUITE_P(Isa, suite, ::testing::ValuesIn(::qmoe::testing::kAllIsas), \
+                           ::qmoe::testing::IsaParamName)
+
+#endif  // QMOE_TESTS_ISA_TEST_UTIL_H_

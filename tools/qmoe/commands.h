@@ -1,0 +1,7 @@
+// Subcommands of the qmoe tool; each returns the process exit code.
+#ifndef QMOE_TOOLS_QMOE_COMMANDS_H_
+#define QMOE_TOOLS_QMOE_COMMANDS_H_
+
+int run_info_command(int argc, char** argv);
+
+#endif  // QMOE_TOOLS_QMOE_COMMANDS_H_
