@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lib/quant_layout.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -38,14 +39,24 @@ using ConvertF32ToBf16Fn = void (*)(const float* src, uint16_t* dst, size_t n);
 // returns the XOR of all its 64-bit little-endian words (the same value on every tier, and the
 // loads cannot be elided). `data` is 64-byte aligned and `bytes` a multiple of 64.
 using ReadBandwidthFn = uint64_t (*)(const void* data, size_t bytes);
+// One activation row for the fast level: x[0, k) -> q (ceil(k/32) * 32 int8, zero past k),
+// scale and sum_q per 32 k (see Q8Activations). Every tier produces identical values for
+// finite inputs.
+using QuantizeActivationsQ8Fn = void (*)(const float* x, size_t k, int8_t* q, float* scale,
+                                         float* sum_q);
+// One 8-row group of the INT4 dequant-GEMM (see Int4GroupArgs).
+using GemmInt4GroupFn = void (*)(const Int4GroupArgs& args);
 
 // X(slot enumerator, table member, function-pointer type)
-#define QMOE_KERNEL_TABLE_ENTRIES(X)                                                  \
-  X(QMOE_KERNEL_CONVERT_F16_TO_F32, convert_f16_to_f32, ::qmoe::ConvertF16ToF32Fn)    \
-  X(QMOE_KERNEL_CONVERT_F32_TO_F16, convert_f32_to_f16, ::qmoe::ConvertF32ToF16Fn)    \
-  X(QMOE_KERNEL_CONVERT_BF16_TO_F32, convert_bf16_to_f32, ::qmoe::ConvertBf16ToF32Fn) \
-  X(QMOE_KERNEL_CONVERT_F32_TO_BF16, convert_f32_to_bf16, ::qmoe::ConvertF32ToBf16Fn) \
-  X(QMOE_KERNEL_READ_BANDWIDTH, read_bandwidth, ::qmoe::ReadBandwidthFn)
+#define QMOE_KERNEL_TABLE_ENTRIES(X)                                                               \
+  X(QMOE_KERNEL_CONVERT_F16_TO_F32, convert_f16_to_f32, ::qmoe::ConvertF16ToF32Fn)                 \
+  X(QMOE_KERNEL_CONVERT_F32_TO_F16, convert_f32_to_f16, ::qmoe::ConvertF32ToF16Fn)                 \
+  X(QMOE_KERNEL_CONVERT_BF16_TO_F32, convert_bf16_to_f32, ::qmoe::ConvertBf16ToF32Fn)              \
+  X(QMOE_KERNEL_CONVERT_F32_TO_BF16, convert_f32_to_bf16, ::qmoe::ConvertF32ToBf16Fn)              \
+  X(QMOE_KERNEL_READ_BANDWIDTH, read_bandwidth, ::qmoe::ReadBandwidthFn)                           \
+  X(QMOE_KERNEL_QUANTIZE_ACTIVATIONS_Q8, quantize_activations_q8, ::qmoe::QuantizeActivationsQ8Fn) \
+  X(QMOE_KERNEL_GEMM_INT4_EXACT, gemm_int4_exact, ::qmoe::GemmInt4GroupFn)                         \
+  X(QMOE_KERNEL_GEMM_INT4_FAST, gemm_int4_fast, ::qmoe::GemmInt4GroupFn)
 
 template <typename Fn>
 struct KernelEntry {

@@ -93,16 +93,26 @@ TEST_P(ContextTier, CreateAtTierOrReportUnsupported) {
   qmoe_isa got = QMOE_ISA_DEFAULT;
   ASSERT_EQ(qmoe_context_get_isa(ctx.get(), &got), QMOE_STATUS_OK);
   EXPECT_EQ(got, static_cast<qmoe_isa>(isa));
-  const std::string suffix = std::string("__") + qmoe::isa_name(isa);
   for (uint32_t slot = 0; slot < qmoe_kernel_slot_count(); ++slot) {
     const char* name = nullptr;
     ASSERT_EQ(qmoe_context_get_kernel_name(ctx.get(), static_cast<qmoe_kernel_slot>(slot), &name),
               QMOE_STATUS_OK);
     ASSERT_NE(name, nullptr);
-    // Every entry so far exists on every tier, so each must be the tier's own kernel.
+    // The ABI reports the tier's assembled entry, and that entry comes from this tier or one
+    // below it (a tier without its own kernel for a slot inherits the next lower one).
+    EXPECT_STREQ(name, qmoe::kernel_name(*qmoe::kernel_table_for_isa(isa),
+                                         static_cast<qmoe_kernel_slot>(slot)));
     const std::string n(name);
-    EXPECT_EQ(n.substr(n.size() - suffix.size()), suffix) << n;
+    const std::string suffix = n.substr(n.rfind("__") + 2);
+    qmoe::Isa from = qmoe::Isa::kScalar;
+    ASSERT_TRUE(qmoe::parse_isa_name(suffix.c_str(), &from)) << n;
+    EXPECT_LE(static_cast<int>(from), static_cast<int>(isa)) << n;
   }
+  // The conversions exist on every tier: each must be the tier's own.
+  const char* convert = nullptr;
+  ASSERT_EQ(qmoe_context_get_kernel_name(ctx.get(), QMOE_KERNEL_CONVERT_F32_TO_BF16, &convert),
+            QMOE_STATUS_OK);
+  EXPECT_EQ(std::string(convert), std::string("qmoe_convert_f32_to_bf16__") + qmoe::isa_name(isa));
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, ContextTier, ::testing::ValuesIn(qmoe::testing::kAllIsas),

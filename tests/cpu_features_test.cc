@@ -106,7 +106,7 @@ TEST(Dispatch, AssembledTablesAreCompleteAndNamedByTheirTier) {
 }
 
 TEST(Dispatch, SlotNamesFollowThePublicEnum) {
-  EXPECT_EQ(kernel_slot_count(), 5u);
+  EXPECT_EQ(kernel_slot_count(), 8u);
   EXPECT_STREQ(kernel_slot_name(QMOE_KERNEL_CONVERT_F16_TO_F32), "convert_f16_to_f32");
   EXPECT_STREQ(kernel_slot_name(QMOE_KERNEL_READ_BANDWIDTH), "read_bandwidth");
   EXPECT_EQ(kernel_slot_name(static_cast<qmoe_kernel_slot>(kernel_slot_count())), nullptr);

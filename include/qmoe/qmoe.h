@@ -184,7 +184,10 @@ typedef enum qmoe_kernel_slot {
   QMOE_KERNEL_CONVERT_F32_TO_F16 = 1,
   QMOE_KERNEL_CONVERT_BF16_TO_F32 = 2,
   QMOE_KERNEL_CONVERT_F32_TO_BF16 = 3,
-  QMOE_KERNEL_READ_BANDWIDTH = 4
+  QMOE_KERNEL_READ_BANDWIDTH = 4,
+  QMOE_KERNEL_QUANTIZE_ACTIVATIONS_Q8 = 5,
+  QMOE_KERNEL_GEMM_INT4_EXACT = 6,
+  QMOE_KERNEL_GEMM_INT4_FAST = 7
 } qmoe_kernel_slot;
 
 /// Number of kernel slots this library knows (slots are 0 .. count-1).
@@ -216,6 +219,102 @@ QMOE_API qmoe_status qmoe_convert_bf16_to_f32(qmoe_context* context, const uint1
 /// dst[i] = bf16(src[i]) rounded to nearest even, for i < n.
 QMOE_API qmoe_status qmoe_convert_f32_to_bf16(qmoe_context* context, const float* src,
                                               uint16_t* dst, size_t n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Block-quantized weights and the dequant-GEMM
+ *
+ * A weight matrix W[N, K] (N output features, K input features) is stored as 4-bit codes in
+ * the canonical INT4 layout (docs/formats.md gives it byte by byte), plus a plane of scales and
+ * optionally a plane of zero points, one per (row, block of `block_size` consecutive k):
+ *   W[n, k] = (code[n, k] - zero_point[n, k / block_size]) * scale[n, k / block_size]
+ * Canonical codes are tiled by 8 rows and 32 k: for row n, code k the byte is at
+ *   ((n / 8) * ceil(K / 32) + k / 32) * 128 + (n % 8) * 16 + (k % 16)
+ * holding code k in its low nibble when k % 32 < 16 and in its high nibble otherwise; rows
+ * and codes past N and K are zero padding. The same bytes are read by the CPU and the CUDA
+ * kernels, so an expert moves between host and device with a plain copy.
+ * ------------------------------------------------------------------------------------------- */
+
+/** Weight formats; fixed values. */
+typedef enum qmoe_weight_format {
+  QMOE_WEIGHT_FORMAT_INT4 = 1 /**< unsigned 4-bit codes 0..15, default zero point 8 */
+} qmoe_weight_format;
+
+/** Element types of scale and bias planes; fixed values. */
+typedef enum qmoe_dtype {
+  QMOE_DTYPE_F32 = 1,
+  QMOE_DTYPE_F16 = 2, /**< IEEE binary16 bits in uint16_t */
+  QMOE_DTYPE_BF16 = 3 /**< bfloat16 bits in uint16_t */
+} qmoe_dtype;
+
+/** Accuracy levels of the dequant-GEMM; fixed values. */
+typedef enum qmoe_accuracy {
+  /** FP32 activations and accumulation: every output within 1e-5 of an FP64 reference,
+   * relative to sum_k |x_k * w_k|. */
+  QMOE_ACCURACY_EXACT = 1,
+  /** Activations quantized to int8 per 32 k once per call, integer dot products; the error
+   * bound is in docs/formats.md. */
+  QMOE_ACCURACY_FAST = 2
+} qmoe_accuracy;
+
+/** A quantized weight matrix W[N, K]: pointers to caller-owned memory, described once and
+ * reused for every call (nothing is copied or repacked per call). */
+typedef struct qmoe_quant_matrix {
+  size_t struct_size;        /**< caller sets sizeof(qmoe_quant_matrix) */
+  qmoe_weight_format format; /**< QMOE_WEIGHT_FORMAT_INT4 */
+  uint32_t n;                /**< rows (output features), >= 1 */
+  uint32_t k;                /**< columns (input features), a multiple of block_size */
+  uint32_t block_size;       /**< 16, 32, 64 or 128 */
+  /** Canonical codes, qmoe_quant_matrix_codes_size() bytes (64-byte alignment recommended). */
+  const void* codes;
+  /** Scales: element (n, b) at scales[n * scale_row_stride + b * scale_block_stride], in
+   * elements; [N, K/block] order is (K/block, 1), [K/block, N] order is (1, N). */
+  qmoe_dtype scale_dtype;
+  const void* scales;
+  size_t scale_row_stride;
+  size_t scale_block_stride;
+  /** Optional zero points, one uint8 code per (n, b) at zero_points[n * zero_point_row_stride
+   * + b * zero_point_block_stride]; NULL means the format's default (8 for INT4). */
+  const uint8_t* zero_points;
+  size_t zero_point_row_stride;
+  size_t zero_point_block_stride;
+  /** Optional bias, N elements of bias_dtype; NULL for none. */
+  qmoe_dtype bias_dtype;
+  const void* bias;
+} qmoe_quant_matrix;
+
+/// Bytes of canonical codes for an N x K matrix of `format` (padding included).
+QMOE_API qmoe_status qmoe_quant_matrix_codes_size(qmoe_weight_format format, uint32_t n, uint32_t k,
+                                                  size_t* bytes);
+
+/// Y[m, j] = sum_k X[m, k] * W[j, k] (+ bias[j]) for m < M and n_begin <= j < n_end, with
+/// X row m at x + m * ldx (K floats) and Y row m at y + m * ldy. Writes only columns
+/// [n_begin, n_end) of each Y row; splits the columns over the context's threads, and the
+/// result does not depend on the thread count.
+QMOE_API qmoe_status qmoe_gemm(qmoe_context* context, const qmoe_quant_matrix* weights,
+                               qmoe_accuracy accuracy, uint32_t m, const float* x, size_t ldx,
+                               float* y, size_t ldy, uint32_t n_begin, uint32_t n_end);
+
+/// Import ONNX Runtime's MatMulNBits/QMoE INT4 codes: uint8 [N, K/2] rows, byte j of a row
+/// holding k = 2j in its low nibble and k = 2j + 1 in its high nibble. Writes the whole
+/// canonical buffer (padding zeroed); `dst_bytes` must be at least the codes size.
+QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
+                                           size_t dst_bytes);
+
+/// Import ONNX Runtime's packed INT4 zero points: uint8 [N, ceil(K/block / 2)] rows, block 2j
+/// in the low nibble and 2j + 1 in the high nibble, into one byte per (n, b) at
+/// dst[n * dst_row_stride + b * dst_block_stride].
+QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint32_t n, uint32_t k,
+                                                       uint32_t block_size, uint8_t* dst,
+                                                       size_t dst_row_stride,
+                                                       size_t dst_block_stride);
+
+/// Import ggml Q4_0 rows (per 32 k: FP16 scale d, then 16 bytes; byte j holds code j in its
+/// low nibble and code j + 16 in its high nibble; value (code - 8) * d), N rows of K / 32
+/// blocks, 18 bytes each, contiguous. Writes canonical codes (block size 32, zero point 8) and
+/// FP16 scales at scales[n * scale_row_stride + b * scale_block_stride].
+QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t k, void* dst_codes,
+                                           size_t dst_bytes, uint16_t* scales,
+                                           size_t scale_row_stride, size_t scale_block_stride);
 
 /* ---------------------------------------------------------------------------------------------
  * Memory bandwidth

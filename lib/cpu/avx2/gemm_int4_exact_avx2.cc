@@ -1,0 +1,183 @@
+// AVX2 INT4 dequant-GEMM, exact level: FP32 activations and accumulation, one 8-row group per
+// call.
+//
+// Per chunk (32 k, 128 bytes): for each pair of rows one 32-byte load, AND / shift for the two
+// nibble halves and a byte subtract of the zero points give signed codes (code - z) in
+// [-15, 15]; vpmovsxbd + vcvtdq2ps widen them to a 1 KiB float tile of the chunk's 8 x 32
+// weights, converted once and reused by every activation row of the tile (M > 1 costs only the
+// FMAs). Each row's 32 products accumulate in one 8-lane vector (4 FMAs); eight rows reduce
+// with vhaddps to one vector of row sums, scaled by the block's scales into the accumulator.
+// The limit is the conversion (about 3 vector instructions per 8 weights); docs/formats.md has
+// the measurements.
+#include <immintrin.h>
+
+#include "lib/cpu/avx2/kernels_avx2.h"
+#include "lib/quant_layout.h"
+
+namespace qmoe::avx2 {
+namespace {
+
+constexpr size_t kPrefetchDistance = 1536;
+
+template <qmoe_dtype kScale>
+inline __m256 load_scales(const void* base, size_t index) {
+  if constexpr (kScale == QMOE_DTYPE_F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + index);
+  } else if constexpr (kScale == QMOE_DTYPE_F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index)));
+  } else {
+    const __m128i bits = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  }
+}
+
+// [z_{2p} x16 | z_{2p+1} x16] from the block's eight zero points (bytes 0-7 of `zeros`).
+inline __m256i pair_zero_points(__m256i zeros, int p) {
+  const __m256i select =
+      _mm256_setr_epi64x(0x0101010101010101ll * (2 * p), 0x0101010101010101ll * (2 * p),
+                         0x0101010101010101ll * (2 * p + 1), 0x0101010101010101ll * (2 * p + 1));
+  return _mm256_shuffle_epi8(zeros, select);
+}
+
+inline __m256i load_zero_bytes(const uint8_t* base, size_t index) {
+  int64_t eight;
+  __builtin_memcpy(&eight, base + index, 8);
+  return _mm256_set1_epi64x(eight);
+}
+
+// Eight rows' sums t[0..7] (one 8-lane vector each) -> one vector of row sums, natural order.
+inline __m256 reduce_rows(const __m256 t[8]) {
+  const __m256 c0 = _mm256_hadd_ps(_mm256_hadd_ps(t[0], t[1]), _mm256_hadd_ps(t[2], t[3]));
+  const __m256 c1 = _mm256_hadd_ps(_mm256_hadd_ps(t[4], t[5]), _mm256_hadd_ps(t[6], t[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(c0, c1, 0x20), _mm256_permute2f128_ps(c0, c1, 0x31));
+}
+
+template <qmoe_dtype kScale, bool kZeros, bool kBlock16, int kM>
+void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i default_zero = _mm256_set1_epi8(static_cast<char>(kInt4DefaultZeroPoint));
+  // Chunks per block is 1, 2 or 4 (block 32, 64, 128): a shift, not a division per chunk.
+  const uint32_t block_shift =
+      kBlock16 ? 0 : static_cast<uint32_t>(__builtin_ctz(a.block_size / kChunkCodes));
+
+  __m256 acc[kM];
+  for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
+
+  // The chunk's weights (code - z) as floats, row r at 32r.
+  alignas(32) float wf[kGroupRows * kChunkCodes];
+
+  const uint8_t* codes = a.codes;
+  for (uint32_t c = 0; c < a.chunks; ++c, codes += kChunkBytes) {
+    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance + 64), _MM_HINT_T0);
+    const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
+    __m256i zeros_a = default_zero, zeros_b = default_zero;
+    if constexpr (kZeros) {
+      zeros_a = load_zero_bytes(a.zero_points, block_a * a.zero_point_block_stride);
+      zeros_b = kBlock16 ? load_zero_bytes(a.zero_points, (block_a + 1) * a.zero_point_block_stride)
+                         : zeros_a;
+    }
+    for (int p = 0; p < 4; ++p) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
+      __m256i lo = _mm256_and_si256(bytes, mask);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
+      if constexpr (kZeros) {
+        lo = _mm256_sub_epi8(lo, pair_zero_points(zeros_a, p));
+        hi = _mm256_sub_epi8(hi, pair_zero_points(zeros_b, p));
+      } else {
+        lo = _mm256_sub_epi8(lo, default_zero);
+        hi = _mm256_sub_epi8(hi, default_zero);
+      }
+      // lo = [r: k 0-15 | r+1: k 0-15], hi = [r: k 16-31 | r+1: k 16-31] as int8.
+      const __m128i lo_r = _mm256_castsi256_si128(lo), lo_r1 = _mm256_extracti128_si256(lo, 1);
+      const __m128i hi_r = _mm256_castsi256_si128(hi), hi_r1 = _mm256_extracti128_si256(hi, 1);
+      float* w0 = wf + (2 * p) * kChunkCodes;
+      float* w1 = w0 + kChunkCodes;
+      _mm256_store_ps(w0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo_r)));
+      _mm256_store_ps(w0 + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo_r, 8))));
+      _mm256_store_ps(w0 + 16, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi_r)));
+      _mm256_store_ps(w0 + 24, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi_r, 8))));
+      _mm256_store_ps(w1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo_r1)));
+      _mm256_store_ps(w1 + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo_r1, 8))));
+      _mm256_store_ps(w1 + 16, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi_r1)));
+      _mm256_store_ps(w1 + 24, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi_r1, 8))));
+    }
+
+    const __m256 scale_a = load_scales<kScale>(a.scales, block_a * a.scale_block_stride);
+    const __m256 scale_b =
+        kBlock16 ? load_scales<kScale>(a.scales, (block_a + 1) * a.scale_block_stride) : scale_a;
+
+    for (int i = 0; i < kM; ++i) {
+      const float* x = a.x + (m0 + i) * a.ldx + c * kChunkCodes;
+      const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+      const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+      __m256 ta[8], tb[8];
+      for (int r = 0; r < 8; ++r) {
+        const float* row = wf + r * kChunkCodes;
+        __m256 s_lo = _mm256_mul_ps(_mm256_load_ps(row), x0);
+        s_lo = _mm256_fmadd_ps(_mm256_load_ps(row + 8), x1, s_lo);
+        __m256 s_hi = _mm256_mul_ps(_mm256_load_ps(row + 16), x2);
+        s_hi = _mm256_fmadd_ps(_mm256_load_ps(row + 24), x3, s_hi);
+        if constexpr (kBlock16) {
+          ta[r] = s_lo;
+          tb[r] = s_hi;
+        } else {
+          ta[r] = _mm256_add_ps(s_lo, s_hi);
+        }
+      }
+      acc[i] = _mm256_fmadd_ps(reduce_rows(ta), scale_a, acc[i]);
+      if constexpr (kBlock16) acc[i] = _mm256_fmadd_ps(reduce_rows(tb), scale_b, acc[i]);
+    }
+  }
+
+  const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
+  for (int i = 0; i < kM; ++i) {
+    const __m256 out = _mm256_add_ps(acc[i], bias);
+    float* y = a.y + (m0 + i) * a.ldy;
+    if (a.row_begin == 0 && a.row_end == kGroupRows) {
+      _mm256_storeu_ps(y, out);
+    } else {
+      alignas(32) float lanes[kGroupRows];
+      _mm256_store_ps(lanes, out);
+      for (uint32_t r = a.row_begin; r < a.row_end; ++r) y[r] = lanes[r];
+    }
+  }
+}
+
+template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
+void exact_group(const Int4GroupArgs& a) {
+  uint32_t m0 = 0;
+  for (; m0 + 2 <= a.m; m0 += 2) exact_tile<kScale, kZeros, kBlock16, 2>(a, m0);
+  if (m0 < a.m) exact_tile<kScale, kZeros, kBlock16, 1>(a, m0);
+}
+
+template <qmoe_dtype kScale>
+void exact_group_for_scale(const Int4GroupArgs& a) {
+  const bool zeros = a.zero_points != nullptr;
+  const bool block16 = a.block_size == 16;
+  if (zeros) {
+    block16 ? exact_group<kScale, true, true>(a) : exact_group<kScale, true, false>(a);
+  } else {
+    block16 ? exact_group<kScale, false, true>(a) : exact_group<kScale, false, false>(a);
+  }
+}
+
+}  // namespace
+
+void gemm_int4_exact(const Int4GroupArgs& a) {
+  switch (a.scale_dtype) {
+    case QMOE_DTYPE_F16:
+      exact_group_for_scale<QMOE_DTYPE_F16>(a);
+      break;
+    case QMOE_DTYPE_BF16:
+      exact_group_for_scale<QMOE_DTYPE_BF16>(a);
+      break;
+    case QMOE_DTYPE_F32:
+      exact_group_for_scale<QMOE_DTYPE_F32>(a);
+      break;
+  }
+}
+
+}  // namespace qmoe::avx2

@@ -1,0 +1,130 @@
+// Importers into the canonical INT4 layout from ONNX Runtime's MatMulNBits/QMoE layout and
+// from ggml's Q4_0 blocks. Both are bit-exact: every code keeps its value, the canonical
+// padding is zero. Import runs once per weight load, so clarity wins over speed here.
+#include <cstring>
+
+#include "lib/error.h"
+#include "lib/quant_layout.h"
+#include "lib/quant_matrix.h"
+
+namespace qmoe {
+namespace {
+
+// The canonical byte holding (n, k) and whether the code is its high nibble.
+size_t canonical_offset(uint32_t n, uint32_t k, uint32_t chunks) {
+  return ((size_t{n} / kGroupRows) * chunks + k / kChunkCodes) * kChunkBytes +
+         (n % kGroupRows) * kChunkRowBytes + (k % kChunkRowBytes);
+}
+
+// One row's 32 codes of chunk c (k order) into the canonical bytes of (n, c).
+void store_chunk(uint8_t* dst, uint32_t n, uint32_t c, uint32_t chunks, const uint8_t codes[32]) {
+  uint8_t* bytes = dst + canonical_offset(n, c * kChunkCodes, chunks);
+  for (uint32_t j = 0; j < kChunkRowBytes; ++j) {
+    bytes[j] = static_cast<uint8_t>(codes[j] | (codes[j + 16] << 4));
+  }
+}
+
+qmoe_status check_dst(const char* function, uint32_t n, uint32_t k, const void* dst,
+                      size_t dst_bytes) {
+  if (n == 0 || k == 0) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "n = %u, k = %u", n, k);
+  if (dst == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "dst is NULL");
+  const size_t need = int4_codes_size(n, k);
+  if (dst_bytes < need) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "dst_bytes = %zu but an %u x %u INT4 matrix needs %zu", dst_bytes, n, k, need);
+  }
+  return QMOE_STATUS_OK;
+}
+
+}  // namespace
+}  // namespace qmoe
+
+extern "C" {
+
+QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
+                                           size_t dst_bytes) {
+  using namespace qmoe;
+  if (qmoe_status s = check_dst(__func__, n, k, dst, dst_bytes); s != QMOE_STATUS_OK) return s;
+  if (src == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src is NULL");
+  if (k % 2 != 0) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "k = %u is odd", k);
+  const uint32_t chunks = (k + kChunkCodes - 1) / kChunkCodes;
+  auto* out = static_cast<uint8_t*>(dst);
+  std::memset(out, 0, int4_codes_size(n, k));
+  const size_t row_bytes = k / 2;
+  for (uint32_t row = 0; row < n; ++row) {
+    const uint8_t* in = src + row * row_bytes;
+    for (uint32_t c = 0; c < chunks; ++c) {
+      uint8_t codes[kChunkCodes] = {};
+      for (uint32_t j = 0; j < kChunkCodes && c * kChunkCodes + j < k; ++j) {
+        const uint32_t kk = c * kChunkCodes + j;
+        // ONNX Runtime: byte kk / 2 holds even kk in its low nibble, odd kk in its high one.
+        codes[j] = (in[kk / 2] >> (4 * (kk % 2))) & 0x0F;
+      }
+      store_chunk(out, row, c, chunks, codes);
+    }
+  }
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint32_t n, uint32_t k,
+                                                       uint32_t block_size, uint8_t* dst,
+                                                       size_t dst_row_stride,
+                                                       size_t dst_block_stride) {
+  using namespace qmoe;
+  if (src == nullptr || dst == nullptr) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "%s is NULL", src == nullptr ? "src" : "dst");
+  }
+  if (n == 0 || k == 0 || block_size == 0 || k % block_size != 0) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "n = %u, k = %u, block_size = %u", n, k, block_size);
+  }
+  const uint32_t blocks = k / block_size;
+  if (!plane_strides_fit(n, blocks, dst_row_stride, dst_block_stride)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "dst strides (row %zu, block %zu) alias",
+              dst_row_stride, dst_block_stride);
+  }
+  const size_t src_row_bytes = (blocks + 1) / 2;
+  for (uint32_t row = 0; row < n; ++row) {
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const uint8_t byte = src[row * src_row_bytes + b / 2];
+      dst[row * dst_row_stride + b * dst_block_stride] = (byte >> (4 * (b % 2))) & 0x0F;
+    }
+  }
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t k, void* dst_codes,
+                                           size_t dst_bytes, uint16_t* scales,
+                                           size_t scale_row_stride, size_t scale_block_stride) {
+  using namespace qmoe;
+  if (qmoe_status s = check_dst(__func__, n, k, dst_codes, dst_bytes); s != QMOE_STATUS_OK) {
+    return s;
+  }
+  if (src == nullptr || scales == nullptr) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "%s is NULL", src == nullptr ? "src" : "scales");
+  }
+  if (k % kChunkCodes != 0)
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "k = %u is not a multiple of 32", k);
+  const uint32_t blocks = k / kChunkCodes;
+  if (!plane_strides_fit(n, blocks, scale_row_stride, scale_block_stride)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "scale strides (row %zu, block %zu) alias",
+              scale_row_stride, scale_block_stride);
+  }
+  // block_q4_0: { uint16_t d (FP16); uint8_t qs[16]; } = 18 bytes, no padding. Byte j of qs
+  // holds code j (low nibble) and code j + 16 (high nibble): the canonical chunk-row bytes.
+  constexpr size_t kBlockBytes = 2 + kChunkRowBytes;
+  auto* out = static_cast<uint8_t*>(dst_codes);
+  std::memset(out, 0, int4_codes_size(n, k));
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (uint32_t row = 0; row < n; ++row) {
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = in + (size_t{row} * blocks + b) * kBlockBytes;
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      scales[row * scale_row_stride + b * scale_block_stride] = d;
+      std::memcpy(out + canonical_offset(row, b * kChunkCodes, blocks), block + 2, kChunkRowBytes);
+    }
+  }
+  return QMOE_STATUS_OK;
+}
+
+}  // extern "C"

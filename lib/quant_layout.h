@@ -1,0 +1,74 @@
+// The canonical INT4 layout and the arguments of the per-ISA dequant-GEMM kernels.
+//
+// Canonical codes (docs/formats.md): rows are tiled in groups of kGroupRows = 8, K in chunks of
+// kChunkCodes = 32. A group's chunks are contiguous, a chunk holds the 8 rows' 16-byte slices:
+//   byte((n, k)) = ((n / 8) * chunks + k / 32) * 128 + (n % 8) * 16 + (k % 16)
+//   code k is the low nibble when k % 32 < 16, the high nibble otherwise.
+// So one thread computing a group of 8 outputs reads one sequential stream of chunks * 128
+// bytes, one 16-byte load unpacks to the 32 codes of a chunk in k order (low nibbles then high
+// nibbles), and a GPU warp reads 4 chunks = 512 contiguous bytes.
+//
+// Types and constants only (no inline functions): included by every ISA folder.
+#ifndef QMOE_LIB_QUANT_LAYOUT_H_
+#define QMOE_LIB_QUANT_LAYOUT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "qmoe/qmoe.h"
+
+namespace qmoe {
+
+constexpr uint32_t kGroupRows = 8;
+constexpr uint32_t kChunkCodes = 32;
+constexpr uint32_t kChunkRowBytes = 16;                        // one row's codes of one chunk
+constexpr uint32_t kChunkBytes = kGroupRows * kChunkRowBytes;  // 128
+constexpr uint32_t kInt4DefaultZeroPoint = 8;
+
+// Activations of one GEMM call quantized for the fast level, per row m and chunk c:
+//   x[m, 32c + i] ~= scale[m, c] * q[m, 32c + i],  q in [-127, 127], zero past K;
+//   sum_q[m, c] = sum_i q[m, 32c + i] (exact as float: |sum| <= 32 * 127).
+struct Q8Activations {
+  const int8_t* q;     // m * q_stride bytes, q_stride = chunks * 32
+  const float* scale;  // m * chunks
+  const float* sum_q;  // m * chunks
+  size_t q_stride;
+  size_t chunk_stride;  // = chunks
+};
+
+// One kernel call: the outputs of rows [row_begin, row_end) of one 8-row group for all M
+// activation rows.
+//
+// Scales and zero points of block b for the group's 8 rows are 8 consecutive elements at
+// scales + b * scale_block_stride and zero_points + b * zero_point_block_stride. The driver
+// points these at the caller's planes when they are in [K/block, N] order (row stride 1), the
+// group is full and K is a multiple of 32; otherwise at panels it built (fp32 scales, block
+// stride 8; rows past N and a half-filled last chunk's missing block hold scale 0). Kernels
+// read blocks [0, ceil(chunks * 32 / block_size)) only.
+struct Int4GroupArgs {
+  const uint8_t* codes;  // the group's first chunk; chunks * 128 bytes
+  uint32_t chunks;       // ceil(K / 32)
+  uint32_t block_size;   // 16, 32, 64 or 128 (k of one scale)
+  qmoe_dtype scale_dtype;
+  const void* scales;
+  size_t scale_block_stride;   // elements
+  const uint8_t* zero_points;  // nullptr: every zero point is 8
+  size_t zero_point_block_stride;
+  const float* bias;  // 8 values (0 past N), or nullptr
+  uint32_t m;
+  // Exact level: X rows of chunks * 32 floats at x + i * ldx (zero past K).
+  const float* x;
+  size_t ldx;
+  // Fast level.
+  Q8Activations xq;
+  // Output: Y[i, row] at y[i * ldy + row] for row in [row_begin, row_end) (y points at the
+  // group's first column).
+  float* y;
+  size_t ldy;
+  uint32_t row_begin;
+  uint32_t row_end;
+};
+
+}  // namespace qmoe
+
+#endif  // QMOE_LIB_QUANT_LAYOUT_H_

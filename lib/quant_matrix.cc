@@ -1,0 +1,162 @@
+#include "lib/quant_matrix.h"
+
+#include <cstring>
+
+#include "lib/error.h"
+#include "lib/quant_layout.h"
+
+namespace qmoe {
+namespace {
+
+bool valid_dtype(qmoe_dtype d) {
+  return dtype_size(d) != 0;
+}
+
+}  // namespace
+
+bool plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride) {
+  constexpr size_t kLimit = size_t{1} << 48;
+  if (row_stride >= kLimit || block_stride >= kLimit) return false;
+  const bool row_major =
+      block_stride >= 1 && (n == 1 || row_stride >= size_t{blocks} * block_stride);
+  const bool block_major =
+      row_stride >= 1 && (blocks == 1 || block_stride >= size_t{n} * row_stride);
+  return row_major || block_major;
+}
+
+namespace {
+
+float load_element(qmoe_dtype dtype, const void* base, size_t index, const KernelTable& kernels) {
+  float value;
+  switch (dtype) {
+    case QMOE_DTYPE_F16:
+      kernels.convert_f16_to_f32.fn(static_cast<const uint16_t*>(base) + index, &value, 1);
+      return value;
+    case QMOE_DTYPE_BF16:
+      kernels.convert_bf16_to_f32.fn(static_cast<const uint16_t*>(base) + index, &value, 1);
+      return value;
+    case QMOE_DTYPE_F32:
+      break;
+  }
+  return static_cast<const float*>(base)[index];
+}
+
+}  // namespace
+
+size_t dtype_size(qmoe_dtype dtype) {
+  switch (dtype) {
+    case QMOE_DTYPE_F32:
+      return 4;
+    case QMOE_DTYPE_F16:
+    case QMOE_DTYPE_BF16:
+      return 2;
+  }
+  return 0;
+}
+
+size_t int4_codes_size(uint32_t n, uint32_t k) {
+  const size_t groups = (size_t{n} + kGroupRows - 1) / kGroupRows;
+  const size_t chunks = (size_t{k} + kChunkCodes - 1) / kChunkCodes;
+  return groups * chunks * kChunkBytes;
+}
+
+qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* function,
+                                  qmoe_quant_matrix* out) {
+  if (in == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "weights is NULL");
+  if (in->struct_size < offsetof(qmoe_quant_matrix, zero_points) || in->struct_size > (1u << 16)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "weights->struct_size is %zu; set it to sizeof(qmoe_quant_matrix) (%zu)",
+                in->struct_size, sizeof(qmoe_quant_matrix));
+  }
+  qmoe_quant_matrix w{};
+  std::memcpy(&w, in, in->struct_size < sizeof(w) ? in->struct_size : sizeof(w));
+  w.struct_size = sizeof(w);
+
+  if (w.format != QMOE_WEIGHT_FORMAT_INT4) {
+    return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function, "weight format %d is not supported",
+                static_cast<int>(w.format));
+  }
+  if (w.n == 0 || w.k == 0) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "n = %u and k = %u must be >= 1", w.n, w.k);
+  }
+  if (w.block_size != 16 && w.block_size != 32 && w.block_size != 64 && w.block_size != 128) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "block_size %u is not 16, 32, 64 or 128",
+                w.block_size);
+  }
+  if (w.k % w.block_size != 0) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "k = %u is not a multiple of block_size %u",
+                w.k, w.block_size);
+  }
+  if (w.codes == nullptr || w.scales == nullptr) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "weights->%s is NULL",
+                w.codes == nullptr ? "codes" : "scales");
+  }
+  if (!valid_dtype(w.scale_dtype)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "scale_dtype %d is not a qmoe_dtype",
+                static_cast<int>(w.scale_dtype));
+  }
+  const uint32_t blocks = w.k / w.block_size;
+  if (!plane_strides_fit(w.n, blocks, w.scale_row_stride, w.scale_block_stride)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "scale strides (row %zu, block %zu) do not describe an [N=%u, blocks=%u] plane",
+                w.scale_row_stride, w.scale_block_stride, w.n, blocks);
+  }
+  if (w.zero_points != nullptr &&
+      !plane_strides_fit(w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "zero-point strides (row %zu, block %zu) do not describe an [N=%u, blocks=%u] "
+                "plane",
+                w.zero_point_row_stride, w.zero_point_block_stride, w.n, blocks);
+  }
+  if (w.bias != nullptr && !valid_dtype(w.bias_dtype)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "bias_dtype %d is not a qmoe_dtype",
+                static_cast<int>(w.bias_dtype));
+  }
+  *out = w;
+  return QMOE_STATUS_OK;
+}
+
+void build_group_panels(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0,
+                        uint32_t rows, uint32_t blocks, float* scales, uint8_t* zero_points) {
+  const uint32_t real_blocks = w.k / w.block_size;
+  for (uint32_t b = 0; b < blocks; ++b) {
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      const bool real = r < rows && b < real_blocks;
+      const size_t n = n0 + r;
+      scales[b * kGroupRows + r] =
+          real ? load_element(w.scale_dtype, w.scales,
+                              n * w.scale_row_stride + b * w.scale_block_stride, kernels)
+               : 0.0f;
+      if (zero_points != nullptr) {
+        zero_points[b * kGroupRows + r] =
+            real ? w.zero_points[n * w.zero_point_row_stride + b * w.zero_point_block_stride]
+                 : static_cast<uint8_t>(kInt4DefaultZeroPoint);
+      }
+    }
+  }
+}
+
+void load_bias(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0, uint32_t rows,
+               float bias[8]) {
+  for (uint32_t r = 0; r < kGroupRows; ++r) {
+    bias[r] = r < rows ? load_element(w.bias_dtype, w.bias, n0 + r, kernels) : 0.0f;
+  }
+}
+
+}  // namespace qmoe
+
+extern "C" {
+
+QMOE_API qmoe_status qmoe_quant_matrix_codes_size(qmoe_weight_format format, uint32_t n, uint32_t k,
+                                                  size_t* bytes) {
+  if (bytes == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "bytes out-pointer is NULL");
+  if (format != QMOE_WEIGHT_FORMAT_INT4) {
+    QMOE_FAIL(QMOE_STATUS_UNSUPPORTED_FORMAT, "weight format %d is not supported",
+              static_cast<int>(format));
+  }
+  if (n == 0 || k == 0) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "n = %u, k = %u", n, k);
+  *bytes = qmoe::int4_codes_size(n, k);
+  return QMOE_STATUS_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,43 @@
+// Validation of qmoe_quant_matrix descriptions and the small per-group panels the GEMM
+// driver builds when it cannot read a caller's planes in place.
+#ifndef QMOE_LIB_QUANT_MATRIX_H_
+#define QMOE_LIB_QUANT_MATRIX_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lib/kernel_table.h"
+#include "qmoe/qmoe.h"
+
+namespace qmoe {
+
+/// Bytes of one element of `dtype` (0 for an unknown value).
+size_t dtype_size(qmoe_dtype dtype);
+
+/// Bytes of canonical codes for an n x k INT4 matrix.
+size_t int4_codes_size(uint32_t n, uint32_t k);
+
+/// Whether a plane of n x blocks elements at row * row_stride + block * block_stride maps
+/// distinct (row, block) pairs to distinct elements without overflow: row-major
+/// (block_stride >= 1, row_stride >= blocks * block_stride) or block-major (row_stride >= 1,
+/// block_stride >= n * row_stride). Anything else aliases.
+bool plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride);
+
+/// Check a caller's description (struct size, format, sizes, block size, pointers, dtypes,
+/// strides) and copy it, defaults filled for fields an older caller's struct lacks.
+qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* function,
+                                  qmoe_quant_matrix* out);
+
+/// Scales (fp32) and zero points of rows [n0, n0 + rows) for blocks [0, blocks) as [block][8]
+/// panels; rows past `rows` and blocks past K / block_size get scale 0 and zero point 8.
+/// `zero_points` may be nullptr when the matrix has none.
+void build_group_panels(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0,
+                        uint32_t rows, uint32_t blocks, float* scales, uint8_t* zero_points);
+
+/// bias[n0 + r] as fp32 for r < rows, 0 for r in [rows, 8).
+void load_bias(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0, uint32_t rows,
+               float bias[8]);
+
+}  // namespace qmoe
+
+#endif  // QMOE_LIB_QUANT_MATRIX_H_

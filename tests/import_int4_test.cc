@@ -1,0 +1,215 @@
+// Importers into the canonical INT4 layout, checked on hand-written byte vectors (what the
+// bytes must be, written out), then end to end: ONNX Runtime-layout weights imported and
+// multiplied must equal an FP64 product computed straight from the ONNX Runtime bytes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "qmoe/qmoe.h"
+
+namespace {
+
+TEST(ImportInt4Onnx, HandWrittenRowMatchesTheCanonicalBytes) {
+  // One row, K = 32, code k = k % 16: ONNX Runtime packs k = 2i low, k = 2i + 1 high.
+  const uint8_t onnx[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE,
+                            0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE};
+  // Canonical byte j: code j low, code j + 16 high -> j | j << 4; rows 1-7 are zero padding.
+  std::vector<uint8_t> expected(128, 0);
+  const uint8_t row0[16] = {0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77,
+                            0x88, 0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xFF};
+  std::memcpy(expected.data(), row0, 16);
+  std::vector<uint8_t> out(128, 0xA5);
+  ASSERT_EQ(qmoe_import_int4_onnx(onnx, 1, 32, out.data(), out.size()), QMOE_STATUS_OK);
+  EXPECT_EQ(out, expected);
+}
+
+TEST(ImportInt4Onnx, RowsAndChunksLandInTheirTiles) {
+  // N = 9 (two 8-row groups), K = 64 (two chunks). Row r has every code equal to r % 16 in the
+  // first 32 k and 15 - r in the last 32 k.
+  const uint32_t n = 9, k = 64;
+  std::vector<uint8_t> onnx(n * k / 2);
+  for (uint32_t r = 0; r < n; ++r) {
+    for (uint32_t i = 0; i < k / 2; ++i) {
+      const uint8_t c = i < 16 ? r : 15 - r;
+      onnx[r * k / 2 + i] = static_cast<uint8_t>(c | c << 4);
+    }
+  }
+  std::vector<uint8_t> out(2 * 2 * 128, 0xA5);
+  ASSERT_EQ(qmoe_import_int4_onnx(onnx.data(), n, k, out.data(), out.size()), QMOE_STATUS_OK);
+  // Group 0, chunk 0, row 3: bytes 48..63 all 0x33. Group 0, chunk 1 (offset 128), row 3:
+  // 0xCC. Group 1 (offset 256), chunk 0, row 0 (= row 8): 0x88; chunk 1: 0x77; rows 9-15 of
+  // group 1 are padding: 0.
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[48 + j], 0x33) << j;
+    EXPECT_EQ(out[128 + 48 + j], 0xCC) << j;
+    EXPECT_EQ(out[256 + j], 0x88) << j;
+    EXPECT_EQ(out[256 + 128 + j], 0x77) << j;
+    EXPECT_EQ(out[256 + 16 + j], 0x00) << j;
+    EXPECT_EQ(out[256 + 128 + 112 + j], 0x00) << j;
+  }
+}
+
+TEST(ImportInt4Onnx, ZeroPointsUnpackLowNibbleFirst) {
+  // 2 rows, 3 blocks each: packed rows are ceil(3 / 2) = 2 bytes; the odd block's high nibble
+  // is padding.
+  const uint8_t packed[4] = {0x21, 0xF3, 0x54, 0x06};
+  uint8_t out[6] = {};
+  ASSERT_EQ(qmoe_import_int4_onnx_zero_points(packed, 2, 96, 32, out, 3, 1), QMOE_STATUS_OK);
+  const uint8_t expected[6] = {1, 2, 3, 4, 5, 6};
+  EXPECT_EQ(std::memcmp(out, expected, 6), 0);
+  // Block-major destination.
+  uint8_t bm[6] = {};
+  ASSERT_EQ(qmoe_import_int4_onnx_zero_points(packed, 2, 96, 32, bm, 1, 2), QMOE_STATUS_OK);
+  const uint8_t expected_bm[6] = {1, 4, 2, 5, 3, 6};
+  EXPECT_EQ(std::memcmp(bm, expected_bm, 6), 0);
+}
+
+TEST(ImportInt4Q4_0, HandWrittenBlock) {
+  // block_q4_0 = FP16 d (little endian) + 16 bytes; byte j: code j low, code j + 16 high.
+  uint8_t block[18] = {0x00, 0x3C};  // d = 1.0
+  for (int j = 0; j < 16; ++j) block[2 + j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  std::vector<uint8_t> codes(128, 0xA5);
+  uint16_t scale = 0;
+  ASSERT_EQ(qmoe_import_int4_q4_0(block, 1, 32, codes.data(), codes.size(), &scale, 1, 1),
+            QMOE_STATUS_OK);
+  EXPECT_EQ(scale, 0x3C00);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(codes[j], block[2 + j]) << j;
+  for (int j = 16; j < 128; ++j) EXPECT_EQ(codes[j], 0) << j;
+}
+
+TEST(ImportInt4Q4_0, MultiplyMatchesGgmlSemantics) {
+  // Rows of Q4_0 blocks -> canonical + FP16 scales [K/32, N]; then qmoe_gemm must equal
+  // sum_k x_k * (q - 8) * d computed from the ggml bytes.
+  const uint32_t n = 11, k = 96, blocks = k / 32;
+  std::mt19937 rng(3);
+  std::vector<uint8_t> q40(n * blocks * 18);
+  std::vector<float> d_values(n * blocks);
+  for (uint32_t i = 0; i < n * blocks; ++i) {
+    uint8_t* b = q40.data() + i * 18;
+    const uint16_t d = static_cast<uint16_t>(0x2000 + rng() % 0x800);  // ~0.008 .. 0.06
+    std::memcpy(b, &d, 2);
+    for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(rng());
+    // FP16 -> float by hand for these normal values: exponent and mantissa fields.
+    d_values[i] = std::ldexp(1.0f + (d & 0x3FF) / 1024.0f, ((d >> 10) & 0x1F) - 15);
+  }
+  size_t bytes = 0;
+  ASSERT_EQ(qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k, &bytes), QMOE_STATUS_OK);
+  std::vector<uint8_t> codes(bytes);
+  std::vector<uint16_t> scales(n * blocks);
+  ASSERT_EQ(qmoe_import_int4_q4_0(q40.data(), n, k, codes.data(), bytes, scales.data(), 1, n),
+            QMOE_STATUS_OK);
+  qmoe_quant_matrix w{};
+  w.struct_size = sizeof w;
+  w.format = QMOE_WEIGHT_FORMAT_INT4;
+  w.n = n;
+  w.k = k;
+  w.block_size = 32;
+  w.codes = codes.data();
+  w.scale_dtype = QMOE_DTYPE_F16;
+  w.scales = scales.data();
+  w.scale_row_stride = 1;
+  w.scale_block_stride = n;
+  std::vector<float> x(k);
+  for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 50.0f;
+  qmoe_context* ctx = nullptr;
+  ASSERT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
+  std::vector<float> y(n);
+  ASSERT_EQ(qmoe_gemm(ctx, &w, QMOE_ACCURACY_EXACT, 1, x.data(), k, y.data(), n, 0, n),
+            QMOE_STATUS_OK);
+  qmoe_context_destroy(ctx);
+  for (uint32_t r = 0; r < n; ++r) {
+    double want = 0, mag = 0;
+    for (uint32_t kk = 0; kk < k; ++kk) {
+      const uint8_t* b = q40.data() + (r * blocks + kk / 32) * 18;
+      const int j = kk % 32;
+      const int q = j < 16 ? (b[2 + j] & 0x0F) : (b[2 + j - 16] >> 4);
+      const double wv = (q - 8) * static_cast<double>(d_values[r * blocks + kk / 32]);
+      want += x[kk] * wv;
+      mag += std::fabs(x[kk] * wv);
+    }
+    EXPECT_NEAR(y[r], want, 1e-5 * mag + 1e-30) << "row " << r;
+  }
+}
+
+TEST(ImportInt4Onnx, MultiplyMatchesOnnxRuntimeSemantics) {
+  // MatMulNBits semantics from its own bytes: W[n, k] = (nibble(k) - zp(n, k / B)) * s[n, k / B].
+  const uint32_t n = 10, k = 128, block = 64, blocks = k / block;
+  std::mt19937 rng(5);
+  std::vector<uint8_t> onnx(n * k / 2), zp_packed(n * ((blocks + 1) / 2));
+  for (auto& b : onnx) b = static_cast<uint8_t>(rng());
+  for (auto& b : zp_packed) b = static_cast<uint8_t>(rng());
+  std::vector<float> s(n * blocks);
+  for (auto& v : s) v = static_cast<float>(rng() % 1000 + 1) / 16384.0f;
+  size_t bytes = 0;
+  ASSERT_EQ(qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k, &bytes), QMOE_STATUS_OK);
+  std::vector<uint8_t> codes(bytes);
+  std::vector<uint8_t> zp(n * blocks);
+  ASSERT_EQ(qmoe_import_int4_onnx(onnx.data(), n, k, codes.data(), bytes), QMOE_STATUS_OK);
+  ASSERT_EQ(qmoe_import_int4_onnx_zero_points(zp_packed.data(), n, k, block, zp.data(), blocks, 1),
+            QMOE_STATUS_OK);
+  qmoe_quant_matrix w{};
+  w.struct_size = sizeof w;
+  w.format = QMOE_WEIGHT_FORMAT_INT4;
+  w.n = n;
+  w.k = k;
+  w.block_size = block;
+  w.codes = codes.data();
+  w.scale_dtype = QMOE_DTYPE_F32;
+  w.scales = s.data();
+  w.scale_row_stride = blocks;
+  w.scale_block_stride = 1;
+  w.zero_points = zp.data();
+  w.zero_point_row_stride = blocks;
+  w.zero_point_block_stride = 1;
+  std::vector<float> x(2 * k);
+  for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 37.0f;
+  qmoe_context* ctx = nullptr;
+  ASSERT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
+  std::vector<float> y(2 * n);
+  ASSERT_EQ(qmoe_gemm(ctx, &w, QMOE_ACCURACY_EXACT, 2, x.data(), k, y.data(), n, 0, n),
+            QMOE_STATUS_OK);
+  qmoe_context_destroy(ctx);
+  for (uint32_t m = 0; m < 2; ++m) {
+    for (uint32_t r = 0; r < n; ++r) {
+      double want = 0, mag = 0;
+      for (uint32_t kk = 0; kk < k; ++kk) {
+        const int code = (onnx[r * k / 2 + kk / 2] >> (4 * (kk % 2))) & 0x0F;
+        const uint32_t b = kk / block;
+        const int z = (zp_packed[r * ((blocks + 1) / 2) + b / 2] >> (4 * (b % 2))) & 0x0F;
+        const double wv = (code - z) * static_cast<double>(s[r * blocks + b]);
+        want += x[m * k + kk] * wv;
+        mag += std::fabs(x[m * k + kk] * wv);
+      }
+      EXPECT_NEAR(y[m * n + r], want, 1e-5 * mag + 1e-30) << "m " << m << " row " << r;
+    }
+  }
+}
+
+TEST(ImportInt4, BadInputGetsAStatus) {
+  uint8_t src[64] = {};
+  std::vector<uint8_t> dst(256);
+  uint16_t scales[8];
+  EXPECT_EQ(qmoe_import_int4_onnx(nullptr, 1, 32, dst.data(), dst.size()),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_onnx(src, 1, 32, nullptr, 128), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_onnx(src, 1, 32, dst.data(), 127), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_onnx(src, 0, 32, dst.data(), 128), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_onnx(src, 1, 31, dst.data(), 128), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_onnx_zero_points(src, 2, 96, 32, nullptr, 3, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_onnx_zero_points(src, 2, 96, 64, dst.data(), 3, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_onnx_zero_points(src, 2, 96, 32, dst.data(), 1, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 48, dst.data(), dst.size(), scales, 1, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 32, dst.data(), dst.size(), nullptr, 1, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_q4_0(src, 2, 64, dst.data(), dst.size(), scales, 0, 0),
+            QMOE_STATUS_INVALID_ARGUMENT);
+}
+
+}  // namespace
