@@ -9,6 +9,7 @@
 #include <new>
 #include <thread>
 
+#include "lib/abi_enum.h"
 #include "lib/dispatch.h"
 #include "lib/error.h"
 
@@ -140,7 +141,7 @@ QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
   }
 
   Isa isa;
-  switch (opts.max_isa) {
+  switch (const int32_t max_isa = enum_bits(opts.max_isa)) {
     case QMOE_ISA_DEFAULT:
       isa = default_isa();
       break;
@@ -151,7 +152,7 @@ QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
       break;
     default:
       QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "options->max_isa %d is not a qmoe_isa",
-                static_cast<int>(opts.max_isa));
+                static_cast<int>(max_isa));
   }
   const KernelTable* kernels = kernel_table_for_isa(isa);
   if (kernels == nullptr) {

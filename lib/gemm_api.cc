@@ -26,6 +26,7 @@ thread_local std::vector<float> t_x_scale;
 thread_local std::vector<float> t_x_sum;
 thread_local std::vector<float> t_scale_panel;
 thread_local std::vector<uint8_t> t_zero_panel;
+thread_local std::vector<uint16_t> t_scale_staging;
 
 struct GemmTask {
   const qmoe_quant_matrix* w;
@@ -59,7 +60,8 @@ struct GemmTask {
       uint8_t* zeros = w->zero_points != nullptr
                            ? scratch(t_zero_panel, size_t{panel_blocks} * kGroupRows)
                            : nullptr;
-      build_group_panels(*w, *kernels, n0, rows, panel_blocks, scales, zeros);
+      uint16_t* staging = scratch(t_scale_staging, size_t{panel_blocks} * kGroupRows);
+      build_group_panels(*w, *kernels, n0, rows, panel_blocks, scales, staging, zeros);
       a.scale_dtype = QMOE_DTYPE_F32;
       a.scales = scales;
       a.scale_block_stride = kGroupRows;

@@ -1,15 +1,17 @@
 #include "lib/quant_matrix.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "lib/abi_enum.h"
 #include "lib/error.h"
 #include "lib/quant_layout.h"
 
 namespace qmoe {
 namespace {
 
-bool valid_dtype(qmoe_dtype d) {
-  return dtype_size(d) != 0;
+bool valid_dtype(int32_t d) {
+  return d == QMOE_DTYPE_F32 || d == QMOE_DTYPE_F16 || d == QMOE_DTYPE_BF16;
 }
 
 }  // namespace
@@ -72,9 +74,9 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
   std::memcpy(&w, in, in->struct_size < sizeof(w) ? in->struct_size : sizeof(w));
   w.struct_size = sizeof(w);
 
-  if (w.format != QMOE_WEIGHT_FORMAT_INT4) {
+  if (enum_bits(w.format) != QMOE_WEIGHT_FORMAT_INT4) {
     return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function, "weight format %d is not supported",
-                static_cast<int>(w.format));
+                enum_bits(w.format));
   }
   if (w.n == 0 || w.k == 0) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "n = %u and k = %u must be >= 1", w.n, w.k);
@@ -91,9 +93,9 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "weights->%s is NULL",
                 w.codes == nullptr ? "codes" : "scales");
   }
-  if (!valid_dtype(w.scale_dtype)) {
+  if (!valid_dtype(enum_bits(w.scale_dtype))) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "scale_dtype %d is not a qmoe_dtype",
-                static_cast<int>(w.scale_dtype));
+                enum_bits(w.scale_dtype));
   }
   const uint32_t blocks = w.k / w.block_size;
   if (!plane_strides_fit(w.n, blocks, w.scale_row_stride, w.scale_block_stride)) {
@@ -108,29 +110,53 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
                 "plane",
                 w.zero_point_row_stride, w.zero_point_block_stride, w.n, blocks);
   }
-  if (w.bias != nullptr && !valid_dtype(w.bias_dtype)) {
+  if (w.bias != nullptr && !valid_dtype(enum_bits(w.bias_dtype))) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "bias_dtype %d is not a qmoe_dtype",
-                static_cast<int>(w.bias_dtype));
+                enum_bits(w.bias_dtype));
   }
   *out = w;
   return QMOE_STATUS_OK;
 }
 
 void build_group_panels(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0,
-                        uint32_t rows, uint32_t blocks, float* scales, uint8_t* zero_points) {
+                        uint32_t rows, uint32_t blocks, float* scales, uint16_t* staging,
+                        uint8_t* zero_points) {
+  // Gather raw elements into [block][8] order first (plain copies, reading each row's run in
+  // order), then widen the whole panel with one call of the tier's conversion kernel: a
+  // per-element conversion call would cost more than the group's GEMM.
   const uint32_t real_blocks = w.k / w.block_size;
-  for (uint32_t b = 0; b < blocks; ++b) {
-    for (uint32_t r = 0; r < kGroupRows; ++r) {
-      const bool real = r < rows && b < real_blocks;
-      const size_t n = n0 + r;
-      scales[b * kGroupRows + r] =
-          real ? load_element(w.scale_dtype, w.scales,
-                              n * w.scale_row_stride + b * w.scale_block_stride, kernels)
-               : 0.0f;
-      if (zero_points != nullptr) {
-        zero_points[b * kGroupRows + r] =
-            real ? w.zero_points[n * w.zero_point_row_stride + b * w.zero_point_block_stride]
-                 : static_cast<uint8_t>(kInt4DefaultZeroPoint);
+  const size_t panel = size_t{blocks} * kGroupRows;
+  if (w.scale_dtype == QMOE_DTYPE_F32) {
+    const auto* src = static_cast<const float*>(w.scales);
+    std::fill(scales, scales + panel, 0.0f);
+    for (uint32_t r = 0; r < rows; ++r) {
+      const float* row = src + size_t{n0 + r} * w.scale_row_stride;
+      for (uint32_t b = 0; b < real_blocks; ++b) {
+        scales[b * kGroupRows + r] = row[b * w.scale_block_stride];
+      }
+    }
+  } else {
+    uint16_t* bits = staging;
+    std::fill(bits, bits + panel, uint16_t{0});
+    const auto* src = static_cast<const uint16_t*>(w.scales);
+    for (uint32_t r = 0; r < rows; ++r) {
+      const uint16_t* row = src + size_t{n0 + r} * w.scale_row_stride;
+      for (uint32_t b = 0; b < real_blocks; ++b) {
+        bits[b * kGroupRows + r] = row[b * w.scale_block_stride];
+      }
+    }
+    if (w.scale_dtype == QMOE_DTYPE_F16) {
+      kernels.convert_f16_to_f32.fn(bits, scales, panel);
+    } else {
+      kernels.convert_bf16_to_f32.fn(bits, scales, panel);
+    }
+  }
+  if (zero_points != nullptr) {
+    std::fill(zero_points, zero_points + panel, static_cast<uint8_t>(kInt4DefaultZeroPoint));
+    for (uint32_t r = 0; r < rows; ++r) {
+      const uint8_t* row = w.zero_points + size_t{n0 + r} * w.zero_point_row_stride;
+      for (uint32_t b = 0; b < real_blocks; ++b) {
+        zero_points[b * kGroupRows + r] = row[b * w.zero_point_block_stride];
       }
     }
   }

@@ -30,9 +30,11 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
 
 /// Scales (fp32) and zero points of rows [n0, n0 + rows) for blocks [0, blocks) as [block][8]
 /// panels; rows past `rows` and blocks past K / block_size get scale 0 and zero point 8.
-/// `zero_points` may be nullptr when the matrix has none.
+/// `zero_points` may be nullptr when the matrix has none. `staging` holds blocks * 8 elements
+/// (16-bit scales are gathered there, then widened in one conversion call).
 void build_group_panels(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0,
-                        uint32_t rows, uint32_t blocks, float* scales, uint8_t* zero_points);
+                        uint32_t rows, uint32_t blocks, float* scales, uint16_t* staging,
+                        uint8_t* zero_points);
 
 /// bias[n0 + r] as fp32 for r < rows, 0 for r in [rows, 8).
 void load_bias(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0, uint32_t rows,
