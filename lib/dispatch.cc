@@ -18,22 +18,31 @@ int index_of(Isa isa) {
 
 constexpr Isa kTiers[kIsaCount] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
 
-// Per-ISA tables a tier is built from, lowest first; nullptr where the build has none.
-const KernelTable* per_isa_table(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar:
-      return &kScalarKernelTable;
+// The per-ISA tables a tier is assembled from, lowest first: a tier overlays every layer of
+// its own tier or below whose extension feature (0: none) the host has. Non-x86 builds have
+// the scalar layer alone.
+struct Layer {
+  Isa tier;
+  uint32_t feature;
+  const KernelTable* table;
+};
+
+constexpr Layer kLayers[] = {
+    {Isa::kScalar, 0, &kScalarKernelTable},
 #if defined(QMOE_HAVE_X86_TIERS)
-    case Isa::kAvx2:
-      return &kAvx2KernelTable;
-    case Isa::kAvx512:
-      return &kAvx512KernelTable;
-#else
-    default:
-      return nullptr;
+    {Isa::kAvx2, 0, &kAvx2KernelTable},
+    {Isa::kAvx2, QMOE_CPU_FEATURE_AVXVNNI, &kAvxVnniKernelTable},
+    {Isa::kAvx512, 0, &kAvx512KernelTable},
+    {Isa::kAvx512, QMOE_CPU_FEATURE_AVX512VNNI, &kAvx512VnniKernelTable},
 #endif
+};
+
+// Whether the build has the tier's own (non-extension) table.
+bool tier_built(Isa isa) {
+  for (const Layer& layer : kLayers) {
+    if (layer.tier == isa && layer.feature == 0) return true;
   }
-  return nullptr;
+  return false;
 }
 
 // Take every entry the upper table provides.
@@ -70,7 +79,7 @@ DispatchState build_state() {
   const uint32_t have = host_cpu_features().bits;
   for (Isa tier : kTiers) {
     const int t = index_of(tier);
-    if (per_isa_table(tier) == nullptr) {
+    if (!tier_built(tier)) {
       s.unavailable_reason[t] = "not built for this architecture";
       continue;
     }
@@ -78,9 +87,9 @@ DispatchState build_state() {
       s.unavailable_reason[t] = "host lacks " + missing_features(isa_required_features(tier), have);
       continue;
     }
-    for (Isa lower : kTiers) {
-      if (index_of(lower) > t) break;
-      overlay(s.tables[t], *per_isa_table(lower));
+    for (const Layer& layer : kLayers) {
+      if (index_of(layer.tier) > t) break;
+      if ((have & layer.feature) == layer.feature) overlay(s.tables[t], *layer.table);
     }
     s.available[t] = true;
     s.best = tier;

@@ -75,6 +75,10 @@ extern const KernelTable kScalarKernelTable;
 #if defined(QMOE_HAVE_X86_TIERS)
 extern const KernelTable kAvx2KernelTable;
 extern const KernelTable kAvx512KernelTable;
+// Extension tables: kernels that need a feature beyond their tier's requirements, compiled in
+// translation units of their own and overlaid only when the probe reports the feature.
+extern const KernelTable kAvxVnniKernelTable;     // avx2 tier + AVX-VNNI
+extern const KernelTable kAvx512VnniKernelTable;  // avx512 tier + AVX512-VNNI
 #endif
 
 }  // namespace qmoe

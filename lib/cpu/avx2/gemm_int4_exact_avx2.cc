@@ -20,6 +20,11 @@ namespace {
 constexpr size_t kPrefetchDistance = 1536;
 
 template <qmoe_dtype kScale>
+constexpr size_t sizeof_scale() {
+  return kScale == QMOE_DTYPE_F32 ? 4 : 2;
+}
+
+template <qmoe_dtype kScale>
 inline __m256 load_scales(const void* base, size_t index) {
   if constexpr (kScale == QMOE_DTYPE_F32) {
     return _mm256_loadu_ps(static_cast<const float*>(base) + index);
@@ -73,6 +78,12 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
     _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance + 64), _MM_HINT_T0);
     const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
+    // In [K/B, N] order a group's scales are one 16-byte slice of a different line per block,
+    // shared by four consecutive groups: fetch the line the groups four ahead will read, so
+    // those strided misses do not stall the code stream. (Prefetches never fault.)
+    _mm_prefetch(static_cast<const char*>(a.scales) +
+                     block_a * a.scale_block_stride * sizeof_scale<kScale>() + 64,
+                 _MM_HINT_T0);
     __m256i zeros_a = default_zero, zeros_b = default_zero;
     if constexpr (kZeros) {
       zeros_a = load_zero_bytes(a.zero_points, block_a * a.zero_point_block_stride);

@@ -31,6 +31,11 @@ inline __m256i natural_order() {
 }
 
 template <qmoe_dtype kScale>
+constexpr size_t sizeof_scale() {
+  return kScale == QMOE_DTYPE_F32 ? 4 : 2;
+}
+
+template <qmoe_dtype kScale>
 inline __m256 load_scales(const void* base, size_t index) {
   if constexpr (kScale == QMOE_DTYPE_F32) {
     return _mm256_loadu_ps(static_cast<const float*>(base) + index);
@@ -96,6 +101,12 @@ void fast_tile(const Int4GroupArgs& a, uint32_t m0) {
     }
     // Scales (and zero points) of the block(s) this chunk covers, in reduced row order.
     const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
+    // In [K/B, N] order a group's scales are one 16-byte slice of a different line per block,
+    // shared by four consecutive groups: fetch the line the groups four ahead will read, so
+    // those strided misses do not stall the code stream. (Prefetches never fault.)
+    _mm_prefetch(static_cast<const char*>(a.scales) +
+                     block_a * a.scale_block_stride * sizeof_scale<kScale>() + 64,
+                 _MM_HINT_T0);
     const __m256 scale_a = _mm256_permutevar8x32_ps(
         load_scales<kScale>(a.scales, block_a * a.scale_block_stride), to_reduced);
     __m256 zero_a = default_zero, scale_b = scale_a, zero_b = default_zero;

@@ -21,4 +21,11 @@ void gemm_int4_fast(const Int4GroupArgs& args);
 
 }  // namespace qmoe::avx2
 
+// AVX-VNNI extension (files *_avxvnni.cc, built with the avx2 flags + -mavxvnni).
+namespace qmoe::avxvnni {
+
+void gemm_int4_fast(const Int4GroupArgs& args);
+
+}  // namespace qmoe::avxvnni
+
 #endif  // QMOE_LIB_CPU_AVX2_KERNELS_AVX2_H_

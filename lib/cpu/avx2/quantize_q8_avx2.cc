@@ -1,6 +1,6 @@
 // AVX2 activation quantization for the fast level: per 32 k, scale = max|x| / 127 and
-// q = round-half-even(x * (127 / max|x|)), the same float operations as the scalar tier, so
-// both produce identical q, scales and sums for finite inputs.
+// q = round-half-even(x * (127 / max|x|)) clamped to [-127, 127], the same float operations as
+// the scalar tier, so both produce identical q, scales and sums for finite inputs.
 #include <immintrin.h>
 
 #include <cstring>
@@ -37,10 +37,18 @@ inline void quantize_chunk(const float* x, int8_t* q, float* scale, float* sum_q
   m = _mm256_max_ps(_mm256_and_ps(v3, abs_mask), m);
   const float amax = horizontal_max(m);
   const __m256 inv = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-  const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, inv));
-  const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, inv));
-  const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, inv));
-  const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, inv));
+  // As the scalar tier: NaN products become 0 and the rest clamp to [-127, 127] before the
+  // conversion (when max|x| < ~3.7e-37, 127 / max|x| is +inf and the products are +-inf).
+  const auto scaled = [&inv](__m256 v) {
+    __m256 p = _mm256_mul_ps(v, inv);
+    p = _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
+    p = _mm256_max_ps(_mm256_min_ps(p, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-127.0f));
+    return _mm256_cvtps_epi32(p);
+  };
+  const __m256i i0 = scaled(v0);
+  const __m256i i1 = scaled(v1);
+  const __m256i i2 = scaled(v2);
+  const __m256i i3 = scaled(v3);
   const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
   // packs interleave 128-bit lanes: [i0 lo, i1 lo, i0 hi, i1 hi] -> restore k order.
   const __m256i w01 = _mm256_packs_epi32(i0, i1);

@@ -10,10 +10,10 @@ const KernelTable kAvx512KernelTable = {
     /*convert_bf16_to_f32=*/{&avx512::convert_bf16_to_f32, "qmoe_convert_bf16_to_f32__avx512"},
     /*convert_f32_to_bf16=*/{&avx512::convert_f32_to_bf16, "qmoe_convert_f32_to_bf16__avx512"},
     /*read_bandwidth=*/{&avx512::read_bandwidth, "qmoe_read_bandwidth__avx512"},
-    // Until the AVX-512 INT4 kernels land, this tier inherits the AVX2 ones.
-    /*quantize_activations_q8=*/{nullptr, nullptr},
-    /*gemm_int4_exact=*/{nullptr, nullptr},
-    /*gemm_int4_fast=*/{nullptr, nullptr},
+    /*quantize_activations_q8=*/
+    {&avx512::quantize_activations_q8, "qmoe_quantize_activations_q8__avx512"},
+    /*gemm_int4_exact=*/{&avx512::gemm_int4_exact, "qmoe_gemm_int4_exact_8x32__avx512"},
+    /*gemm_int4_fast=*/{&avx512::gemm_int4_fast, "qmoe_gemm_int4_fast_8x32__avx512"},
 };
 
 }  // namespace qmoe

@@ -21,4 +21,11 @@ void gemm_int4_fast(const Int4GroupArgs& args);
 
 }  // namespace qmoe::avx512
 
+// AVX512-VNNI extension (files *_avx512vnni.cc, built with the avx512 flags + -mavx512vnni).
+namespace qmoe::avx512vnni {
+
+void gemm_int4_fast(const Int4GroupArgs& args);
+
+}  // namespace qmoe::avx512vnni
+
 #endif  // QMOE_LIB_CPU_AVX512_KERNELS_AVX512_H_

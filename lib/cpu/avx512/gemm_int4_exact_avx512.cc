@@ -1,0 +1,207 @@
+// AVX-512 INT4 dequant-GEMM, exact level: FP32 activations and accumulation, one 8-row group per
+// call.
+//
+// Dequantization by table lookup: for each row and block a 16-entry FP32 table
+// lut_r[c] = (c - z_r) * s_r (one or two instructions per row and block). Per chunk and row, one
+// vpmovzxbd of the row's 16 code bytes puts byte j in dword lane j; vpermps reads only the low 4
+// bits of each index lane, so lut_r indexed by those lanes gives the 16 weights of codes 0-15
+// (the low nibbles) and, after a 4-bit dword shift, of codes 16-31: four instructions per 32
+// weights, already scaled, with no sign extension, int->float conversion or multiply.
+// (c - z) * s is exact for FP16 and BF16 scales (an integer of magnitude <= 15 times an 11- or
+// 8-bit significand) and rounded once for FP32 scales.
+//
+// The accumulators are per row and 16 lanes wide (lane j of row r sums k = j mod 16), so the
+// horizontal reduction happens once per group, and every activation row of the tile costs two
+// FMAs per row and chunk. Tiles of two activation rows keep 16 accumulators + 4 activation
+// vectors in registers; the tables are rebuilt only when the block changes (vpermps can read
+// them from the stack at no extra cost).
+//
+// GCC 12's _mm512_undefined_* trips -Wmaybe-uninitialized and -Wuninitialized inside the header
+// (GCC bug 105593, fixed in GCC 13); the suppression is scoped to the header's own lines.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include "lib/cpu/avx512/kernels_avx512.h"
+#include "lib/quant_layout.h"
+
+namespace qmoe::avx512 {
+namespace {
+
+constexpr size_t kPrefetchDistance = 1536;
+
+template <qmoe_dtype kScale>
+constexpr size_t sizeof_scale() {
+  return kScale == QMOE_DTYPE_F32 ? 4 : 2;
+}
+
+// The block's eight scales as FP32, stored to `out`.
+template <qmoe_dtype kScale>
+inline void store_scales(const void* base, size_t index, float out[kGroupRows]) {
+  if constexpr (kScale == QMOE_DTYPE_F32) {
+    _mm256_store_ps(out, _mm256_loadu_ps(static_cast<const float*>(base) + index));
+  } else {
+    const __m128i h = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
+    __m512 s;
+    if constexpr (kScale == QMOE_DTYPE_F16) {
+      s = _mm512_cvtph_ps(_mm256_zextsi128_si256(h));
+    } else {
+      s = _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_zextsi128_si256(h)), 16));
+    }
+    _mm256_store_ps(out, _mm512_castps512_ps256(s));
+  }
+}
+
+// lut[r][c] = (c - z_r) * s_r for the eight rows of block `block` (z_r = 8 without zero points).
+template <qmoe_dtype kScale, bool kZeros>
+inline void build_tables(const Int4GroupArgs& a, uint32_t block, __m512 lut[kGroupRows]) {
+  alignas(32) float scale[kGroupRows];
+  store_scales<kScale>(a.scales, block * a.scale_block_stride, scale);
+  const __m512 code = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  if constexpr (kZeros) {
+    alignas(32) float zero[kGroupRows];
+    const __m128i bytes = _mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(a.zero_points + block * a.zero_point_block_stride));
+    _mm256_store_ps(zero, _mm512_castps512_ps256(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))));
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      lut[r] =
+          _mm512_mul_ps(_mm512_sub_ps(code, _mm512_set1_ps(zero[r])), _mm512_set1_ps(scale[r]));
+    }
+  } else {
+    const __m512 centred =
+        _mm512_sub_ps(code, _mm512_set1_ps(static_cast<float>(kInt4DefaultZeroPoint)));
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      lut[r] = _mm512_mul_ps(centred, _mm512_set1_ps(scale[r]));
+    }
+  }
+}
+
+// Eight 16-lane row accumulators -> the eight row sums in natural order.
+inline __m256 reduce_rows(const __m512 acc[kGroupRows]) {
+  // Fold 512 -> 256 per pair of rows: [r(L0+L2), r(L1+L3), r'(L0+L2), r'(L1+L3)].
+  __m512 pair[4];
+  for (int p = 0; p < 4; ++p) {
+    const __m512 u = acc[2 * p], v = acc[2 * p + 1];
+    pair[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(1, 0, 1, 0)),
+                            _mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // 128-bit lane i of quad[h] holds four partials of row 4h + i.
+  __m512 quad[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m512 u = pair[2 * h], v = pair[2 * h + 1];
+    quad[h] = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // Within each 128-bit lane: [i, i+4, i, i+4] partials, then full sums in elements 0 and 1.
+  __m512 s =
+      _mm512_add_ps(_mm512_unpacklo_ps(quad[0], quad[1]), _mm512_unpackhi_ps(quad[0], quad[1]));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512i natural = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(natural, s));
+}
+
+template <qmoe_dtype kScale, bool kZeros, bool kBlock16, int kM>
+void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
+  // Chunks per block is 1, 2 or 4 (block 32, 64, 128): a shift, not a division per chunk.
+  const uint32_t block_shift =
+      kBlock16 ? 0 : static_cast<uint32_t>(__builtin_ctz(a.block_size / kChunkCodes));
+
+  __m512 acc[kM][kGroupRows];
+  for (int i = 0; i < kM; ++i) {
+    for (uint32_t r = 0; r < kGroupRows; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  // Tables of the block of codes 0-15 and of codes 16-31 (the same block unless block 16).
+  __m512 lut_a[kGroupRows], lut_b[kGroupRows];
+  const __m512* const lut_hi = kBlock16 ? lut_b : lut_a;
+  uint32_t table_block = ~0u;
+
+  const uint8_t* codes = a.codes;
+  const float* x = a.x + m0 * a.ldx;
+  const size_t ldx = a.ldx;
+  for (uint32_t c = 0; c < a.chunks; ++c, codes += kChunkBytes, x += kChunkCodes) {
+    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance + 64), _MM_HINT_T0);
+    const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
+    if (block_a != table_block) {
+      // In [K/B, N] order a group's scales are one 16-byte slice of a different line per
+      // block, shared by four consecutive groups: fetch the line the groups four ahead will
+      // read, so those strided misses do not stall the code stream. (Prefetches never fault.)
+      _mm_prefetch(static_cast<const char*>(a.scales) +
+                       block_a * a.scale_block_stride * sizeof_scale<kScale>() + 64,
+                   _MM_HINT_T0);
+      build_tables<kScale, kZeros>(a, block_a, lut_a);
+      if constexpr (kBlock16) build_tables<kScale, kZeros>(a, block_a + 1, lut_b);
+      table_block = block_a;
+    }
+
+    __m512 x_lo[kM], x_hi[kM];
+    for (int i = 0; i < kM; ++i) {
+      x_lo[i] = _mm512_loadu_ps(x + i * ldx);
+      x_hi[i] = _mm512_loadu_ps(x + i * ldx + 16);
+    }
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      // Dword lane j = byte j of the row: code j in bits 0-3, code 16 + j in bits 4-7.
+      const __m512i index = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + r * kChunkRowBytes)));
+      const __m512 w_lo = _mm512_permutexvar_ps(index, lut_a[r]);
+      const __m512 w_hi = _mm512_permutexvar_ps(_mm512_srli_epi32(index, 4), lut_hi[r]);
+      for (int i = 0; i < kM; ++i) {
+        acc[i][r] = _mm512_fmadd_ps(w_lo, x_lo[i], acc[i][r]);
+        acc[i][r] = _mm512_fmadd_ps(w_hi, x_hi[i], acc[i][r]);
+      }
+    }
+  }
+
+  const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
+  // Rows [row_begin, row_end) only: masked-off lanes are not written.
+  const __mmask8 rows =
+      static_cast<__mmask8>((0xFFu >> (kGroupRows - a.row_end)) & (0xFFu << a.row_begin));
+  for (int i = 0; i < kM; ++i) {
+    const __m256 out = _mm256_add_ps(reduce_rows(acc[i]), bias);
+    _mm256_mask_storeu_ps(a.y + (m0 + i) * a.ldy, rows, out);
+  }
+}
+
+template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
+void exact_group(const Int4GroupArgs& a) {
+  uint32_t m0 = 0;
+  for (; m0 + 2 <= a.m; m0 += 2) exact_tile<kScale, kZeros, kBlock16, 2>(a, m0);
+  if (m0 < a.m) exact_tile<kScale, kZeros, kBlock16, 1>(a, m0);
+}
+
+template <qmoe_dtype kScale>
+void exact_group_for_scale(const Int4GroupArgs& a) {
+  const bool zeros = a.zero_points != nullptr;
+  const bool block16 = a.block_size == 16;
+  if (zeros) {
+    block16 ? exact_group<kScale, true, true>(a) : exact_group<kScale, true, false>(a);
+  } else {
+    block16 ? exact_group<kScale, false, true>(a) : exact_group<kScale, false, false>(a);
+  }
+}
+
+}  // namespace
+
+void gemm_int4_exact(const Int4GroupArgs& a) {
+  switch (a.scale_dtype) {
+    case QMOE_DTYPE_F16:
+      exact_group_for_scale<QMOE_DTYPE_F16>(a);
+      break;
+    case QMOE_DTYPE_BF16:
+      exact_group_for_scale<QMOE_DTYPE_BF16>(a);
+      break;
+    case QMOE_DTYPE_F32:
+      exact_group_for_scale<QMOE_DTYPE_F32>(a);
+      break;
+  }
+}
+
+}  // namespace qmoe::avx512

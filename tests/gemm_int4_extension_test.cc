@@ -1,0 +1,361 @@
+// INT4 kernels behind extension features (AVX-VNNI, AVX512-VNNI), called directly on one 8-row
+// group against the plain kernel of the tier they extend and against scalar, and checked to be
+// the ones the assembled tier table picks exactly when the host has the feature. Also: the
+// activation quantizer of every tier is bit-identical to scalar.
+//
+// The extension and plain fast kernels compute the same exact integer partial sums (vpdpbusd
+// and vpmaddubsw + vpmaddwd sum the same bytes into each int32 lane) and share their float
+// epilogue instruction for instruction, so they must agree bit for bit; both must also stay
+// within 1e-5 of scalar relative to sum |(code - z) q| * |scale| * x_scale.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lib/cpu_features.h"
+#include "lib/dispatch.h"
+#include "lib/kernel_table.h"
+#include "lib/quant_layout.h"
+#include "tests/isa_test_util.h"
+
+namespace qmoe::testing {
+namespace {
+
+constexpr float kPoison = -12345.678f;
+
+uint64_t fresh_seed() {
+  if (const char* s = std::getenv("QMOE_TEST_SEED")) return std::strtoull(s, nullptr, 0);
+  return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantizer: every tier bit-identical to scalar on finite input.
+
+class Int4QuantizeQ8 : public IsaTest {
+ protected:
+  void check(const std::vector<float>& x, const std::string& where) {
+    const size_t chunks = (x.size() + kChunkCodes - 1) / kChunkCodes;
+    std::vector<int8_t> q(chunks * kChunkCodes, 99), q_ref(chunks * kChunkCodes, 98);
+    std::vector<float> s(chunks, kPoison), s_ref(chunks), u(chunks, kPoison), u_ref(chunks);
+    table().quantize_activations_q8.fn(x.data(), x.size(), q.data(), s.data(), u.data());
+    kScalarKernelTable.quantize_activations_q8.fn(x.data(), x.size(), q_ref.data(), s_ref.data(),
+                                                  u_ref.data());
+    for (size_t i = 0; i < q.size(); ++i) {
+      ASSERT_EQ(q[i], q_ref[i]) << where << ": q[" << i << "] of k=" << x.size()
+                                << ", x = " << (i < x.size() ? x[i] : 0.0f);
+    }
+    for (size_t c = 0; c < chunks; ++c) {
+      ASSERT_EQ(std::memcmp(&s[c], &s_ref[c], sizeof(float)), 0)
+          << where << ": scale[" << c << "] " << s[c] << " vs scalar " << s_ref[c];
+      ASSERT_EQ(std::memcmp(&u[c], &u_ref[c], sizeof(float)), 0)
+          << where << ": sum_q[" << c << "] " << u[c] << " vs scalar " << u_ref[c];
+    }
+  }
+};
+
+TEST_P(Int4QuantizeQ8, BitIdenticalToScalarOnFiniteInput) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-30, 30);
+  for (size_t k : {1u, 5u, 16u, 31u, 32u, 33u, 64u, 95u, 1000u, 2048u}) {
+    std::vector<float> x(k);
+    for (float& v : x) v = std::ldexp(mantissa(rng), exponent(rng));
+    check(x, std::string(isa_name(GetParam())) + " random seed=" + std::to_string(seed));
+    // Ties: values whose products land on .5 (x = (2j+1)/2 * max/127 with max = 127).
+    for (size_t i = 0; i < k; ++i)
+      x[i] = i == 0 ? 127.0f : static_cast<float>(i % 255) * 0.5f - 63.5f;
+    check(x, std::string(isa_name(GetParam())) + " ties");
+    // All zero, and a single non-zero value per chunk.
+    std::fill(x.begin(), x.end(), 0.0f);
+    check(x, std::string(isa_name(GetParam())) + " zeros");
+    for (size_t i = 0; i < k; i += 7) x[i] = -3.0f;
+    check(x, std::string(isa_name(GetParam())) + " sparse");
+  }
+}
+
+// A chunk whose max |x| is below 127 / FLT_MAX (~3.7e-37) has 127 / max = +Inf: products are
+// +-Inf (-> +-127) or 0 * Inf = NaN (-> 0) in the scalar reference. Every chunk tiny, and tiny
+// chunks among ordinary ones, in lengths that reach both the one-chunk and the batched paths.
+TEST_P(Int4QuantizeQ8, BitIdenticalToScalarWhenTheChunkMaxIsTiny) {
+  for (size_t k : {70u, 300u, 520u}) {
+    std::vector<float> x(k);
+    for (size_t i = 0; i < k; ++i) {
+      x[i] = static_cast<float>(static_cast<int>(i % 3) - 1) * 1e-39f * static_cast<float>(i + 1);
+    }
+    check(x, std::string(isa_name(GetParam())) + " tiny");
+    for (size_t i = 0; i < k; ++i) {
+      if ((i / kChunkCodes) % 3 == 1) x[i] = static_cast<float>(i % 7) - 3.0f;
+    }
+    check(x, std::string(isa_name(GetParam())) + " tiny among ordinary chunks");
+  }
+}
+
+QMOE_INSTANTIATE_ISA_TEST_SUITE(Int4QuantizeQ8);
+
+#if defined(QMOE_HAVE_X86_TIERS)
+
+// ---------------------------------------------------------------------------------------------
+// Extension kernels.
+
+struct Extension {
+  const char* name;  // the kernel-name suffix
+  Isa tier;
+  uint32_t feature;
+  const KernelTable* table;  // the extension's own table
+  const KernelTable* plain;  // the tier's own table
+};
+
+const Extension kExtensions[] = {
+    {"avxvnni", Isa::kAvx2, QMOE_CPU_FEATURE_AVXVNNI, &kAvxVnniKernelTable, &kAvx2KernelTable},
+    {"avx512vnni", Isa::kAvx512, QMOE_CPU_FEATURE_AVX512VNNI, &kAvx512VnniKernelTable,
+     &kAvx512KernelTable},
+};
+
+void PrintTo(const Extension& e, std::ostream* os) {
+  *os << e.name;
+}
+
+class GemmInt4Extension : public ::testing::TestWithParam<Extension> {
+ protected:
+  // Empty when the host can run the extension, else why not.
+  std::string unavailable() const {
+    const Extension& e = GetParam();
+    if (const char* reason = isa_unavailable_reason(e.tier)) {
+      return std::string("tier ") + isa_name(e.tier) + " unavailable: " + reason;
+    }
+    if ((host_cpu_features().bits & e.feature) == 0) {
+      return std::string("host lacks ") + qmoe_cpu_feature_name(e.feature);
+    }
+    return {};
+  }
+};
+
+// Runs everywhere: the table's shape, and the assembled table picks the extension exactly when
+// the host has its feature.
+TEST_P(GemmInt4Extension, TableProvidesOnlyTheFastKernelAndIsPickedOnlyWithTheFeature) {
+  const Extension& e = GetParam();
+  ASSERT_NE(e.table->gemm_int4_fast.fn, nullptr);
+  EXPECT_EQ(std::string(e.table->gemm_int4_fast.name),
+            std::string("qmoe_gemm_int4_fast_8x32__") + e.name);
+#define QMOE_EXPECT_EMPTY_(slot, member, type)         \
+  if (slot != QMOE_KERNEL_GEMM_INT4_FAST) {            \
+    EXPECT_EQ(e.table->member.fn, nullptr) << #member; \
+  }
+  QMOE_KERNEL_TABLE_ENTRIES(QMOE_EXPECT_EMPTY_)
+#undef QMOE_EXPECT_EMPTY_
+
+  const KernelTable* assembled = kernel_table_for_isa(e.tier);
+  if (assembled == nullptr) GTEST_SKIP() << unavailable();
+  const bool has_feature = (host_cpu_features().bits & e.feature) != 0;
+  EXPECT_EQ(assembled->gemm_int4_fast.fn == e.table->gemm_int4_fast.fn, has_feature)
+      << isa_name(e.tier) << " tier runs " << assembled->gemm_int4_fast.name;
+  // Through the C ABI too: a context at the tier names the kernel it will run.
+  qmoe_context_options o;
+  qmoe_context_options_init(&o);
+  o.max_isa = static_cast<qmoe_isa>(e.tier);
+  o.num_threads = 1;
+  qmoe_context* ctx = nullptr;
+  ASSERT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_OK) << qmoe_last_error_message();
+  const char* name = nullptr;
+  EXPECT_EQ(qmoe_context_get_kernel_name(ctx, QMOE_KERNEL_GEMM_INT4_FAST, &name), QMOE_STATUS_OK);
+  EXPECT_STREQ(name, has_feature ? e.table->gemm_int4_fast.name : e.plain->gemm_int4_fast.name);
+  qmoe_context_destroy(ctx);
+}
+
+// One 8-row group's inputs, built directly in the kernel contract (lib/quant_layout.h).
+struct Group {
+  uint32_t chunks = 1, block = 32, m = 1;
+  qmoe_dtype dtype = QMOE_DTYPE_F16;
+  bool zeros = false, bias = false;
+  uint32_t row_begin = 0, row_end = kGroupRows;
+  size_t scale_stride = kGroupRows, zero_stride = kGroupRows;  // elements per block
+
+  std::vector<uint8_t> codes;
+  std::vector<unsigned char> scales;
+  std::vector<float> scale_f32;  // the same values as floats, [block][stride]
+  std::vector<uint8_t> zero_points;
+  std::vector<float> bias_values;
+  std::vector<int8_t> q;
+  std::vector<float> x_scale, x_sum;
+
+  std::string describe() const {
+    return "chunks=" + std::to_string(chunks) + " block=" + std::to_string(block) +
+           " m=" + std::to_string(m) + " dtype=" + std::to_string(dtype) +
+           " zeros=" + std::to_string(zeros) + " bias=" + std::to_string(bias) + " rows [" +
+           std::to_string(row_begin) + "," + std::to_string(row_end) + ")";
+  }
+
+  void fill(std::mt19937_64& rng) {
+    const uint32_t blocks = (chunks * kChunkCodes + block - 1) / block;
+    codes.resize(size_t{chunks} * kChunkBytes);
+    for (uint8_t& b : codes) b = static_cast<uint8_t>(rng());
+    scale_f32.assign(blocks * scale_stride, 0.0f);
+    std::uniform_real_distribution<float> mag(0.25f, 2.0f);
+    for (float& s : scale_f32) s = (rng() % 2 ? -1.0f : 1.0f) * mag(rng) * 0.01f;
+    if (dtype == QMOE_DTYPE_F32) {
+      scales.resize(scale_f32.size() * 4);
+      std::memcpy(scales.data(), scale_f32.data(), scales.size());
+    } else {
+      std::vector<uint16_t> bits(scale_f32.size());
+      if (dtype == QMOE_DTYPE_F16) {
+        kScalarKernelTable.convert_f32_to_f16.fn(scale_f32.data(), bits.data(), bits.size());
+        kScalarKernelTable.convert_f16_to_f32.fn(bits.data(), scale_f32.data(), bits.size());
+      } else {
+        kScalarKernelTable.convert_f32_to_bf16.fn(scale_f32.data(), bits.data(), bits.size());
+        kScalarKernelTable.convert_bf16_to_f32.fn(bits.data(), scale_f32.data(), bits.size());
+      }
+      scales.resize(bits.size() * 2);
+      std::memcpy(scales.data(), bits.data(), scales.size());
+    }
+    zero_points.assign(blocks * zero_stride, 0);
+    for (uint8_t& z : zero_points) z = static_cast<uint8_t>(rng() % 16);
+    bias_values.resize(kGroupRows);
+    for (float& b : bias_values) b = mag(rng) - 1.0f;
+    // Activations quantized by the scalar tier (every tier's quantizer is bit-identical).
+    const size_t k = size_t{chunks} * kChunkCodes;
+    std::uniform_real_distribution<float> xv(-3.0f, 3.0f);
+    std::vector<float> x(size_t{m} * k);
+    for (float& v : x) v = xv(rng) * (rng() % 5 == 0 ? 50.0f : 1.0f);
+    q.resize(x.size());
+    x_scale.resize(size_t{m} * chunks);
+    x_sum.resize(size_t{m} * chunks);
+    for (uint32_t i = 0; i < m; ++i) {
+      kScalarKernelTable.quantize_activations_q8.fn(x.data() + i * k, k, q.data() + i * k,
+                                                    x_scale.data() + i * chunks,
+                                                    x_sum.data() + i * chunks);
+    }
+  }
+
+  Int4GroupArgs args(float* y, size_t ldy) const {
+    Int4GroupArgs a{};
+    a.codes = codes.data();
+    a.chunks = chunks;
+    a.block_size = block;
+    a.scale_dtype = dtype;
+    a.scales = scales.data();
+    a.scale_block_stride = scale_stride;
+    a.zero_points = zeros ? zero_points.data() : nullptr;
+    a.zero_point_block_stride = zero_stride;
+    a.bias = bias ? bias_values.data() : nullptr;
+    a.m = m;
+    a.xq =
+        Q8Activations{q.data(), x_scale.data(), x_sum.data(), size_t{chunks} * kChunkCodes, chunks};
+    a.y = y;
+    a.ldy = ldy;
+    a.row_begin = row_begin;
+    a.row_end = row_end;
+    return a;
+  }
+
+  // sum over k of |(code - z) * q| * |scale| * x_scale, the scale of the rounding error.
+  double magnitude(uint32_t i, uint32_t r) const {
+    double sum = 0.0;
+    for (uint32_t c = 0; c < chunks; ++c) {
+      for (uint32_t j = 0; j < kChunkCodes; ++j) {
+        const uint8_t byte = codes[size_t{c} * kChunkBytes + r * kChunkRowBytes + j % 16];
+        const int code = j < 16 ? byte & 0x0F : byte >> 4;
+        const uint32_t b = (c * kChunkCodes + j) / block;
+        const int z = zeros ? zero_points[b * zero_stride + r] : 8;
+        const int qv = q[size_t{i} * chunks * kChunkCodes + c * kChunkCodes + j];
+        sum += std::fabs(double{(code - z) * 1.0 * qv} * scale_f32[b * scale_stride + r]) *
+               x_scale[size_t{i} * chunks + c];
+      }
+    }
+    return sum;
+  }
+};
+
+// Y of one kernel call in a poisoned buffer; words outside the written rows must keep it.
+std::vector<float> run_group(GemmInt4GroupFn fn, const Group& g, const std::string& where) {
+  const size_t ldy = 11, guard = 16;
+  std::vector<float> buffer(guard + g.m * ldy + guard, kPoison);
+  fn(g.args(buffer.data() + guard, g.m > 1 ? ldy : 0));
+  std::vector<float> y(size_t{g.m} * kGroupRows, kPoison);
+  int reported = 0;
+  for (size_t w = 0; w < buffer.size(); ++w) {
+    const bool inside = w >= guard && w < guard + g.m * ldy;
+    const size_t i = inside ? (w - guard) / ldy : 0, r = inside ? (w - guard) % ldy : 0;
+    if (inside && r >= g.row_begin && r < g.row_end) {
+      y[i * kGroupRows + r] = buffer[w];
+    } else if (std::memcmp(&buffer[w], &kPoison, sizeof(float)) != 0 && reported++ < 3) {
+      ADD_FAILURE() << where << ": word " << w << " outside the written rows changed";
+    }
+  }
+  return y;
+}
+
+TEST_P(GemmInt4Extension, AgreesBitForBitWithThePlainKernelAndWithScalar) {
+  if (const std::string reason = unavailable(); !reason.empty()) GTEST_SKIP() << reason;
+  const Extension& e = GetParam();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  std::vector<Group> cases;
+  for (uint32_t block : {16u, 32u, 64u, 128u}) {
+    for (qmoe_dtype dtype : {QMOE_DTYPE_F16, QMOE_DTYPE_BF16, QMOE_DTYPE_F32}) {
+      for (bool zeros : {false, true}) {
+        for (uint32_t m : {1u, 2u, 3u, 4u, 5u, 8u, 9u}) {
+          Group g;
+          g.block = block;
+          g.dtype = dtype;
+          g.zeros = zeros;
+          g.m = m;
+          g.chunks = static_cast<uint32_t>(1 + rng() % 9);
+          g.bias = rng() % 2;
+          g.scale_stride = kGroupRows + rng() % 3;
+          g.zero_stride = kGroupRows + rng() % 3;
+          if (rng() % 3 == 0) {
+            g.row_begin = static_cast<uint32_t>(rng() % kGroupRows);
+            g.row_end = g.row_begin + 1 + static_cast<uint32_t>(rng() % (kGroupRows - g.row_begin));
+          }
+          cases.push_back(g);
+        }
+      }
+    }
+  }
+  Group long_k;  // K = 2048, the Qwen3 hidden size
+  long_k.chunks = 64;
+  long_k.zeros = true;
+  cases.push_back(long_k);
+
+  for (Group& g : cases) {
+    g.fill(rng);
+    const std::string where =
+        std::string(e.name) + " " + g.describe() + " seed=" + std::to_string(seed);
+    const std::vector<float> ext = run_group(e.table->gemm_int4_fast.fn, g, where);
+    const std::vector<float> plain =
+        run_group(e.plain->gemm_int4_fast.fn, g, where + " [" + isa_name(e.tier) + "]");
+    const std::vector<float> scalar =
+        run_group(kScalarKernelTable.gemm_int4_fast.fn, g, where + " [scalar]");
+    int reported = 0;
+    for (uint32_t i = 0; i < g.m; ++i) {
+      for (uint32_t r = g.row_begin; r < g.row_end; ++r) {
+        const size_t o = size_t{i} * kGroupRows + r;
+        const double tol = 1e-5 * g.magnitude(i, r) + 1e-30;
+        const bool same = std::memcmp(&ext[o], &plain[o], sizeof(float)) == 0;
+        const bool near = std::fabs(double{ext[o]} - scalar[o]) <= tol &&
+                          std::fabs(double{plain[o]} - scalar[o]) <= tol;
+        if ((!same || !near) && reported++ < 3) {
+          ADD_FAILURE() << where << ": Y[" << i << "," << r << "] " << e.name << " " << ext[o]
+                        << ", " << isa_name(e.tier) << " " << plain[o] << ", scalar " << scalar[o]
+                        << " (tol " << tol << ")";
+        }
+      }
+    }
+  }
+}
+
+std::string ExtensionName(const ::testing::TestParamInfo<Extension>& info) {
+  return info.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Extension, GemmInt4Extension, ::testing::ValuesIn(kExtensions),
+                         ExtensionName);
+
+#endif  // QMOE_HAVE_X86_TIERS
+
+}  // namespace
+}  // namespace qmoe::testing
