@@ -336,6 +336,114 @@ QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t b
 /// QMOE_STATUS_CUDA_ERROR (message names the CUDA error) when the runtime cannot be queried.
 QMOE_API qmoe_status qmoe_cuda_get_device_count(int* device_count);
 
+/* ---------------------------------------------------------------------------------------------
+ * Expert FFN and MoE layer
+ *
+ * An expert e computes, for an activation row x of H floats:
+ *   h   = FC1_e x                  FC1_e: [2 * I, H], gate and up rows fused
+ *   g   = gate rows of h, u = up rows of h (by the set's qmoe_swiglu_fusion)
+ *   g   = min(g, limit),  u = clamp(u, -limit, limit)           (when limit is finite)
+ *   a_i = g_i * sigmoid(alpha * g_i) * (u_i + beta)              (ONNX Runtime's QMoE SwiGLU)
+ *   out = FC2_e a                  FC2_e: [H, I]
+ * and a MoE layer sums, per token t, routing_weight[t, j] * out_{ids[t, j]}(x_t) over its k
+ * routing slots j = 0 .. k-1, in slot order, so the result does not depend on the thread count.
+ * ------------------------------------------------------------------------------------------- */
+
+/** How FC1's 2 * I rows hold gate and up; fixed values (those of ONNX Runtime's
+ * swiglu_fusion attribute). */
+typedef enum qmoe_swiglu_fusion {
+  /** Row 2i is gate i and row 2i + 1 is up i (swiglu_fusion = 1; gpt-oss). */
+  QMOE_SWIGLU_INTERLEAVED = 1,
+  /** Rows [0, I) are gate, rows [I, 2I) are up (swiglu_fusion = 2). */
+  QMOE_SWIGLU_CONCATENATED = 2
+} qmoe_swiglu_fusion;
+
+/** Description of the experts of one MoE layer, read once by qmoe_expert_set_create. */
+typedef struct qmoe_expert_set_desc {
+  size_t struct_size;    /**< caller sets sizeof(qmoe_expert_set_desc) */
+  uint32_t num_experts;  /**< E >= 1 */
+  uint32_t hidden;       /**< H: model width (FC1 k, FC2 n) */
+  uint32_t intermediate; /**< I: expert width (FC1 n is 2 * I, FC2 k is I) */
+  qmoe_swiglu_fusion swiglu_fusion;
+  /** Per expert, its FC1 [2 * I, H] and FC2 [H, I] descriptions: num_experts pointers each.
+   * Each projection carries its own format; the descriptions are copied at create, the
+   * weights they point at are not and must outlive the set. */
+  const qmoe_quant_matrix* const* fc1;
+  const qmoe_quant_matrix* const* fc2;
+  float swiglu_alpha; /**< sigmoid slope, finite: 1 (Qwen3, SiLU) or 1.702 (gpt-oss) */
+  float swiglu_beta;  /**< added to up, finite: 0 (Qwen3) or 1 (gpt-oss) */
+  /** Clamp limit > 0 (gpt-oss: 7), or +infinity (INFINITY, the default) for none. */
+  float swiglu_limit;
+} qmoe_expert_set_desc;
+
+/** The experts of one layer, validated and ready to run: an opaque, immutable handle that any
+ * number of threads and contexts may use at once. */
+typedef struct qmoe_expert_set qmoe_expert_set;
+
+/// Fill `desc` with the defaults: struct_size set, interleaved fusion, alpha 1, beta 0, no
+/// limit, everything else 0/NULL.
+QMOE_API void qmoe_expert_set_desc_init(qmoe_expert_set_desc* desc);
+/// Validate every expert (shapes against hidden/intermediate, formats, planes) and create the
+/// set; on failure *set is NULL and the message names the expert and field.
+QMOE_API qmoe_status qmoe_expert_set_create(const qmoe_expert_set_desc* desc,
+                                            qmoe_expert_set** set);
+/// Destroy a set. NULL is accepted; a destroyed handle is rejected.
+QMOE_API qmoe_status qmoe_expert_set_destroy(qmoe_expert_set* set);
+
+/// Route M tokens: per row i of logits [M, E], the k experts with the largest logits into
+/// ids[i * k + j] (descending; equal logits: lower expert id first) and their softmax weights
+/// into weights[i * k + j]: exp(l - max) over the sum of exp(l - max) over the k selected
+/// (renormalize != 0: the weights sum to 1, as ONNX Runtime's QMoE) or over all E experts.
+/// NaN or +infinity logits, or a row of -infinity only, are INVALID_ARGUMENT.
+QMOE_API qmoe_status qmoe_moe_route_topk(const float* logits, uint32_t m, uint32_t num_experts,
+                                         uint32_t k, int renormalize, int32_t* ids, float* weights);
+
+/** Less common options of qmoe_moe_forward; NULL means all defaults. */
+typedef struct qmoe_moe_options {
+  size_t struct_size; /**< caller sets sizeof(qmoe_moe_options) */
+  /** NULL: every routed expert runs. Otherwise num_experts bytes: only experts e with
+   * run_mask[e] != 0 run (the offload "cold subset"); the others contribute nothing. */
+  const uint8_t* run_mask;
+  /** 0: y = result. Nonzero: y += result (y must then be initialised). */
+  int accumulate;
+  /** Optional scratch of at least qmoe_moe_workspace_size() bytes, any alignment, not
+   * overlapping the other arguments, used by one call at a time. NULL: scratch private to
+   * the calling thread, grown to the largest call and reused. */
+  void* workspace;
+  size_t workspace_bytes;
+} qmoe_moe_options;
+
+/// Fill `options` with the defaults (struct_size set, all experts, y = result, no workspace).
+QMOE_API void qmoe_moe_options_init(qmoe_moe_options* options);
+
+/// Bytes of workspace qmoe_moe_forward and qmoe_moe_forward_logits need for M tokens with k
+/// slots on this context (its thread count sizes per-thread scratch).
+QMOE_API qmoe_status qmoe_moe_workspace_size(const qmoe_context* context,
+                                             const qmoe_expert_set* set, qmoe_accuracy accuracy,
+                                             uint32_t m, uint32_t k, size_t* bytes);
+
+/// MoE layer for M tokens, X row t at x + t * ldx (H floats), Y row t at y + t * ldy (H floats
+/// written, the rest of each row untouched): y_t (+)= sum over slots j in order of
+/// weights[t * k + j] * expert_{ids[t * k + j]}(x_t); slots with weight 0, or whose expert
+/// options->run_mask leaves out, are skipped (a token with none gets 0, or keeps y). Tokens
+/// are grouped by expert; FC1, SwiGLU and FC2 run with `accuracy` on the context's threads,
+/// and the result does not depend on the thread count. y may be x itself (same pointer and
+/// ldy == ldx: x is read before y is written); any other overlap is INVALID_ARGUMENT, as are
+/// ids outside [0, E), non-finite weights, k = 0 or k > E.
+QMOE_API qmoe_status qmoe_moe_forward(qmoe_context* context, const qmoe_expert_set* set,
+                                      qmoe_accuracy accuracy, uint32_t m, const float* x,
+                                      size_t ldx, const int32_t* ids, const float* weights,
+                                      uint32_t k, float* y, size_t ldy,
+                                      const qmoe_moe_options* options);
+
+/// qmoe_moe_route_topk on router logits [M, E], then qmoe_moe_forward with the result (the
+/// routing lives in the workspace).
+QMOE_API qmoe_status qmoe_moe_forward_logits(qmoe_context* context, const qmoe_expert_set* set,
+                                             qmoe_accuracy accuracy, uint32_t m, const float* x,
+                                             size_t ldx, const float* logits, uint32_t k,
+                                             int renormalize, float* y, size_t ldy,
+                                             const qmoe_moe_options* options);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

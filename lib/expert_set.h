@@ -1,0 +1,41 @@
+// An expert set: the validated description of all experts of one MoE layer (qmoe_expert_set).
+//
+// Immutable after creation, so any number of forwards on any threads and contexts may read it
+// at once. It holds the caller's weight pointers, never the weights.
+//
+// Handles: as with contexts (lib/context.h), the qmoe_expert_set the caller holds is a small
+// shell {magic, ExpertSet*} that is never returned to the allocator; a destroyed shell is
+// reused only after kShellQuarantine other sets have been destroyed, so a destroyed handle is
+// rejected instead of being a use-after-free within that window.
+#ifndef QMOE_LIB_EXPERT_SET_H_
+#define QMOE_LIB_EXPERT_SET_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "lib/gemm_driver.h"
+#include "qmoe/qmoe.h"
+
+namespace qmoe {
+
+struct ExpertSet {
+  uint32_t num_experts;
+  uint32_t hidden;        // H
+  uint32_t intermediate;  // I
+  bool interleaved;       // QMOE_SWIGLU_INTERLEAVED, else concatenated
+  float alpha, beta;
+  bool clamp;  // a finite limit was given
+  float limit;
+  std::vector<GemmPlan> fc1;  // [2I, H] per expert
+  std::vector<GemmPlan> fc2;  // [H, I] per expert
+  size_t row_scratch_bytes;   // max gemm_row_scratch_bytes over every plan
+};
+
+/// The live ExpertSet behind a handle, or INVALID_ARGUMENT (message names `function`).
+qmoe_status resolve_expert_set(const qmoe_expert_set* handle, const char* function,
+                               const ExpertSet** set);
+
+}  // namespace qmoe
+
+#endif  // QMOE_LIB_EXPERT_SET_H_

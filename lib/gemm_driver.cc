@@ -1,0 +1,217 @@
+#include "lib/gemm_driver.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "lib/quant_matrix.h"
+
+namespace qmoe {
+
+qmoe_status make_gemm_plan(const qmoe_quant_matrix* in, const char* function, GemmPlan* plan) {
+  GemmPlan p{};
+  if (qmoe_status s = validate_quant_matrix(in, function, &p.w); s != QMOE_STATUS_OK) return s;
+  // validate_quant_matrix admits INT4 only; a new format sets its own constants here.
+  p.chunks = (p.w.k + kChunkCodes - 1) / kChunkCodes;
+  const size_t padded_k = size_t{p.chunks} * kChunkCodes;
+  p.panel_blocks = static_cast<uint32_t>((padded_k + p.w.block_size - 1) / p.w.block_size);
+  // Direct plane access needs 8 consecutive rows per block in the caller's planes, and no
+  // half-filled last chunk (whose missing block must read as scale 0).
+  const bool scales_direct = p.w.scale_row_stride == 1;
+  const bool zeros_direct = p.w.zero_points == nullptr || p.w.zero_point_row_stride == 1;
+  p.direct_planes = scales_direct && zeros_direct && padded_k == p.w.k;
+  *plan = p;
+  return QMOE_STATUS_OK;
+}
+
+namespace {
+
+// Group panel scratch: fp32 scales, then zero points, then 16-bit staging, [block][8] each.
+size_t panel_elements(const GemmPlan& plan) {
+  return size_t{plan.panel_blocks} * kGroupRows;
+}
+
+}  // namespace
+
+size_t gemm_row_scratch_bytes(const GemmPlan& plan) {
+  const size_t n = panel_elements(plan);
+  return align64(n * sizeof(float)) + align64(n) + align64(n * sizeof(uint16_t));
+}
+
+size_t activation_rows_bytes(qmoe_accuracy accuracy, uint32_t k, size_t capacity) {
+  const size_t chunks = (size_t{k} + kChunkCodes - 1) / kChunkCodes;
+  const size_t stride = chunks * kChunkCodes;
+  if (accuracy == QMOE_ACCURACY_EXACT) return align64(capacity * stride * sizeof(float));
+  return align64(capacity * stride) + 2 * align64(capacity * chunks * sizeof(float));
+}
+
+ActivationRows carve_activation_rows(qmoe_accuracy accuracy, uint32_t k, size_t capacity,
+                                     unsigned char* storage) {
+  ActivationRows r{};
+  r.accuracy = accuracy;
+  r.k = k;
+  r.chunks = (k + kChunkCodes - 1) / kChunkCodes;
+  r.stride = size_t{r.chunks} * kChunkCodes;
+  if (accuracy == QMOE_ACCURACY_EXACT) {
+    r.x = reinterpret_cast<float*>(storage);
+  } else {
+    r.q = reinterpret_cast<int8_t*>(storage);
+    storage += align64(capacity * r.stride);
+    r.scale = reinterpret_cast<float*>(storage);
+    storage += align64(capacity * r.chunks * sizeof(float));
+    r.sum_q = reinterpret_cast<float*>(storage);
+  }
+  return r;
+}
+
+ActivationView direct_activation_view(const float* x, size_t ldx, uint32_t k) {
+  ActivationView v{};
+  v.accuracy = QMOE_ACCURACY_EXACT;
+  v.k = k;
+  v.chunks = k / kChunkCodes;
+  v.x = x;
+  v.x_stride = ldx;
+  return v;
+}
+
+ActivationView view_of(const ActivationRows& rows) {
+  ActivationView v{};
+  v.accuracy = rows.accuracy;
+  v.k = rows.k;
+  v.chunks = rows.chunks;
+  v.x = rows.x;
+  v.x_stride = rows.stride;
+  v.q = rows.q;
+  v.scale = rows.scale;
+  v.sum_q = rows.sum_q;
+  v.q_stride = rows.stride;
+  return v;
+}
+
+void prepare_activation_rows(const KernelTable& kernels, const ActivationRows& rows, size_t first,
+                             uint32_t m, const float* x, size_t ldx) {
+  for (uint32_t i = 0; i < m; ++i) {
+    const size_t r = first + i;
+    const float* src = x + i * ldx;
+    if (rows.accuracy == QMOE_ACCURACY_EXACT) {
+      // Kernels read whole chunks: the row with a zero tail.
+      float* dst = rows.x + r * rows.stride;
+      std::memcpy(dst, src, rows.k * sizeof(float));
+      std::memset(dst + rows.k, 0, (rows.stride - rows.k) * sizeof(float));
+    } else {
+      kernels.quantize_activations_q8.fn(src, rows.k, rows.q + r * rows.stride,
+                                         rows.scale + r * rows.chunks,
+                                         rows.sum_q + r * rows.chunks);
+    }
+  }
+}
+
+void prepare_activation_chunk(const KernelTable& kernels, const ActivationRows& rows, size_t row,
+                              uint32_t chunk, const float* values, uint32_t len) {
+  const size_t k0 = size_t{chunk} * kChunkCodes;
+  if (rows.accuracy == QMOE_ACCURACY_EXACT) {
+    float* dst = rows.x + row * rows.stride + k0;
+    std::memcpy(dst, values, len * sizeof(float));
+    std::memset(dst + len, 0, (kChunkCodes - len) * sizeof(float));
+  } else {
+    // The quantizer works per chunk (docs/formats.md), so one chunk at a time gives the same
+    // q, scale and sum as the whole row at once.
+    kernels.quantize_activations_q8.fn(values, len, rows.q + row * rows.stride + k0,
+                                       rows.scale + row * rows.chunks + chunk,
+                                       rows.sum_q + row * rows.chunks + chunk);
+  }
+}
+
+void copy_activation_row(const ActivationView& src, size_t src_row, const ActivationRows& dst,
+                         size_t dst_row) {
+  if (dst.accuracy == QMOE_ACCURACY_EXACT) {
+    std::memcpy(dst.x + dst_row * dst.stride, src.x + src_row * src.x_stride,
+                dst.stride * sizeof(float));
+  } else {
+    std::memcpy(dst.q + dst_row * dst.stride, src.q + src_row * src.q_stride, dst.stride);
+    std::memcpy(dst.scale + dst_row * dst.chunks, src.scale + src_row * src.chunks,
+                dst.chunks * sizeof(float));
+    std::memcpy(dst.sum_q + dst_row * dst.chunks, src.sum_q + src_row * src.chunks,
+                dst.chunks * sizeof(float));
+  }
+}
+
+void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const ActivationView& acts,
+                   size_t first, uint32_t m, float* y, size_t ldy, uint32_t n_begin, uint32_t n_end,
+                   unsigned char* scratch) {
+  const qmoe_quant_matrix& w = plan.w;
+  Int4GroupArgs base{};
+  base.chunks = plan.chunks;
+  base.block_size = w.block_size;
+  base.m = m;
+  base.ldy = m > 1 ? ldy : 0;
+  GemmInt4GroupFn kernel;
+  if (acts.accuracy == QMOE_ACCURACY_EXACT) {
+    kernel = kernels.gemm_int4_exact.fn;
+    base.x = acts.x + first * acts.x_stride;
+    base.ldx = m > 1 ? acts.x_stride : 0;
+  } else {
+    kernel = kernels.gemm_int4_fast.fn;
+    base.xq = Q8Activations{acts.q + first * acts.q_stride, acts.scale + first * acts.chunks,
+                            acts.sum_q + first * acts.chunks, acts.q_stride, acts.chunks};
+  }
+
+  const size_t panel = panel_elements(plan);
+  auto* panel_scales = reinterpret_cast<float*>(scratch);
+  uint8_t* panel_zeros = scratch + align64(panel * sizeof(float));
+  auto* panel_staging = reinterpret_cast<uint16_t*>(panel_zeros + align64(panel));
+
+  const uint32_t g_begin = n_begin / kGroupRows;
+  const uint32_t g_end = (n_end + kGroupRows - 1) / kGroupRows;
+  for (uint32_t g = g_begin; g < g_end; ++g) {
+    const uint32_t n0 = g * kGroupRows;
+    const uint32_t rows = std::min(kGroupRows, w.n - n0);
+    Int4GroupArgs a = base;
+    a.codes = static_cast<const uint8_t*>(w.codes) + size_t{g} * plan.chunks * kChunkBytes;
+    a.row_begin = n_begin > n0 ? n_begin - n0 : 0;
+    a.row_end = std::min(n_end - n0, kGroupRows);
+    a.y = y + n0;
+    a.scale_dtype = w.scale_dtype;
+    if (plan.direct_planes && rows == kGroupRows) {
+      a.scales =
+          static_cast<const unsigned char*>(w.scales) + size_t{n0} * dtype_size(w.scale_dtype);
+      a.scale_block_stride = w.scale_block_stride;
+      a.zero_points = w.zero_points != nullptr ? w.zero_points + n0 : nullptr;
+      a.zero_point_block_stride = w.zero_point_block_stride;
+    } else {
+      uint8_t* zeros = w.zero_points != nullptr ? panel_zeros : nullptr;
+      build_group_panels(w, kernels, n0, rows, plan.panel_blocks, panel_scales, panel_staging,
+                         zeros);
+      a.scale_dtype = QMOE_DTYPE_F32;
+      a.scales = panel_scales;
+      a.scale_block_stride = kGroupRows;
+      a.zero_points = zeros;
+      a.zero_point_block_stride = kGroupRows;
+    }
+    float bias[kGroupRows];
+    if (w.bias != nullptr) {
+      load_bias(w, kernels, n0, rows, bias);
+      a.bias = bias;
+    }
+    kernel(a);
+  }
+}
+
+unsigned char* thread_scratch(size_t bytes) {
+  // Freed when the thread exits. Grown by whole allocations (no copy: contents are scratch).
+  thread_local std::unique_ptr<unsigned char[]> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity || buffer == nullptr) {
+    if (bytes > SIZE_MAX - 64) return nullptr;
+    buffer.reset();
+    capacity = 0;
+    buffer.reset(new (std::nothrow) unsigned char[bytes + 64]);
+    if (buffer == nullptr) return nullptr;
+    capacity = bytes;
+  }
+  const auto address = reinterpret_cast<uintptr_t>(buffer.get());
+  return buffer.get() + (align64(address) - address);
+}
+
+}  // namespace qmoe
