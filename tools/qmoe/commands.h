@@ -3,5 +3,6 @@
 #define QMOE_TOOLS_QMOE_COMMANDS_H_
 
 int run_info_command(int argc, char** argv);
+int run_run_command(int argc, char** argv);
 
 #endif  // QMOE_TOOLS_QMOE_COMMANDS_H_

@@ -13,6 +13,8 @@ void print_usage(std::FILE* out) {
                "\n"
                "commands:\n"
                "  info [--bandwidth]   host CPU, tier chosen, caches, kernel table\n"
+               "  run [options]        MoE decode with a synthetic Qwen3-30B-A3B-shaped model\n"
+               "                       (qmoe run --help for its options)\n"
                "  version              library version\n");
 }
 
@@ -25,6 +27,7 @@ int main(int argc, char** argv) {
   }
   const char* command = argv[1];
   if (std::strcmp(command, "info") == 0) return run_info_command(argc - 2, argv + 2);
+  if (std::strcmp(command, "run") == 0) return run_run_command(argc - 2, argv + 2);
   if (std::strcmp(command, "version") == 0) {
     std::printf("qmoe %s (library %s)\n", QMOE_VERSION_STRING, qmoe_version_string());
     return 0;

@@ -1,0 +1,148 @@
+#include "synthetic_model.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+size_t round_up(size_t value, size_t to) {
+  return (value + to - 1) / to * to;
+}
+
+// Stream seed of (seed, layer, expert): independent streams, so the weights do not depend on
+// which thread generates which expert.
+uint64_t expert_seed(uint64_t seed, uint32_t layer, uint32_t expert) {
+  SplitMix64 mix(seed ^ (uint64_t{layer} << 32) ^ expert);
+  mix.next();
+  return mix.next() ^ 0x5DEECE66Dull;
+}
+
+void fill_codes(SplitMix64& rng, unsigned char* dst, size_t bytes) {
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    const uint64_t word = rng.next();
+    std::memcpy(dst + i, &word, 8);
+  }
+  if (i < bytes) {
+    const uint64_t word = rng.next();
+    std::memcpy(dst + i, &word, bytes - i);
+  }
+}
+
+void fill_scales(SplitMix64& rng, const uint16_t* table, unsigned char* dst, size_t bytes) {
+  const size_t count = bytes / sizeof(uint16_t);
+  uint16_t* scales = reinterpret_cast<uint16_t*>(dst);
+  for (size_t i = 0; i < count; i += 8) {
+    uint64_t word = rng.next();
+    for (size_t j = i; j < i + 8 && j < count; ++j, word >>= 8) scales[j] = table[word & 0xFF];
+  }
+}
+
+void describe(qmoe_quant_matrix* m, uint32_t n, uint32_t k, uint32_t block_size, const void* codes,
+              const void* scales) {
+  std::memset(m, 0, sizeof(*m));
+  m->struct_size = sizeof(*m);
+  m->format = QMOE_WEIGHT_FORMAT_INT4;
+  m->n = n;
+  m->k = k;
+  m->block_size = block_size;
+  m->codes = codes;
+  m->scale_dtype = QMOE_DTYPE_F16;
+  m->scales = scales;
+  // [K / block, N] order: row stride 1, block stride N.
+  m->scale_row_stride = 1;
+  m->scale_block_stride = n;
+  m->bias_dtype = QMOE_DTYPE_F32;
+}
+
+}  // namespace
+
+bool expert_bytes(const ModelShape& shape, ExpertBytes* bytes, std::string* error) {
+  if (qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, 2 * shape.intermediate, shape.hidden,
+                                   &bytes->fc1_codes) != QMOE_STATUS_OK ||
+      qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, shape.hidden, shape.intermediate,
+                                   &bytes->fc2_codes) != QMOE_STATUS_OK) {
+    *error = qmoe_last_error_message();
+    return false;
+  }
+  bytes->fc1_scales =
+      size_t{2} * shape.intermediate * (shape.hidden / shape.block_size) * sizeof(uint16_t);
+  bytes->fc2_scales =
+      size_t{shape.hidden} * (shape.intermediate / shape.block_size) * sizeof(uint16_t);
+  return true;
+}
+
+SyntheticLayer::~SyntheticLayer() {
+  qmoe_expert_set_destroy(set_);
+  std::free(data_);
+}
+
+bool SyntheticLayer::generate(const ModelShape& shape, const ExpertBytes& bytes, uint64_t seed,
+                              uint32_t layer, const uint16_t* fp16_scales, unsigned threads,
+                              const std::function<void(uint32_t)>& on_expert_done,
+                              std::string* error) {
+  // Per expert, 64-byte aligned: FC1 codes, FC1 scales, FC2 codes, FC2 scales.
+  const size_t off_fc1_scales = round_up(bytes.fc1_codes, kAlign);
+  const size_t off_fc2_codes = off_fc1_scales + round_up(bytes.fc1_scales, kAlign);
+  const size_t off_fc2_scales = off_fc2_codes + round_up(bytes.fc2_codes, kAlign);
+  const size_t stride = off_fc2_scales + round_up(bytes.fc2_scales, kAlign);
+  const size_t total = stride * shape.experts;
+  data_ = static_cast<unsigned char*>(std::aligned_alloc(kAlign, total));
+  if (data_ == nullptr) {
+    *error = "out of memory allocating " + std::to_string(total >> 20) + " MiB for layer " +
+             std::to_string(layer);
+    return false;
+  }
+
+  std::atomic<uint32_t> next{0}, done{0};
+  auto work = [&](bool report) {
+    for (;;) {
+      const uint32_t e = next.fetch_add(1);
+      if (e >= shape.experts) break;
+      SplitMix64 rng(expert_seed(seed, layer, e));
+      unsigned char* base = data_ + stride * e;
+      fill_codes(rng, base, bytes.fc1_codes);
+      fill_scales(rng, fp16_scales, base + off_fc1_scales, bytes.fc1_scales);
+      fill_codes(rng, base + off_fc2_codes, bytes.fc2_codes);
+      fill_scales(rng, fp16_scales, base + off_fc2_scales, bytes.fc2_scales);
+      const uint32_t finished = done.fetch_add(1) + 1;
+      if (report) on_expert_done(finished);
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work, false);
+  work(true);
+  for (std::thread& helper : helpers) helper.join();
+  on_expert_done(shape.experts);
+
+  fc1_.resize(shape.experts);
+  fc2_.resize(shape.experts);
+  std::vector<const qmoe_quant_matrix*> fc1_ptrs(shape.experts), fc2_ptrs(shape.experts);
+  for (uint32_t e = 0; e < shape.experts; ++e) {
+    unsigned char* base = data_ + stride * e;
+    describe(&fc1_[e], 2 * shape.intermediate, shape.hidden, shape.block_size, base,
+             base + off_fc1_scales);
+    describe(&fc2_[e], shape.hidden, shape.intermediate, shape.block_size, base + off_fc2_codes,
+             base + off_fc2_scales);
+    fc1_ptrs[e] = &fc1_[e];
+    fc2_ptrs[e] = &fc2_[e];
+  }
+  qmoe_expert_set_desc desc;
+  qmoe_expert_set_desc_init(&desc);  // Qwen3 SwiGLU: alpha 1, beta 0, no limit
+  desc.num_experts = shape.experts;
+  desc.hidden = shape.hidden;
+  desc.intermediate = shape.intermediate;
+  desc.swiglu_fusion = QMOE_SWIGLU_INTERLEAVED;
+  desc.fc1 = fc1_ptrs.data();
+  desc.fc2 = fc2_ptrs.data();
+  if (qmoe_expert_set_create(&desc, &set_) != QMOE_STATUS_OK) {
+    *error = std::string("qmoe_expert_set_create: ") + qmoe_last_error_message();
+    return false;
+  }
+  return true;
+}

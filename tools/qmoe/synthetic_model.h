@@ -1,0 +1,78 @@
+// A synthetic MoE model of the Qwen3-30B-A3B shape for `qmoe run`: INT4 weights in the
+// canonical layout, generated deterministically from a seed, one allocation per layer.
+#ifndef QMOE_TOOLS_QMOE_SYNTHETIC_MODEL_H_
+#define QMOE_TOOLS_QMOE_SYNTHETIC_MODEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "qmoe/qmoe.h"
+
+// splitmix64: small, fast, and good enough for synthetic weights and router logits.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, 1).
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  // Approximately N(0, 1): the centred sum of four uniforms, scaled to unit variance.
+  float normalish() {
+    const double sum = uniform() + uniform() + uniform() + uniform() - 2.0;
+    return static_cast<float>(sum * 1.7320508075688772);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+struct ModelShape {
+  uint32_t layers = 4;
+  uint32_t experts = 128;
+  uint32_t top_k = 8;
+  uint32_t hidden = 2048;
+  uint32_t intermediate = 768;
+  uint32_t block_size = 32;
+};
+
+// Byte sizes of one expert's planes (FP16 scales, no zero points, no bias).
+struct ExpertBytes {
+  size_t fc1_codes = 0, fc1_scales = 0, fc2_codes = 0, fc2_scales = 0;
+  size_t total() const { return fc1_codes + fc1_scales + fc2_codes + fc2_scales; }
+};
+
+// Fails (false, message in *error) when qmoe_quant_matrix_codes_size fails.
+bool expert_bytes(const ModelShape& shape, ExpertBytes* bytes, std::string* error);
+
+// One layer: its weight buffer, the descriptions pointing into it, and the expert set.
+class SyntheticLayer {
+ public:
+  SyntheticLayer() = default;
+  ~SyntheticLayer();
+  SyntheticLayer(const SyntheticLayer&) = delete;
+  SyntheticLayer& operator=(const SyntheticLayer&) = delete;
+
+  // Allocates and fills the layer's weights from (seed, layer index) on `threads` threads
+  // (the result does not depend on the thread count), then creates the expert set.
+  // `fp16_scales` holds 256 FP16 bit patterns drawn from per block. `on_expert_done` is
+  // called on the calling thread with the number of experts generated so far.
+  bool generate(const ModelShape& shape, const ExpertBytes& bytes, uint64_t seed, uint32_t layer,
+                const uint16_t* fp16_scales, unsigned threads,
+                const std::function<void(uint32_t)>& on_expert_done, std::string* error);
+
+  const qmoe_expert_set* set() const { return set_; }
+
+ private:
+  unsigned char* data_ = nullptr;
+  std::vector<qmoe_quant_matrix> fc1_, fc2_;
+  qmoe_expert_set* set_ = nullptr;
+};
+
+#endif  // QMOE_TOOLS_QMOE_SYNTHETIC_MODEL_H_
