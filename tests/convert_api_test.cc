@@ -13,21 +13,8 @@
 namespace {
 
 using qmoe::Isa;
-
-struct ContextDeleter {
-  void operator()(qmoe_context* c) const { qmoe_context_destroy(c); }
-};
-using ContextPtr = std::unique_ptr<qmoe_context, ContextDeleter>;
-
-ContextPtr make_context(Isa isa, uint32_t threads) {
-  qmoe_context_options o;
-  qmoe_context_options_init(&o);
-  o.max_isa = static_cast<qmoe_isa>(isa);
-  o.num_threads = threads;
-  qmoe_context* raw = nullptr;
-  EXPECT_EQ(qmoe_context_create(&o, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-  return ContextPtr(raw);
-}
+using qmoe::testing::ContextPtr;
+using qmoe::testing::make_context;
 
 TEST(ConvertApi, BadInputGetsAStatus) {
   ContextPtr ctx = make_context(qmoe::default_isa(), 1);

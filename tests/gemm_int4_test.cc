@@ -19,21 +19,6 @@ namespace {
 constexpr float kPoison = -12345.678f;
 constexpr size_t kGuard = 16;
 
-struct ContextDeleter {
-  void operator()(qmoe_context* c) const { qmoe_context_destroy(c); }
-};
-using ContextPtr = std::unique_ptr<qmoe_context, ContextDeleter>;
-
-ContextPtr make_context(Isa isa, uint32_t threads) {
-  qmoe_context_options o;
-  qmoe_context_options_init(&o);
-  o.max_isa = static_cast<qmoe_isa>(isa);
-  o.num_threads = threads;
-  qmoe_context* raw = nullptr;
-  EXPECT_EQ(qmoe_context_create(&o, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-  return ContextPtr(raw);
-}
-
 const char* level_name(qmoe_accuracy a) {
   return a == QMOE_ACCURACY_EXACT ? "exact" : "fast";
 }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <ostream>
 #include <string>
 
@@ -21,6 +22,24 @@ inline void PrintTo(Isa isa, std::ostream* os) {
 namespace qmoe::testing {
 
 inline const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+
+/// A context owned by the test: destroyed at scope exit.
+struct ContextDeleter {
+  void operator()(qmoe_context* c) const { qmoe_context_destroy(c); }
+};
+using ContextPtr = std::unique_ptr<qmoe_context, ContextDeleter>;
+
+/// A context capped at `isa` with `threads` pool threads (0 = default); fails the test if the
+/// library refuses.
+inline ContextPtr make_context(Isa isa, uint32_t threads) {
+  qmoe_context_options o;
+  qmoe_context_options_init(&o);
+  o.max_isa = static_cast<qmoe_isa>(isa);
+  o.num_threads = threads;
+  qmoe_context* raw = nullptr;
+  EXPECT_EQ(qmoe_context_create(&o, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  return ContextPtr(raw);
+}
 
 inline std::string IsaParamName(const ::testing::TestParamInfo<Isa>& info) {
   return isa_name(info.param);

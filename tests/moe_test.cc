@@ -23,25 +23,10 @@ namespace {
 constexpr float kPoison = -12345.678f;
 constexpr size_t kGuard = 16;
 
-struct ContextDeleter {
-  void operator()(qmoe_context* c) const { qmoe_context_destroy(c); }
-};
-using ContextPtr = std::unique_ptr<qmoe_context, ContextDeleter>;
-
 struct SetDeleter {
   void operator()(qmoe_expert_set* s) const { qmoe_expert_set_destroy(s); }
 };
 using SetPtr = std::unique_ptr<qmoe_expert_set, SetDeleter>;
-
-ContextPtr make_context(Isa isa, uint32_t threads) {
-  qmoe_context_options o;
-  qmoe_context_options_init(&o);
-  o.max_isa = static_cast<qmoe_isa>(isa);
-  o.num_threads = threads;
-  qmoe_context* raw = nullptr;
-  EXPECT_EQ(qmoe_context_create(&o, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-  return ContextPtr(raw);
-}
 
 SetPtr make_set(const MoeModel& model) {
   qmoe_expert_set* raw = nullptr;
