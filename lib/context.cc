@@ -4,14 +4,13 @@
 
 #include <atomic>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <new>
 #include <thread>
 
 #include "lib/abi_enum.h"
 #include "lib/dispatch.h"
 #include "lib/error.h"
+#include "lib/handle_pool.h"
 
 struct qmoe_context {
   // kLiveMagic while the context exists, kDeadMagic after destroy. Atomic only so that a
@@ -25,36 +24,6 @@ namespace {
 
 constexpr uint64_t kLiveMagic = 0x716d6f652d637478ull;  // "qmoe-ctx"
 constexpr uint64_t kDeadMagic = 0x716d6f652d646561ull;  // "qmoe-dea"
-constexpr size_t kShellQuarantine = 64;
-
-// Shells are allocated once and kept for the life of the process (reachable from this
-// registry, which is itself never destroyed, so exit-time use is still defined).
-struct ShellRegistry {
-  std::mutex mutex;
-  std::deque<qmoe_context*> free_shells;  // FIFO: the oldest dead shell is reused first
-};
-
-ShellRegistry& registry() {
-  static ShellRegistry* r = new ShellRegistry;
-  return *r;
-}
-
-qmoe_context* acquire_shell() {
-  ShellRegistry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (r.free_shells.size() > kShellQuarantine) {
-    qmoe_context* shell = r.free_shells.front();
-    r.free_shells.pop_front();
-    return shell;
-  }
-  return new (std::nothrow) qmoe_context;
-}
-
-void release_shell(qmoe_context* shell) {
-  ShellRegistry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.free_shells.push_back(shell);
-}
 
 uint32_t default_thread_count() {
   if (cpuinfo_initialize()) {
@@ -177,7 +146,7 @@ QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
 
   auto* impl = new (std::nothrow)
       Context(isa, kernels, threads, pool, opts.parallel_for, opts.parallel_for_state);
-  qmoe_context* shell = impl != nullptr ? acquire_shell() : nullptr;
+  qmoe_context* shell = impl != nullptr ? HandlePool<qmoe_context>::acquire() : nullptr;
   if (shell == nullptr) {
     if (impl != nullptr) {
       delete impl;
@@ -198,7 +167,7 @@ QMOE_API qmoe_status qmoe_context_destroy(qmoe_context* context) {
   context->magic.store(qmoe::kDeadMagic, std::memory_order_release);
   context->context = nullptr;
   delete impl;
-  qmoe::release_shell(context);
+  qmoe::HandlePool<qmoe_context>::release(context);
   return QMOE_STATUS_OK;
 }
 

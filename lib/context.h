@@ -2,8 +2,9 @@
 //
 // Handles: the qmoe_context the caller holds is a small shell {magic, Context*} that is never
 // returned to the allocator. Destroy marks the shell dead and queues it for reuse only after
-// kShellQuarantine other shells, so a destroyed handle is rejected with INVALID_CONTEXT
-// (instead of a use-after-free) until that many contexts have been destroyed after it.
+// HandlePool::kQuarantine (lib/handle_pool.h) other shells, so a destroyed handle is rejected with
+// INVALID_CONTEXT (instead of a use-after-free) until that many contexts have been destroyed after
+// it.
 #ifndef QMOE_LIB_CONTEXT_H_
 #define QMOE_LIB_CONTEXT_H_
 

@@ -5,12 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <new>
 
 #include "lib/abi_enum.h"
 #include "lib/error.h"
+#include "lib/handle_pool.h"
 
 struct qmoe_expert_set {
   // kLiveMagic while the set exists, kDeadMagic after destroy. Atomic only so that a caller's
@@ -24,40 +23,6 @@ namespace {
 
 constexpr uint64_t kLiveMagic = 0x716d6f652d736574ull;  // "qmoe-set"
 constexpr uint64_t kDeadMagic = 0x716d6f652d646564ull;  // "qmoe-ded"
-constexpr size_t kShellQuarantine = 64;
-
-// Shells live for the whole process (reachable from this never-destroyed registry).
-struct ShellRegistry {
-  std::mutex mutex;
-  std::deque<qmoe_expert_set*> free_shells;  // FIFO: the oldest dead shell is reused first
-};
-
-ShellRegistry& registry() {
-  static ShellRegistry* r = new ShellRegistry;
-  return *r;
-}
-
-qmoe_expert_set* acquire_shell() {
-  ShellRegistry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (r.free_shells.size() > kShellQuarantine) {
-    qmoe_expert_set* shell = r.free_shells.front();
-    r.free_shells.pop_front();
-    return shell;
-  }
-  return new (std::nothrow) qmoe_expert_set;
-}
-
-void release_shell(qmoe_expert_set* shell) {
-  ShellRegistry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  try {
-    r.free_shells.push_back(shell);
-  } catch (const std::bad_alloc&) {
-    // Out of memory: the shell stays dead and is never reused (a leak of 16 bytes).
-  }
-}
-
 // Validate one projection of one expert against its expected shape.
 qmoe_status plan_projection(const qmoe_quant_matrix* in, uint32_t expert, const char* name,
                             uint32_t n, uint32_t k, GemmPlan* plan) {
@@ -180,7 +145,7 @@ QMOE_API qmoe_status qmoe_expert_set_create(const qmoe_expert_set_desc* desc,
   }
   impl->row_scratch_bytes = scratch;
 
-  qmoe_expert_set* shell = acquire_shell();
+  qmoe_expert_set* shell = HandlePool<qmoe_expert_set>::acquire();
   if (shell == nullptr) {
     delete impl;
     QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "allocating the set handle failed");
@@ -199,7 +164,7 @@ QMOE_API qmoe_status qmoe_expert_set_destroy(qmoe_expert_set* set) {
   set->magic.store(kDeadMagic, std::memory_order_release);
   set->set = nullptr;
   delete impl;
-  release_shell(set);
+  HandlePool<qmoe_expert_set>::release(set);
   return QMOE_STATUS_OK;
 }
 

@@ -5,8 +5,8 @@
 //
 // Handles: as with contexts (lib/context.h), the qmoe_expert_set the caller holds is a small
 // shell {magic, ExpertSet*} that is never returned to the allocator; a destroyed shell is
-// reused only after kShellQuarantine other sets have been destroyed, so a destroyed handle is
-// rejected instead of being a use-after-free within that window.
+// reused only after HandlePool::kQuarantine (lib/handle_pool.h) other sets have been destroyed, so
+// a destroyed handle is rejected instead of being a use-after-free within that window.
 #ifndef QMOE_LIB_EXPERT_SET_H_
 #define QMOE_LIB_EXPERT_SET_H_
 

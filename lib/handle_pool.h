@@ -1,0 +1,59 @@
+// Storage for the shells behind opaque ABI handles (qmoe_context, qmoe_expert_set).
+//
+// A handle the caller holds points at a small shell {magic, implementation*}. Shells are never
+// returned to the allocator: destroy marks a shell dead and queues it here, and a dead shell is
+// handed out again only after kQuarantine others have been queued after it. So a destroyed
+// handle (a double destroy, a use after destroy) reads a dead magic and is rejected with a
+// status instead of being a use-after-free, for at least that many later destroys. The pool
+// is reachable from a never-destroyed static, so shells stay valid during process exit too.
+#ifndef QMOE_LIB_HANDLE_POOL_H_
+#define QMOE_LIB_HANDLE_POOL_H_
+
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <new>
+
+namespace qmoe {
+
+template <typename Shell>
+class HandlePool {
+ public:
+  static constexpr size_t kQuarantine = 64;
+
+  /// A fresh shell, or the oldest dead one past quarantine; nullptr when out of memory.
+  static Shell* acquire() {
+    HandlePool& pool = instance();
+    std::lock_guard<std::mutex> lock(pool.mutex_);
+    if (pool.dead_.size() > kQuarantine) {
+      Shell* shell = pool.dead_.front();
+      pool.dead_.pop_front();
+      return shell;
+    }
+    return new (std::nothrow) Shell;
+  }
+
+  /// Queue a shell the caller has already marked dead.
+  static void release(Shell* shell) {
+    HandlePool& pool = instance();
+    std::lock_guard<std::mutex> lock(pool.mutex_);
+    try {
+      pool.dead_.push_back(shell);
+    } catch (const std::bad_alloc&) {
+      // Out of memory: the shell stays dead and is never reused (a few bytes leak).
+    }
+  }
+
+ private:
+  static HandlePool& instance() {
+    static HandlePool* pool = new HandlePool;
+    return *pool;
+  }
+
+  std::mutex mutex_;
+  std::deque<Shell*> dead_;  // FIFO: the oldest dead shell is reused first
+};
+
+}  // namespace qmoe
+
+#endif  // QMOE_LIB_HANDLE_POOL_H_
