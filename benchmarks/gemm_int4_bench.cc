@@ -1,0 +1,337 @@
+// The INT4 dequant-GEMM through the public ABI (qmoe_gemm on a qmoe_context), on the expert
+// shapes libqmoe is built for. INT4 codes in the canonical layout, FP16 scales in [K/32, N]
+// order (block 32), no zero points (the default 8), no bias.
+//
+//   gemm_int4/<shape>/<isa>/<exact|fast>/m:<M>/<cold|warm>/threads:<1|all>
+//
+//   shape    qwen3_fc1  N=1536 K=2048  Qwen3-30B-A3B expert FC1 (gate and up, fused)
+//            qwen3_fc2  N=2048 K=768   Qwen3-30B-A3B expert FC2 (down)
+//            gptoss     N=2880 K=2880  gpt-oss-20b-like expert projection
+//   isa      the context's max_isa (scalar, avx2, avx512); a tier the host lacks is skipped
+//            with the reason. The scalar tier runs m:1 only (it is the reference; a full
+//            scalar sweep would take minutes).
+//   M        1, 2, 4, 8, 32 activation rows (tokens routed to the expert).
+//   cold     every call uses the next of R distinct matrices, R x (codes + scales) >= 4 x the
+//            last-level cache (all instances), so each call streams its weights from DRAM:
+//            the cold-expert case.
+//   warm     one matrix, called again and again (cache-resident when it fits).
+//   threads  the context's own thread count: 1, or all hardware threads (the two counts the
+//            read roof is measured for).
+//
+// One iteration is one qmoe_gemm call, timed alone (argument checks, activation quantization
+// and the thread hand-off included). Counters:
+//   us_per_call      mean time per call
+//   GB/s             weight bytes (codes + scales) per call over time, 1e9 bytes/s
+//   frac_of_read_bw  GB/s over the DRAM read roof of the same thread count, measured at
+//                    startup; for cold rows the fraction of the memory-bound floor reached
+//   Gmac_per_s       M x N x K multiply-adds per second (for compute-bound rows, large M)
+//
+// Threads: by default the context runs on libqmoe's own pool (pthreadpool, unpinned), as a
+// runtime that does not pass a parallel_for would. QMOE_BENCH_GEMM_POOL=team instead passes a
+// parallel_for that runs on qmoe_bench's pinned ThreadTeam (bench_util.h); the context line
+// qmoe_gemm_int4_pool says which one ran. docs/benchmarks.md compares the two.
+#include <cpuinfo.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "benchmarks/bench_util.h"
+#include "qmoe/qmoe.h"
+
+namespace qmoe::bench {
+namespace {
+
+struct Shape {
+  const char* name;
+  uint32_t n;
+  uint32_t k;
+};
+
+constexpr Shape kShapes[] = {
+    {"qwen3_fc1", 1536, 2048},
+    {"qwen3_fc2", 2048, 768},
+    {"gptoss", 2880, 2880},
+};
+constexpr uint32_t kBlockSize = 32;
+constexpr uint32_t kBatchSizes[] = {1, 2, 4, 8, 32};
+constexpr size_t kPageBytes = 4096;
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+size_t round_up(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// Last-level cache of the whole host: the per-instance size times the number of instances, so
+// that a cold rotation also defeats several L3s (multi-CCD parts) with every thread running.
+size_t llc_total_bytes() {
+  size_t instances = 1;
+  if (cpuinfo_initialize() && cpuinfo_get_l3_caches_count() > 0) {
+    instances = cpuinfo_get_l3_caches_count();
+  }
+  return cache_sizes().llc * instances;
+}
+
+bool use_team_pool() {
+  const char* value = std::getenv("QMOE_BENCH_GEMM_POOL");
+  return value != nullptr && std::strcmp(value, "team") == 0;
+}
+
+// The weights of one shape: R cold matrices plus one warm matrix, each a page-aligned slot of
+// canonical codes followed by its FP16 scale plane ([K/32, N]). Random codes (every nibble
+// 0..15) and scales of weight-like magnitude (2^-8 .. 2^-5, random sign). Kept for the
+// consecutive benchmarks of one shape; the next shape's pool replaces it.
+class WeightPool {
+ public:
+  static WeightPool& for_shape(const Shape& shape) {
+    static std::unique_ptr<WeightPool> current;
+    if (current == nullptr || current->shape_name_ != shape.name) {
+      current.reset();  // free the previous shape's buffer before allocating the next
+      current.reset(new WeightPool(shape));
+    }
+    return *current;
+  }
+
+  const qmoe_quant_matrix& warm() const { return matrices_.back(); }
+  // The next cold matrix; the cursor persists across benchmarks of the shape, so a matrix is
+  // reused only after the other R - 1 were read.
+  const qmoe_quant_matrix& next_cold() {
+    const qmoe_quant_matrix& w = matrices_[cursor_];
+    cursor_ = cursor_ + 1 == cold_count_ ? 0 : cursor_ + 1;
+    return w;
+  }
+  size_t cold_count() const { return cold_count_; }
+  size_t codes_bytes() const { return codes_bytes_; }
+  size_t scale_bytes() const { return scale_bytes_; }
+  size_t bytes_per_call() const { return codes_bytes_ + scale_bytes_; }
+
+ private:
+  explicit WeightPool(const Shape& shape) : shape_name_(shape.name) {
+    qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, shape.n, shape.k, &codes_bytes_);
+    const size_t blocks = shape.k / kBlockSize;
+    scale_bytes_ = size_t{shape.n} * blocks * sizeof(uint16_t);
+    const size_t scale_offset = round_up(codes_bytes_, kPageBytes);
+    const size_t slot_bytes = scale_offset + round_up(scale_bytes_, kPageBytes);
+    cold_count_ =
+        std::max<size_t>(2, (4 * llc_total_bytes() + bytes_per_call() - 1) / bytes_per_call());
+    const size_t count = cold_count_ + 1;  // the last slot is the warm matrix
+    buffer_ = AlignedBuffer(slot_bytes * count);
+
+    uint64_t seed = 0x1A7E5EEDull ^ (uint64_t{shape.n} << 32) ^ shape.k;
+    matrices_.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      unsigned char* slot = buffer_.data() + i * slot_bytes;
+      for (size_t b = 0; b < codes_bytes_; b += 8) {
+        const uint64_t r = splitmix64(seed);
+        std::memcpy(slot + b, &r, std::min<size_t>(8, codes_bytes_ - b));
+      }
+      auto* scales = reinterpret_cast<uint16_t*>(slot + scale_offset);
+      for (size_t e = 0; e < size_t{shape.n} * blocks; ++e) {
+        const uint64_t r = splitmix64(seed);
+        const uint32_t exponent = 7 + static_cast<uint32_t>((r >> 16) % 4);  // 2^-8 .. 2^-5
+        scales[e] = static_cast<uint16_t>(((r & 1) << 15) | (exponent << 10) | ((r >> 1) & 0x3FF));
+      }
+      qmoe_quant_matrix w{};
+      w.struct_size = sizeof(w);
+      w.format = QMOE_WEIGHT_FORMAT_INT4;
+      w.n = shape.n;
+      w.k = shape.k;
+      w.block_size = kBlockSize;
+      w.codes = slot;
+      w.scale_dtype = QMOE_DTYPE_F16;
+      w.scales = scales;
+      w.scale_row_stride = 1;  // [K/32, N]: element (n, b) at b * N + n
+      w.scale_block_stride = shape.n;
+      w.zero_points = nullptr;
+      w.bias = nullptr;
+      matrices_.push_back(w);
+    }
+  }
+
+  std::string shape_name_;
+  size_t codes_bytes_ = 0;
+  size_t scale_bytes_ = 0;
+  size_t cold_count_ = 0;
+  size_t cursor_ = 0;
+  AlignedBuffer buffer_;
+  std::vector<qmoe_quant_matrix> matrices_;
+};
+
+// A qmoe_parallel_for_fn over qmoe_bench's pinned team: member t runs items t, t + size, ...
+struct TeamParallelFor {
+  ThreadTeam* team;
+
+  static void call(void* state, qmoe_parallel_task_fn task, void* task_state, size_t range) {
+    ThreadTeam& team = *static_cast<TeamParallelFor*>(state)->team;
+    const size_t size = team.size();
+    auto items = [&](size_t member) {
+      for (size_t i = member; i < range; i += size) task(task_state, i);
+    };
+    team.run(items);
+  }
+};
+
+// Owns a context (and, in team mode, the team behind its parallel_for).
+class BenchContext {
+ public:
+  BenchContext(Isa isa, size_t threads) {
+    qmoe_context_options options;
+    qmoe_context_options_init(&options);
+    options.max_isa = static_cast<qmoe_isa>(isa);
+    options.num_threads = static_cast<uint32_t>(threads);
+    if (threads > 1 && use_team_pool()) {
+      team_ = std::make_unique<ThreadTeam>(threads);
+      team_parallel_for_.team = team_.get();
+      options.parallel_for = &TeamParallelFor::call;
+      options.parallel_for_state = &team_parallel_for_;
+    }
+    status_ = qmoe_context_create(&options, &context_);
+    if (status_ != QMOE_STATUS_OK) error_ = qmoe_last_error_message();
+  }
+  ~BenchContext() { qmoe_context_destroy(context_); }
+  BenchContext(const BenchContext&) = delete;
+  BenchContext& operator=(const BenchContext&) = delete;
+
+  qmoe_context* get() const { return context_; }
+  bool ok() const { return status_ == QMOE_STATUS_OK; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::unique_ptr<ThreadTeam> team_;
+  TeamParallelFor team_parallel_for_{nullptr};
+  qmoe_context* context_ = nullptr;
+  qmoe_status status_ = QMOE_STATUS_OK;
+  std::string error_;
+};
+
+struct Case {
+  const Shape* shape;
+  Isa isa;
+  qmoe_accuracy accuracy;
+  uint32_t m;
+  bool cold;
+  size_t threads;
+};
+
+void gemm_int4_benchmark(benchmark::State& state, const Case& c) {
+  if (table_or_skip(state, c.isa) == nullptr) return;
+  BenchContext context(c.isa, c.threads);
+  if (!context.ok()) {
+    state.SkipWithError(("qmoe_context_create failed: " + context.error()).c_str());
+    return;
+  }
+  const qmoe_kernel_slot slot =
+      c.accuracy == QMOE_ACCURACY_FAST ? QMOE_KERNEL_GEMM_INT4_FAST : QMOE_KERNEL_GEMM_INT4_EXACT;
+  const char* kernel = "?";
+  qmoe_context_get_kernel_name(context.get(), slot, &kernel);
+
+  const uint32_t n = c.shape->n, k = c.shape->k;
+  WeightPool& pool = WeightPool::for_shape(*c.shape);
+  AlignedBuffer x_buffer(size_t{c.m} * k * sizeof(float));
+  AlignedBuffer y_buffer(size_t{c.m} * n * sizeof(float));
+  auto* x = reinterpret_cast<float*>(x_buffer.data());
+  auto* y = reinterpret_cast<float*>(y_buffer.data());
+  uint64_t seed = 0xAC71u + c.m;
+  for (size_t i = 0; i < size_t{c.m} * k; ++i) {
+    x[i] = static_cast<float>(static_cast<int64_t>(splitmix64(seed) >> 40) - (1 << 23)) /
+           static_cast<float>(1 << 23);  // uniform in [-1, 1)
+  }
+  std::memset(y, 0, size_t{c.m} * n * sizeof(float));
+
+  auto next = [&]() -> const qmoe_quant_matrix* {
+    return c.cold ? &pool.next_cold() : &pool.warm();
+  };
+  // Warm-up: code, TLB, the library's scratch buffers, the pool's threads.
+  for (int i = 0; i < 3; ++i) {
+    const qmoe_status s = qmoe_gemm(context.get(), next(), c.accuracy, c.m, x, k, y, n, 0, n);
+    if (s != QMOE_STATUS_OK) {
+      state.SkipWithError((std::string("qmoe_gemm failed: ") + qmoe_last_error_message()).c_str());
+      return;
+    }
+  }
+
+  double seconds = 0.0;
+  qmoe_status failed = QMOE_STATUS_OK;
+  for (auto _ : state) {
+    const qmoe_quant_matrix* w = next();
+    const auto start = std::chrono::steady_clock::now();
+    const qmoe_status s = qmoe_gemm(context.get(), w, c.accuracy, c.m, x, k, y, n, 0, n);
+    const auto stop = std::chrono::steady_clock::now();
+    const double t = std::chrono::duration<double>(stop - start).count();
+    state.SetIterationTime(t);
+    seconds += t;
+    if (s != QMOE_STATUS_OK) failed = s;
+  }
+  benchmark::DoNotOptimize(y);
+  if (failed != QMOE_STATUS_OK) {
+    state.SkipWithError((std::string("qmoe_gemm failed: ") + qmoe_status_string(failed)).c_str());
+    return;
+  }
+
+  const double bytes = static_cast<double>(pool.bytes_per_call());
+  std::string label =
+      "N=" + std::to_string(n) + " K=" + std::to_string(k) + ", " + format_bytes(bytes) + "/call, ";
+  if (c.cold) {
+    label += std::to_string(pool.cold_count()) + " matrices (" +
+             format_bytes(bytes * static_cast<double>(pool.cold_count())) + ") rotated";
+  } else {
+    label += "1 matrix repeated";
+  }
+  state.SetLabel(label + ", " + kernel);
+  report_bandwidth(state, bytes, seconds, c.threads, /*versus_read_roof=*/true);
+  const double iterations = static_cast<double>(state.iterations());
+  if (seconds > 0.0 && iterations > 0.0) {
+    state.counters["us_per_call"] = seconds / iterations * 1e6;
+    state.counters["Gmac_per_s"] = static_cast<double>(c.m) * n * k * iterations / seconds / 1e9;
+  }
+}
+
+void register_gemm_int4_benchmarks() {
+  const size_t all = hardware_threads();
+  benchmark::AddCustomContext("qmoe_gemm_int4_pool",
+                              use_team_pool()
+                                  ? "threads:all on qmoe_bench's pinned team via parallel_for "
+                                    "(QMOE_BENCH_GEMM_POOL=team)"
+                                  : "threads:all on the context's own pthreadpool (unpinned)");
+  std::vector<size_t> thread_counts = {1};
+  if (all > 1) thread_counts.push_back(all);
+
+  for (const Shape& shape : kShapes) {
+    for (Isa isa : kBenchIsas) {
+      for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        for (uint32_t m : kBatchSizes) {
+          if (isa == Isa::kScalar && m != 1) continue;
+          for (bool cold : {true, false}) {
+            for (size_t threads : thread_counts) {
+              const Case c{&shape, isa, accuracy, m, cold, threads};
+              const std::string name =
+                  std::string("gemm_int4/") + shape.name + "/" + isa_name(isa) + "/" +
+                  (accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact") + "/m:" + std::to_string(m) +
+                  "/" + (cold ? "cold" : "warm") + "/threads:" + (threads == 1 ? "1" : "all");
+              benchmark::RegisterBenchmark(
+                  name.c_str(), [c](benchmark::State& state) { gemm_int4_benchmark(state, c); })
+                  ->UseManualTime()
+                  ->Unit(benchmark::kMicrosecond);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+QMOE_BENCH_REGISTRAR(300, register_gemm_int4_benchmarks);
+
+}  // namespace
+}  // namespace qmoe::bench
