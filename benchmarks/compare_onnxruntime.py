@@ -22,7 +22,7 @@ For each expert shape (Qwen3-30B-A3B FC1 and FC2, a gpt-oss-20b-like 2880 x 2880
   * prints a table of times and the ratios ORT time / qmoe time (> 1: libqmoe is faster).
 
 Pairing: qmoe exact is compared with ORT accuracy_level 0 (both fp32 activations), qmoe fast
-with ORT accuracy_level 4 (both int8 activations per 32 k).
+with ORT accuracy_level 4 (both int8 activations per block of 32 k).
 
 Usage:
   pip install onnxruntime onnx numpy
@@ -30,9 +30,10 @@ Usage:
 
 Timing notes: both sides are called from Python. A warm ORT call pays the Python binding of
 InferenceSession.run_with_iobinding (inputs and outputs pre-bound, no allocation); a qmoe call
-pays one ctypes call. The script measures ORT's fixed per-run cost on a trivial one-node model
-and prints it, so small warm figures can be read with it in mind. In the cold rows ORT's
-per-run cost is spread over R nodes (what a real graph pays per node remains).
+pays one ctypes call. The script measures both fixed costs (ORT: a trivial one-node model;
+libqmoe: an 8 x 32 product) and prints them, so small warm figures can be read with them in
+mind. In the cold rows ORT's per-run cost is spread over R nodes (what a real graph pays per
+node remains). On a shared host, --gate repeats measurements that other processes disturbed.
 """
 
 import argparse
@@ -394,7 +395,7 @@ class Gate:
     def measure(self, fn):
         if not self.enabled:
             return fn()
-        for attempt in range(self.attempts):
+        for _ in range(self.attempts):
             self._wait_idle()
             b0, c0, t0 = self._busy(), self._own(), time.monotonic()
             result = fn()
@@ -453,7 +454,8 @@ def main():
 
     qmoe = Qmoe(args.libqmoe)
     gate = Gate(args.gate)
-    all_threads = os.cpu_count() or 1
+    all_threads = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                   else os.cpu_count() or 1)
     thread_counts = []
     for t in args.threads.split(","):
         count = all_threads if t == "all" else int(t)
