@@ -76,6 +76,49 @@ int main(void) {
     CHECK(parallel_calls > 0);
   }
 
+  /* INT4 GEMM from C: one 8 x 32 matrix, every code 9 (zero point 8), scale 0.5 in FP16:
+   * every weight is 0.5, so y[j] = 0.5 * sum(x). */
+  {
+    unsigned char codes[128];
+    uint16_t scales[8];
+    float x[32], y[8];
+    qmoe_quant_matrix w;
+    size_t bytes = 0;
+    int i;
+    memset(codes, 0x99, sizeof codes);
+    for (i = 0; i < 8; ++i) scales[i] = 0x3800; /* 0.5 */
+    for (i = 0; i < 32; ++i) x[i] = (float)(i % 4);
+    memset(&w, 0, sizeof w);
+    w.struct_size = sizeof w;
+    w.format = QMOE_WEIGHT_FORMAT_INT4;
+    w.n = 8;
+    w.k = 32;
+    w.block_size = 32;
+    w.codes = codes;
+    w.scale_dtype = QMOE_DTYPE_F16;
+    w.scales = scales;
+    w.scale_row_stride = 1;
+    w.scale_block_stride = 8;
+    CHECK(qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, 8, 32, &bytes) == QMOE_STATUS_OK);
+    CHECK(bytes == sizeof codes);
+    CHECK(qmoe_gemm(context, &w, QMOE_ACCURACY_EXACT, 1, x, 32, y, 8, 0, 8) == QMOE_STATUS_OK);
+    CHECK(y[0] == 24.0f && y[7] == 24.0f); /* 0.5 * 8 * (0 + 1 + 2 + 3) */
+    w.block_size = 24;
+    CHECK(qmoe_gemm(context, &w, QMOE_ACCURACY_EXACT, 1, x, 32, y, 8, 0, 8) ==
+          QMOE_STATUS_INVALID_ARGUMENT);
+  }
+
+  /* Routing from C: top-2 of 4 experts, renormalised. */
+  {
+    const float logits[4] = {0.0f, 2.0f, 1.0f, 2.0f};
+    int32_t ids[2] = {-1, -1};
+    float weights[2] = {0.0f, 0.0f};
+    CHECK(qmoe_moe_route_topk(logits, 1, 4, 2, 1, ids, weights) == QMOE_STATUS_OK);
+    CHECK(ids[0] == 1 && ids[1] == 3); /* equal logits: the lower id first */
+    CHECK(fabsf(weights[0] - 0.5f) < 1e-6f && fabsf(weights[1] - 0.5f) < 1e-6f);
+    CHECK(qmoe_moe_route_topk(logits, 1, 4, 5, 1, ids, weights) == QMOE_STATUS_INVALID_ARGUMENT);
+  }
+
   /* Bad input: statuses, never crashes. */
   CHECK(qmoe_convert_f16_to_f32(NULL, halves, wide, 4) == QMOE_STATUS_INVALID_CONTEXT);
   CHECK(strlen(qmoe_last_error_message()) > 0);
