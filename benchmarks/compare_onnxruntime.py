@@ -9,9 +9,9 @@ For each expert shape (Qwen3-30B-A3B FC1 and FC2, a gpt-oss-20b-like 2880 x 2880
     random uint8 B [N, K/32, 16] (code k of a row: byte k/2, low nibble for even k) and FP16-
     representable scales [N, K/32];
   * imports the SAME bytes into libqmoe's canonical layout (qmoe_import_int4_onnx through
-    ctypes) with the same scales as FP16 in [K/32, N] order (the layout bench gemm_int4 uses;
-    --qmoe-scales f32 passes the float32 [N, K/32] plane ORT reads instead), and runs qmoe_gemm
-    at the exact and fast levels;
+    ctypes, python/libqmoe.py) with the same scales as FP16 in [K/32, N] order (the layout
+    bench gemm_int4 uses; --qmoe-scales f32 passes the float32 [N, K/32] plane ORT reads
+    instead), and runs qmoe_gemm at the exact and fast levels;
   * times both the same way: warm = one matrix called again and again, median of per-call
     times; cold = a rotation through R distinct weight sets, R x bytes >= 4 x L3, so that every
     call reads its weights from DRAM (ORT: one model with R MatMulNBits nodes sharing input A,
@@ -37,7 +37,6 @@ node remains). On a shared host, --gate repeats measurements that other processe
 """
 
 import argparse
-import ctypes
 import math
 import os
 import statistics
@@ -55,6 +54,12 @@ except ImportError as error:  # pragma: no cover
     sys.exit(f"compare_onnxruntime.py needs onnx and onnxruntime ({error}); "
              "pip install onnxruntime onnx numpy")
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import libqmoe  # noqa: E402
+from benchutil import Gate, hardware_threads, l3_bytes, median_time  # noqa: E402
+from libqmoe import QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST  # noqa: E402
+from ort_qmoe import session_options  # noqa: E402
+
 SHAPES = [  # name, N, K
     ("qwen3_fc1", 1536, 2048),
     ("qwen3_fc2", 2048, 768),
@@ -62,144 +67,19 @@ SHAPES = [  # name, N, K
 ]
 BLOCK = 32
 
-# --- libqmoe through ctypes (include/qmoe/qmoe.h) ---------------------------------------------
-
-QMOE_STATUS_OK = 0
-QMOE_ISA_DEFAULT = 0
-QMOE_WEIGHT_FORMAT_INT4 = 1
-QMOE_DTYPE_F32 = 1
-QMOE_DTYPE_F16 = 2
-QMOE_ACCURACY_EXACT = 1
-QMOE_ACCURACY_FAST = 2
+# --- libqmoe (python/libqmoe.py) ----------------------------------------------------------------
 
 
-class ContextOptions(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("max_isa", ctypes.c_int),
-        ("num_threads", ctypes.c_uint32),
-        ("parallel_for", ctypes.c_void_p),
-        ("parallel_for_state", ctypes.c_void_p),
-    ]
-
-
-class QuantMatrix(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("format", ctypes.c_int),
-        ("n", ctypes.c_uint32),
-        ("k", ctypes.c_uint32),
-        ("block_size", ctypes.c_uint32),
-        ("codes", ctypes.c_void_p),
-        ("scale_dtype", ctypes.c_int),
-        ("scales", ctypes.c_void_p),
-        ("scale_row_stride", ctypes.c_size_t),
-        ("scale_block_stride", ctypes.c_size_t),
-        ("zero_points", ctypes.c_void_p),
-        ("zero_point_row_stride", ctypes.c_size_t),
-        ("zero_point_block_stride", ctypes.c_size_t),
-        ("bias_dtype", ctypes.c_int),
-        ("bias", ctypes.c_void_p),
-    ]
-
-
-class Qmoe:
-    def __init__(self, path):
-        self.lib = lib = ctypes.CDLL(path)
-        lib.qmoe_version_string.restype = ctypes.c_char_p
-        lib.qmoe_last_error_message.restype = ctypes.c_char_p
-        lib.qmoe_isa_name.restype = ctypes.c_char_p
-        lib.qmoe_isa_name.argtypes = [ctypes.c_int]
-        lib.qmoe_context_options_init.argtypes = [ctypes.POINTER(ContextOptions)]
-        lib.qmoe_context_options_init.restype = None
-        lib.qmoe_context_create.argtypes = [ctypes.POINTER(ContextOptions),
-                                            ctypes.POINTER(ctypes.c_void_p)]
-        lib.qmoe_context_destroy.argtypes = [ctypes.c_void_p]
-        lib.qmoe_context_get_isa.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-        lib.qmoe_context_get_num_threads.argtypes = [ctypes.c_void_p,
-                                                     ctypes.POINTER(ctypes.c_uint32)]
-        lib.qmoe_quant_matrix_codes_size.argtypes = [ctypes.c_int, ctypes.c_uint32,
-                                                     ctypes.c_uint32,
-                                                     ctypes.POINTER(ctypes.c_size_t)]
-        lib.qmoe_import_int4_onnx.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32,
-                                              ctypes.c_void_p, ctypes.c_size_t]
-        lib.qmoe_gemm.argtypes = [ctypes.c_void_p, ctypes.POINTER(QuantMatrix), ctypes.c_int,
-                                  ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t,
-                                  ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32,
-                                  ctypes.c_uint32]
-        for name in ("qmoe_context_create", "qmoe_context_destroy", "qmoe_context_get_isa",
-                     "qmoe_context_get_num_threads", "qmoe_quant_matrix_codes_size",
-                     "qmoe_import_int4_onnx", "qmoe_gemm"):
-            getattr(lib, name).restype = ctypes.c_int
-        self.gemm = lib.qmoe_gemm
-
-    def check(self, status, what):
-        if status != QMOE_STATUS_OK:
-            raise RuntimeError(f"{what}: status {status}: "
-                               f"{self.lib.qmoe_last_error_message().decode()}")
-
-    def version(self):
-        return self.lib.qmoe_version_string().decode()
-
-    def context(self, threads):
-        options = ContextOptions()
-        self.lib.qmoe_context_options_init(ctypes.byref(options))
-        options.max_isa = QMOE_ISA_DEFAULT
-        options.num_threads = threads
-        handle = ctypes.c_void_p()
-        self.check(self.lib.qmoe_context_create(ctypes.byref(options), ctypes.byref(handle)),
-                   "qmoe_context_create")
-        isa = ctypes.c_int()
-        self.check(self.lib.qmoe_context_get_isa(handle, ctypes.byref(isa)),
-                   "qmoe_context_get_isa")
-        count = ctypes.c_uint32()
-        self.check(self.lib.qmoe_context_get_num_threads(handle, ctypes.byref(count)),
-                   "qmoe_context_get_num_threads")
-        return handle, self.lib.qmoe_isa_name(isa.value).decode(), count.value
-
-    def destroy(self, handle):
-        self.check(self.lib.qmoe_context_destroy(handle), "qmoe_context_destroy")
-
-    def import_matrix(self, weights, scale_mode):
-        """A qmoe_quant_matrix over canonical codes imported from ORT's B, and its buffers."""
-        n, k = weights.n, weights.k
-        size = ctypes.c_size_t()
-        self.check(self.lib.qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k,
-                                                         ctypes.byref(size)),
-                   "qmoe_quant_matrix_codes_size")
-        codes = aligned_empty(size.value, np.uint8)
-        src = np.ascontiguousarray(weights.b.reshape(n, k // 2))
-        self.check(self.lib.qmoe_import_int4_onnx(src.ctypes.data, n, k, codes.ctypes.data,
-                                                  size.value), "qmoe_import_int4_onnx")
-        w = QuantMatrix()
-        w.struct_size = ctypes.sizeof(QuantMatrix)
-        w.format = QMOE_WEIGHT_FORMAT_INT4
-        w.n, w.k, w.block_size = n, k, BLOCK
-        w.codes = codes.ctypes.data
-        if scale_mode == "f16":  # [K/32, N] FP16: the plane gemm_int4 benchmarks
-            scales = np.ascontiguousarray(weights.scales_f16.T)
-            w.scale_dtype = QMOE_DTYPE_F16
-            w.scale_row_stride, w.scale_block_stride = 1, n
-        else:  # ORT's own float32 [N, K/32] plane, read in place
-            scales = weights.scales_f32
-            w.scale_dtype = QMOE_DTYPE_F32
-            w.scale_row_stride, w.scale_block_stride = k // BLOCK, 1
-        w.scales = scales.ctypes.data
-        return QmoeMatrix(w, codes, scales, size.value + scales.nbytes)
-
-
-class QmoeMatrix:
-    def __init__(self, matrix, codes, scales, nbytes):
-        self.matrix = matrix
-        self.ref = ctypes.byref(matrix)
-        self.keep = (codes, scales)  # the buffers the struct points at
-        self.nbytes = nbytes
-
-
-def aligned_empty(nbytes, dtype, alignment=64):
-    raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % alignment
-    return raw[offset:offset + nbytes].view(dtype)
+def import_matrix(qmoe, weights, scale_mode):
+    """A libqmoe Matrix over canonical codes imported from ORT's B, and its scale plane."""
+    n, k = weights.n, weights.k
+    if scale_mode == "f16":  # [K/32, N] FP16: the plane gemm_int4 benchmarks
+        return qmoe.import_onnx_matrix(weights.b, n, k, BLOCK,
+                                       np.ascontiguousarray(weights.scales_f16.T),
+                                       libqmoe.QMOE_DTYPE_F16, 1, n)
+    # ORT's own float32 [N, K/32] plane, read in place
+    return qmoe.import_onnx_matrix(weights.b, n, k, BLOCK, weights.scales_f32,
+                                   libqmoe.QMOE_DTYPE_F32, k // BLOCK, 1)
 
 
 # --- Weights -----------------------------------------------------------------------------------
@@ -263,15 +143,6 @@ def matmulnbits_model(weight_sets, accuracy_level, scales_2d):
     return model.SerializeToString()
 
 
-def session_options(threads):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
-    return so
-
-
 class OrtRunner:
     """An InferenceSession with A and every output bound once (no per-run allocation)."""
 
@@ -315,97 +186,14 @@ def ort_run_overhead(threads, seconds):
 
 def qmoe_call_overhead(qmoe, threads, seconds):
     """Median time of qmoe_gemm on an 8 x 32 matrix, M = 1: the ctypes call and the checks."""
-    matrix = qmoe.import_matrix(Weights(8, 32, np.random.default_rng(1)), "f16")
-    ctx, _, _ = qmoe.context(threads)
+    matrix = import_matrix(qmoe, Weights(8, 32, np.random.default_rng(1)), "f16")
     x = np.ones((1, 32), dtype=np.float32)
     y = np.zeros((1, 8), dtype=np.float32)
-    call_args = (ctx, matrix.ref, QMOE_ACCURACY_FAST, 1, x.ctypes.data, 32, y.ctypes.data, 8,
-                 0, 8)
-    gemm = qmoe.gemm
-    try:
+    with qmoe.context(threads) as ctx:
+        call_args = (ctx.handle, matrix.ref, QMOE_ACCURACY_FAST, 1, x.ctypes.data, 32,
+                     y.ctypes.data, 8, 0, 8)
+        gemm = qmoe.lib.qmoe_gemm
         return median_time(lambda: gemm(*call_args), seconds, 200)
-    finally:
-        qmoe.destroy(ctx)
-
-
-# --- Timing ------------------------------------------------------------------------------------
-
-
-def median_time(call, seconds, min_runs, per_run=1):
-    """Median seconds per call of call() (each run does `per_run` products)."""
-    call()  # warm-up
-    samples = []
-    deadline = time.perf_counter() + seconds
-    while len(samples) < min_runs or time.perf_counter() < deadline:
-        start = time.perf_counter_ns()
-        call()
-        samples.append((time.perf_counter_ns() - start) * 1e-9 / per_run)
-        if len(samples) >= 100000:
-            break
-    return statistics.median(samples)
-
-
-def l3_bytes():
-    try:
-        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
-            text = f.read().strip()
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
-        return int(text.rstrip("KMG")) * scale
-    except (OSError, ValueError):
-        return 32 << 20
-
-
-class Gate:
-    """Repeats a measurement that other processes disturbed (Linux; --gate).
-
-    Before a measurement it waits (up to `max_wait` s) for a moment when the machine is idle,
-    and afterwards compares the CPU time the whole machine used (/proc/stat) with this
-    process's own (all its threads: ORT's and libqmoe's pools included). When other processes
-    used more than 5% of a CPU over the measurement, it is repeated (up to `attempts` times;
-    the last result is kept and counted as disturbed).
-    """
-
-    def __init__(self, enabled, max_wait=120.0, attempts=6):
-        self.enabled = enabled and os.path.exists("/proc/stat")
-        self.max_wait, self.attempts = max_wait, attempts
-        self.tick = os.sysconf("SC_CLK_TCK") if self.enabled else 100
-        self.repeated = 0
-        self.disturbed = 0
-
-    def _busy(self):
-        with open("/proc/stat") as f:
-            v = [int(t) for t in f.readline().split()[1:]]
-        # user nice system | idle iowait | irq softirq steal
-        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / self.tick
-
-    @staticmethod
-    def _own():
-        t = os.times()
-        return t.user + t.system
-
-    def _wait_idle(self):
-        deadline = time.monotonic() + self.max_wait
-        while time.monotonic() < deadline:
-            b0, c0, t0 = self._busy(), self._own(), time.monotonic()
-            time.sleep(0.5)
-            others = (self._busy() - b0) - (self._own() - c0)
-            if others <= 0.05 * (time.monotonic() - t0):
-                return
-
-    def measure(self, fn):
-        if not self.enabled:
-            return fn()
-        for _ in range(self.attempts):
-            self._wait_idle()
-            b0, c0, t0 = self._busy(), self._own(), time.monotonic()
-            result = fn()
-            wall = time.monotonic() - t0
-            others = (self._busy() - b0) - (self._own() - c0)
-            if others <= 0.05 * wall + 2.0 / self.tick:
-                return result
-            self.repeated += 1
-        self.disturbed += 1
-        return result
 
 
 # --- Checks ------------------------------------------------------------------------------------
@@ -452,10 +240,9 @@ def main():
     if args.quick:
         args.seconds, args.cold_runs, args.rounds = 0.1, 3, 1
 
-    qmoe = Qmoe(args.libqmoe)
+    qmoe = libqmoe.Library(args.libqmoe)
     gate = Gate(args.gate)
-    all_threads = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                   else os.cpu_count() or 1)
+    all_threads = hardware_threads()
     thread_counts = []
     for t in args.threads.split(","):
         count = all_threads if t == "all" else int(t)
@@ -498,24 +285,21 @@ def main():
     for shape_name, n, k in shapes:
         rng = np.random.default_rng(zlib.crc32(shape_name.encode()))
         warm_w = Weights(n, k, rng)
-        qmoe_warm = qmoe.import_matrix(warm_w, args.qmoe_scales)
+        qmoe_warm = import_matrix(qmoe, warm_w, args.qmoe_scales)
         bytes_qmoe = qmoe_warm.nbytes
         xs = {m: rng.uniform(-1.0, 1.0, size=(m, k)).astype(np.float32) for m in ms}
         refs = {m: reference(warm_w, xs[m]) for m in ms}
 
         # Correctness (warm weights): libqmoe against FP64 with its documented bounds and
         # against ORT (asserted); ORT against FP64 is printed as a ratio of the same bounds.
-        ctx, isa, _ = qmoe.context(1)
+        ctx = qmoe.context(1)
         check_runners = {level: OrtRunner(matmulnbits_model([warm_w], level, scales_2d), 1, 1, n)
                          for level in levels}
         for m in ms:
             y_ref, abs_sum, fast_bound = refs[m]
             y = {}
             for acc, acc_name in ((QMOE_ACCURACY_EXACT, "exact"), (QMOE_ACCURACY_FAST, "fast")):
-                out = np.zeros((m, n), dtype=np.float32)
-                qmoe.check(qmoe.gemm(ctx, qmoe_warm.ref, acc, m, xs[m].ctypes.data, k,
-                                     out.ctypes.data, n, 0, n), "qmoe_gemm")
-                y[acc_name] = out
+                y[acc_name] = qmoe.gemm(ctx, qmoe_warm, acc, xs[m])
             for level, runner in check_runners.items():
                 runner.bind(xs[m])
                 runner.run()
@@ -537,12 +321,12 @@ def main():
                   f"fast: docs/formats.md): " + ", ".join(notes) +
                   "; qmoe vs ORT within 2x the bounds")
         del check_runners
-        qmoe.destroy(ctx)
-        print(f"{shape_name} (N={n} K={k}): checks passed on {isa}")
+        ctx.close()
+        print(f"{shape_name} (N={n} K={k}): checks passed on {ctx.isa}")
 
         # Warm timing.
         for t in thread_counts:
-            ctx, isa, qthreads = qmoe.context(t)
+            ctx = qmoe.context(t)
             runners = {level: OrtRunner(matmulnbits_model([warm_w], level, scales_2d), t, 1, n)
                        for level in levels}
             samples = {}
@@ -557,9 +341,9 @@ def main():
                     time.sleep(0.02)  # let ORT's spinning workers park
                     for acc, acc_name in ((QMOE_ACCURACY_EXACT, "exact"),
                                           (QMOE_ACCURACY_FAST, "fast")):
-                        call_args = (ctx, qmoe_warm.ref, acc, m, x.ctypes.data, k,
+                        call_args = (ctx.handle, qmoe_warm.ref, acc, m, x.ctypes.data, k,
                                      y.ctypes.data, n, 0, n)
-                        gemm = qmoe.gemm
+                        gemm = qmoe.lib.qmoe_gemm
                         samples.setdefault((m, acc_name), []).append(gate.measure(
                             lambda: median_time(lambda: gemm(*call_args), args.seconds, 20)))
                     time.sleep(0.05)  # and libqmoe's pool workers
@@ -568,7 +352,7 @@ def main():
                              {key: statistics.median(v) for (mm, key), v in samples.items()
                               if mm == m}))
             del runners
-            qmoe.destroy(ctx)
+            ctx.close()
             time.sleep(0.05)
 
         if args.no_cold:
@@ -576,12 +360,12 @@ def main():
         # Cold timing: R distinct weight sets, the same bytes for both.
         count = max(2, math.ceil(cold_target / bytes_qmoe))
         cold_w = [Weights(n, k, rng) for _ in range(count)]
-        qmoe_cold = [qmoe.import_matrix(w, args.qmoe_scales) for w in cold_w]
+        qmoe_cold = [import_matrix(qmoe, w, args.qmoe_scales) for w in cold_w]
         model_bytes = {level: matmulnbits_model(cold_w, level, scales_2d) for level in levels}
         print(f"{shape_name}: cold rotation of R = {count} matrices, "
               f"{count * bytes_qmoe / 2**20:.0f} MiB in libqmoe's form")
         for t in thread_counts:
-            ctx, isa, qthreads = qmoe.context(t)
+            ctx = qmoe.context(t)
             samples = {}
             runners = {}
             for level in levels:
@@ -597,9 +381,9 @@ def main():
                     time.sleep(0.02)
                     for acc, acc_name in ((QMOE_ACCURACY_EXACT, "exact"),
                                           (QMOE_ACCURACY_FAST, "fast")):
-                        all_args = [(ctx, q.ref, acc, m, x.ctypes.data, k, y.ctypes.data, n, 0,
-                                     n) for q in qmoe_cold]
-                        gemm = qmoe.gemm
+                        all_args = [(ctx.handle, q.ref, acc, m, x.ctypes.data, k,
+                                     y.ctypes.data, n, 0, n) for q in qmoe_cold]
+                        gemm = qmoe.lib.qmoe_gemm
 
                         def rotation():
                             for a in all_args:
@@ -612,7 +396,7 @@ def main():
                              {key: statistics.median(v) for (mm, key), v in samples.items()
                               if mm == m}))
             del runners
-            qmoe.destroy(ctx)
+            ctx.close()
             time.sleep(0.05)
         del cold_w, qmoe_cold, model_bytes
 

@@ -1,0 +1,427 @@
+"""ctypes binding of the parts of libqmoe's C ABI (include/qmoe/qmoe.h) that the Python
+benchmarks and tests use.
+
+Why: the comparisons against ONNX Runtime (benchmarks/compare_onnxruntime*.py) and the parity
+test (tests/onnxruntime_qmoe_test.py) call the shared library from Python, in the same process
+as onnxruntime, so that both sides see the same bytes. One binding keeps the struct layouts in
+one place; they mirror qmoe.h field by field (enums are C ints, option structs start with
+struct_size), and every struct the library has an *_init function for is checked at load
+time: the size the library writes into struct_size must equal ctypes.sizeof of the mirror.
+
+What: Library(path) loads libqmoe and offers contexts (with num_threads), quant-matrix import
+from ONNX Runtime's INT4 layout, qmoe_gemm, expert sets built from ONNX Runtime QMoE-layout
+weights, routing, qmoe_moe_forward and qmoe_moe_forward_logits. A failing call raises
+QmoeError with the status name and qmoe_last_error_message(). Library.lib is the raw CDLL
+(argtypes set) for timing loops that want one bare ctypes call per iteration.
+"""
+
+import ctypes
+import math
+
+import numpy as np
+
+# Enum values of qmoe.h (fixed forever by the ABI).
+QMOE_STATUS_OK = 0
+QMOE_ISA_DEFAULT = 0
+QMOE_WEIGHT_FORMAT_INT4 = 1
+QMOE_DTYPE_F32 = 1
+QMOE_DTYPE_F16 = 2
+QMOE_DTYPE_BF16 = 3
+QMOE_ACCURACY_EXACT = 1
+QMOE_ACCURACY_FAST = 2
+QMOE_SWIGLU_INTERLEAVED = 1
+QMOE_SWIGLU_CONCATENATED = 2
+
+ACCURACY_NAMES = {QMOE_ACCURACY_EXACT: "exact", QMOE_ACCURACY_FAST: "fast"}
+
+
+class ContextOptions(ctypes.Structure):
+    """qmoe_context_options."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("max_isa", ctypes.c_int),
+        ("num_threads", ctypes.c_uint32),
+        ("parallel_for", ctypes.c_void_p),
+        ("parallel_for_state", ctypes.c_void_p),
+    ]
+
+
+class QuantMatrix(ctypes.Structure):
+    """qmoe_quant_matrix."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("format", ctypes.c_int),
+        ("n", ctypes.c_uint32),
+        ("k", ctypes.c_uint32),
+        ("block_size", ctypes.c_uint32),
+        ("codes", ctypes.c_void_p),
+        ("scale_dtype", ctypes.c_int),
+        ("scales", ctypes.c_void_p),
+        ("scale_row_stride", ctypes.c_size_t),
+        ("scale_block_stride", ctypes.c_size_t),
+        ("zero_points", ctypes.c_void_p),
+        ("zero_point_row_stride", ctypes.c_size_t),
+        ("zero_point_block_stride", ctypes.c_size_t),
+        ("bias_dtype", ctypes.c_int),
+        ("bias", ctypes.c_void_p),
+        ("scale_group_stride", ctypes.c_size_t),
+        ("zero_point_group_stride", ctypes.c_size_t),
+    ]
+
+
+class ExpertSetDesc(ctypes.Structure):
+    """qmoe_expert_set_desc."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_experts", ctypes.c_uint32),
+        ("hidden", ctypes.c_uint32),
+        ("intermediate", ctypes.c_uint32),
+        ("swiglu_fusion", ctypes.c_int),
+        ("fc1", ctypes.POINTER(ctypes.POINTER(QuantMatrix))),
+        ("fc2", ctypes.POINTER(ctypes.POINTER(QuantMatrix))),
+        ("swiglu_alpha", ctypes.c_float),
+        ("swiglu_beta", ctypes.c_float),
+        ("swiglu_limit", ctypes.c_float),
+    ]
+
+
+class MoeOptions(ctypes.Structure):
+    """qmoe_moe_options."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("run_mask", ctypes.c_void_p),
+        ("accumulate", ctypes.c_int),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
+class QmoeError(RuntimeError):
+    """A libqmoe call returned a status other than QMOE_STATUS_OK."""
+
+    def __init__(self, what, status, status_name, message):
+        super().__init__(f"{what}: {status_name} ({status}): {message}")
+        self.status = status
+        self.status_name = status_name
+        self.message = message
+
+
+def aligned_empty(nbytes, dtype=np.uint8, alignment=64):
+    """An uninitialised numpy array of nbytes bytes whose data starts on `alignment`."""
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % alignment
+    return raw[offset:offset + nbytes].view(dtype)
+
+
+def _f32_array(a, shape, name):
+    a = np.asarray(a)
+    if a.dtype != np.float32 or not a.flags.c_contiguous or a.shape != shape:
+        raise ValueError(f"{name} must be C-contiguous float32 of shape {shape}, "
+                         f"got {a.dtype} {a.shape}")
+    return a
+
+
+_P = ctypes.c_void_p
+_U32 = ctypes.c_uint32
+_SZ = ctypes.c_size_t
+_INT = ctypes.c_int
+
+# name: (restype, argtypes); a restype of _INT is a qmoe_status.
+_SIGNATURES = {
+    "qmoe_version_string": (ctypes.c_char_p, []),
+    "qmoe_status_string": (ctypes.c_char_p, [_INT]),
+    "qmoe_last_error_message": (ctypes.c_char_p, []),
+    "qmoe_isa_name": (ctypes.c_char_p, [_INT]),
+    "qmoe_context_options_init": (None, [ctypes.POINTER(ContextOptions)]),
+    "qmoe_context_create": (_INT, [ctypes.POINTER(ContextOptions), ctypes.POINTER(_P)]),
+    "qmoe_context_destroy": (_INT, [_P]),
+    "qmoe_context_get_isa": (_INT, [_P, ctypes.POINTER(_INT)]),
+    "qmoe_context_get_num_threads": (_INT, [_P, ctypes.POINTER(_U32)]),
+    "qmoe_quant_matrix_codes_size": (_INT, [_INT, _U32, _U32, ctypes.POINTER(_SZ)]),
+    "qmoe_import_int4_onnx": (_INT, [_P, _U32, _U32, _P, _SZ]),
+    "qmoe_gemm": (_INT, [_P, ctypes.POINTER(QuantMatrix), _INT, _U32, _P, _SZ, _P, _SZ, _U32,
+                         _U32]),
+    "qmoe_expert_set_desc_init": (None, [ctypes.POINTER(ExpertSetDesc)]),
+    "qmoe_expert_set_create": (_INT, [ctypes.POINTER(ExpertSetDesc), ctypes.POINTER(_P)]),
+    "qmoe_expert_set_destroy": (_INT, [_P]),
+    "qmoe_moe_route_topk": (_INT, [_P, _U32, _U32, _U32, _INT, _P, _P]),
+    "qmoe_moe_options_init": (None, [ctypes.POINTER(MoeOptions)]),
+    "qmoe_moe_forward": (_INT, [_P, _P, _INT, _U32, _P, _SZ, _P, _P, _U32, _P, _SZ,
+                                ctypes.POINTER(MoeOptions)]),
+    "qmoe_moe_forward_logits": (_INT, [_P, _P, _INT, _U32, _P, _SZ, _P, _U32, _INT, _P, _SZ,
+                                       ctypes.POINTER(MoeOptions)]),
+}
+
+
+class Context:
+    """A qmoe_context: `handle` for raw calls, `isa` (tier name) and `num_threads`."""
+
+    def __init__(self, library, handle, isa, num_threads):
+        self.library, self.handle, self.isa, self.num_threads = library, handle, isa, num_threads
+
+    def close(self):
+        if self.handle is not None:
+            self.library.check(self.library.lib.qmoe_context_destroy(self.handle),
+                               "qmoe_context_destroy")
+            self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Matrix:
+    """A qmoe_quant_matrix over canonical codes, and the buffers it points at.
+
+    `ref` is byref(struct) for raw qmoe_gemm calls; `nbytes` counts codes and scales, the
+    bytes a product reads.
+    """
+
+    def __init__(self, struct, buffers, nbytes):
+        self.struct = struct
+        self.ref = ctypes.byref(struct)
+        self.buffers = buffers  # kept alive as long as the struct points at them
+        self.nbytes = nbytes
+
+
+class ExpertSet:
+    """A qmoe_expert_set built from ONNX Runtime QMoE-layout INT4 weights (see
+    Library.expert_set_from_onnx). `handle` is for raw calls; `nbytes` counts the canonical
+    codes and the scales the set reads."""
+
+    def __init__(self, library, handle, keep, nbytes, num_experts, hidden):
+        self.library, self.handle, self.keep = library, handle, keep
+        self.nbytes, self.num_experts, self.hidden = nbytes, num_experts, hidden
+
+    def close(self):
+        if self.handle is not None:
+            self.library.check(self.library.lib.qmoe_expert_set_destroy(self.handle),
+                               "qmoe_expert_set_destroy")
+            self.handle = None
+            self.keep = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Library:
+    """libqmoe loaded from `path` (e.g. build/lib/libqmoe.so)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.lib = lib = ctypes.CDLL(path)
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            function = getattr(lib, name)
+            function.restype = restype
+            function.argtypes = argtypes
+        # The mirrors above must have the library's struct sizes.
+        for struct, init in ((ContextOptions, lib.qmoe_context_options_init),
+                             (ExpertSetDesc, lib.qmoe_expert_set_desc_init),
+                             (MoeOptions, lib.qmoe_moe_options_init)):
+            probe = struct()
+            init(ctypes.byref(probe))
+            if probe.struct_size != ctypes.sizeof(struct):
+                raise RuntimeError(f"{path}: {struct.__doc__} is {probe.struct_size} bytes in the "
+                                   f"library, {ctypes.sizeof(struct)} in libqmoe.py")
+
+    # --- Status ---------------------------------------------------------------------------
+
+    def check(self, status, what):
+        """Raise QmoeError unless `status` is QMOE_STATUS_OK."""
+        if status != QMOE_STATUS_OK:
+            raise QmoeError(what, status, self.lib.qmoe_status_string(status).decode(),
+                            self.lib.qmoe_last_error_message().decode())
+
+    def version(self):
+        return self.lib.qmoe_version_string().decode()
+
+    # --- Contexts -------------------------------------------------------------------------
+
+    def context(self, num_threads, max_isa=QMOE_ISA_DEFAULT):
+        """A Context with its own pool of `num_threads` (0: one per physical core)."""
+        options = ContextOptions()
+        self.lib.qmoe_context_options_init(ctypes.byref(options))
+        options.max_isa = max_isa
+        options.num_threads = num_threads
+        handle = ctypes.c_void_p()
+        self.check(self.lib.qmoe_context_create(ctypes.byref(options), ctypes.byref(handle)),
+                   "qmoe_context_create")
+        isa = ctypes.c_int()
+        count = ctypes.c_uint32()
+        try:
+            self.check(self.lib.qmoe_context_get_isa(handle, ctypes.byref(isa)),
+                       "qmoe_context_get_isa")
+            self.check(self.lib.qmoe_context_get_num_threads(handle, ctypes.byref(count)),
+                       "qmoe_context_get_num_threads")
+        except QmoeError:
+            self.lib.qmoe_context_destroy(handle)
+            raise
+        return Context(self, handle, self.lib.qmoe_isa_name(isa.value).decode(), count.value)
+
+    # --- Quantized matrices and the GEMM --------------------------------------------------
+
+    def import_onnx_codes(self, onnx_codes, n, k):
+        """Canonical INT4 codes (64-byte aligned) from ONNX Runtime's uint8 [n, k/2] rows
+        (byte j: k = 2j in the low nibble, 2j + 1 in the high nibble)."""
+        src = np.ascontiguousarray(onnx_codes, dtype=np.uint8).reshape(n, k // 2)
+        size = ctypes.c_size_t()
+        self.check(self.lib.qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k,
+                                                         ctypes.byref(size)),
+                   "qmoe_quant_matrix_codes_size")
+        codes = aligned_empty(size.value)
+        self.check(self.lib.qmoe_import_int4_onnx(src.ctypes.data, n, k, codes.ctypes.data,
+                                                  size.value), "qmoe_import_int4_onnx")
+        return codes
+
+    @staticmethod
+    def describe_matrix(codes, n, k, block_size, scales, scale_dtype, scale_row_stride,
+                        scale_block_stride):
+        """A QuantMatrix struct over canonical `codes` and a plain strided scale plane (group
+        strides 0; no zero points: 8; no bias). The caller keeps `codes` and `scales`
+        alive."""
+        w = QuantMatrix()
+        w.struct_size = ctypes.sizeof(QuantMatrix)
+        w.format = QMOE_WEIGHT_FORMAT_INT4
+        w.n, w.k, w.block_size = n, k, block_size
+        w.codes = codes.ctypes.data
+        w.scale_dtype = scale_dtype
+        w.scales = scales.ctypes.data
+        w.scale_row_stride, w.scale_block_stride = scale_row_stride, scale_block_stride
+        return w
+
+    def import_onnx_matrix(self, onnx_codes, n, k, block_size, scales, scale_dtype,
+                           scale_row_stride, scale_block_stride):
+        """A Matrix from ONNX Runtime's INT4 codes and a scale plane used in place:
+        scales[n * scale_row_stride + b * scale_block_stride] (FP32 [n, k/block] as ORT reads
+        it is (k / block_size, 1))."""
+        codes = self.import_onnx_codes(onnx_codes, n, k)
+        scales = np.ascontiguousarray(scales)
+        struct = self.describe_matrix(codes, n, k, block_size, scales, scale_dtype,
+                                      scale_row_stride, scale_block_stride)
+        return Matrix(struct, (codes, scales), codes.nbytes + scales.nbytes)
+
+    def gemm(self, context, matrix, accuracy, x, y=None):
+        """y[m, :] = W x[m, :] for every row of float32 x [m, k]; returns y [m, n]."""
+        m = x.shape[0]
+        n, k = matrix.struct.n, matrix.struct.k
+        x = _f32_array(x, (m, k), "x")
+        if y is None:
+            y = np.zeros((m, n), dtype=np.float32)
+        y = _f32_array(y, (m, n), "y")
+        self.check(self.lib.qmoe_gemm(context.handle, matrix.ref, accuracy, m, x.ctypes.data, k,
+                                      y.ctypes.data, n, 0, n), "qmoe_gemm")
+        return y
+
+    # --- Expert sets and the MoE layer ----------------------------------------------------
+
+    def expert_set_from_onnx(self, fc1, fc1_scales, fc2, fc2_scales, block_size,
+                             swiglu_fusion=QMOE_SWIGLU_INTERLEAVED, alpha=1.0, beta=0.0,
+                             limit=math.inf, fp16_scales=False):
+        """An ExpertSet from ONNX Runtime QMoE-layout INT4 weights, as its CPU kernel reads
+        them: fc1 uint8 [E, 2I, H/2], fc1_scales float32 [E, 2I, H/block], fc2 uint8
+        [E, H, I/2], fc2_scales float32 [E, H, I/block] (no zero points: 8; no biases).
+        Codes are imported into the canonical layout. The FP32 scales are used in place, or,
+        with fp16_scales, converted to FP16 planes [K/block, N] per projection (block-major,
+        the plane `qmoe run` and the gemm_int4 benchmarks use; the values must be
+        FP16-representable)."""
+        e_count, two_i, h_half = fc1.shape
+        hidden, inter = 2 * h_half, two_i // 2
+        if (fc2.shape != (e_count, hidden, inter // 2)
+                or fc1_scales.shape != (e_count, two_i, hidden // block_size)
+                or fc2_scales.shape != (e_count, hidden, inter // block_size)):
+            raise ValueError("expert_set_from_onnx: inconsistent shapes "
+                             f"{fc1.shape} {fc1_scales.shape} {fc2.shape} {fc2_scales.shape}")
+        s1 = _f32_array(fc1_scales, fc1_scales.shape, "fc1_scales")
+        s2 = _f32_array(fc2_scales, fc2_scales.shape, "fc2_scales")
+        if fp16_scales:
+            s1 = np.ascontiguousarray(s1.astype(np.float16).transpose(0, 2, 1))
+            s2 = np.ascontiguousarray(s2.astype(np.float16).transpose(0, 2, 1))
+            if not (np.array_equal(s1.astype(np.float32).transpose(0, 2, 1), fc1_scales) and
+                    np.array_equal(s2.astype(np.float32).transpose(0, 2, 1), fc2_scales)):
+                raise ValueError("expert_set_from_onnx: scales are not FP16-representable")
+            dtype, strides1, strides2 = QMOE_DTYPE_F16, (1, two_i), (1, hidden)
+        else:
+            dtype = QMOE_DTYPE_F32
+            strides1, strides2 = (hidden // block_size, 1), (inter // block_size, 1)
+        codes, structs1, structs2 = [], [], []
+        for e in range(e_count):
+            c1 = self.import_onnx_codes(fc1[e], two_i, hidden)
+            c2 = self.import_onnx_codes(fc2[e], hidden, inter)
+            codes += [c1, c2]
+            structs1.append(self.describe_matrix(c1, two_i, hidden, block_size, s1[e], dtype,
+                                                 *strides1))
+            structs2.append(self.describe_matrix(c2, hidden, inter, block_size, s2[e], dtype,
+                                                 *strides2))
+        p_fc1 = (ctypes.POINTER(QuantMatrix) * e_count)(*[ctypes.pointer(s) for s in structs1])
+        p_fc2 = (ctypes.POINTER(QuantMatrix) * e_count)(*[ctypes.pointer(s) for s in structs2])
+        desc = ExpertSetDesc()
+        self.lib.qmoe_expert_set_desc_init(ctypes.byref(desc))
+        desc.num_experts, desc.hidden, desc.intermediate = e_count, hidden, inter
+        desc.swiglu_fusion = swiglu_fusion
+        desc.fc1, desc.fc2 = p_fc1, p_fc2
+        desc.swiglu_alpha, desc.swiglu_beta, desc.swiglu_limit = alpha, beta, limit
+        handle = ctypes.c_void_p()
+        self.check(self.lib.qmoe_expert_set_create(ctypes.byref(desc), ctypes.byref(handle)),
+                   "qmoe_expert_set_create")
+        nbytes = sum(c.nbytes for c in codes) + s1.nbytes + s2.nbytes
+        # The set copies the descriptions; the codes and scales must outlive it.
+        return ExpertSet(self, handle, (codes, s1, s2), nbytes, e_count, hidden)
+
+    def route_topk(self, logits, k, renormalize=True):
+        """qmoe_moe_route_topk on float32 logits [m, E]: (ids int32 [m, k], weights float32)."""
+        m, e_count = logits.shape
+        logits = _f32_array(logits, (m, e_count), "logits")
+        ids = np.zeros((m, k), dtype=np.int32)
+        weights = np.zeros((m, k), dtype=np.float32)
+        self.check(self.lib.qmoe_moe_route_topk(logits.ctypes.data, m, e_count, k,
+                                                int(renormalize), ids.ctypes.data,
+                                                weights.ctypes.data), "qmoe_moe_route_topk")
+        return ids, weights
+
+    def moe_forward(self, context, expert_set, accuracy, x, ids, weights, y=None):
+        """qmoe_moe_forward for float32 x [m, H] and routing ids/weights [m, k]; returns y."""
+        m, k = ids.shape
+        x = _f32_array(x, (m, expert_set.hidden), "x")
+        ids = np.ascontiguousarray(ids, dtype=np.int32)
+        weights = _f32_array(weights, (m, k), "weights")
+        if y is None:
+            y = np.zeros_like(x)
+        y = _f32_array(y, x.shape, "y")
+        self.check(self.lib.qmoe_moe_forward(context.handle, expert_set.handle, accuracy, m,
+                                             x.ctypes.data, x.shape[1], ids.ctypes.data,
+                                             weights.ctypes.data, k, y.ctypes.data, y.shape[1],
+                                             None), "qmoe_moe_forward")
+        return y
+
+    def forward_logits_call(self, context, expert_set, accuracy, x, logits, k, y,
+                            renormalize=True):
+        """A no-argument callable that runs qmoe_moe_forward_logits(x, logits) into y, with
+        every argument converted once (one bare ctypes call per run, for timing loops; the
+        arrays are read at each call, so their contents may change between calls)."""
+        m = x.shape[0]
+        x = _f32_array(x, (m, expert_set.hidden), "x")
+        logits = _f32_array(logits, (m, expert_set.num_experts), "logits")
+        y = _f32_array(y, x.shape, "y")
+        function, check = self.lib.qmoe_moe_forward_logits, self.check
+        args = (context.handle, expert_set.handle, accuracy, m, x.ctypes.data, x.shape[1],
+                logits.ctypes.data, k, int(renormalize), y.ctypes.data, y.shape[1], None)
+
+        def call():
+            status = function(*args)
+            if status != QMOE_STATUS_OK:
+                check(status, "qmoe_moe_forward_logits")
+        call.keep = (x, logits, y)
+        return call
+
+    def moe_forward_logits(self, context, expert_set, accuracy, x, logits, k,
+                           renormalize=True):
+        """qmoe_moe_forward_logits: route float32 logits [m, E] (top-k, softmax, renormalised
+        unless told otherwise) and run the layer on float32 x [m, H]; returns y [m, H]."""
+        y = np.zeros_like(x, dtype=np.float32)
+        self.forward_logits_call(context, expert_set, accuracy, x, logits, k, y, renormalize)()
+        return y
