@@ -1,6 +1,4 @@
 // qmoe_measure_read_bandwidth: the roof every memory-bound kernel is measured against.
-#include <sys/mman.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -8,12 +6,12 @@
 
 #include "lib/context.h"
 #include "lib/error.h"
+#include "lib/weight_memory.h"
 
 namespace qmoe {
 namespace {
 
 constexpr size_t kMinBufferBytes = 4096;
-constexpr size_t kHugePage = 2u << 20;
 
 struct ReadSlices {
   ReadBandwidthFn read;
@@ -59,13 +57,10 @@ QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t b
   if (slices > buffer_bytes / 64) slices = buffer_bytes / 64;
   const size_t slice_bytes = buffer_bytes / slices / 64 * 64;
   const size_t total = slice_bytes * slices;
-  const size_t alloc_bytes = (total + kHugePage - 1) / kHugePage * kHugePage;
-  void* buffer = std::aligned_alloc(kHugePage, alloc_bytes);
-  if (buffer == nullptr) {
-    QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "allocating %zu bytes failed", alloc_bytes);
-  }
-  // Fewer TLB misses make the figure a property of DRAM, not of page walks (advice only).
-  madvise(buffer, alloc_bytes, MADV_HUGEPAGE);
+  // Pages of the kind qmoe_alloc_weight_memory gives (huge where the OS allows): the roof is
+  // then a property of DRAM, not of page walks, and matches what weights are read from.
+  void* buffer = allocate_streaming_memory(total);
+  if (buffer == nullptr) QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "allocating %zu bytes failed", total);
 
   ReadSlices work;
   work.read = ctx->kernels().read_bandwidth.fn;
@@ -82,7 +77,7 @@ QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t b
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (r == 0 || seconds < best_seconds) best_seconds = seconds;
   }
-  std::free(buffer);
+  free_streaming_memory(buffer);
   // Keep the reads observable without publishing the checksum.
   __asm__ volatile("" : : "r"(work.checksum.load(std::memory_order_relaxed)) : "memory");
   *bytes_per_second = best_seconds > 0.0 ? static_cast<double>(total) / best_seconds : 0.0;

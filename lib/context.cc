@@ -10,6 +10,7 @@
 #include "lib/abi_enum.h"
 #include "lib/dispatch.h"
 #include "lib/error.h"
+#include "lib/gemm_driver.h"
 #include "lib/handle_pool.h"
 
 struct qmoe_context {
@@ -60,6 +61,22 @@ void Context::parallel_for(qmoe_parallel_task_fn task, void* task_state, size_t 
   } else {
     pthreadpool_parallelize_1d(pool_, task, task_state, range, /*flags=*/0);
   }
+}
+
+ScratchLease Context::acquire_scratch(size_t bytes) {
+  std::unique_lock<std::mutex> hold(scratch_mutex_, std::try_to_lock);
+  if (!hold.owns_lock()) return ScratchLease(thread_scratch(bytes), {});
+  if (bytes > scratch_capacity_ || scratch_ == nullptr) {
+    scratch_.reset();
+    scratch_capacity_ = 0;
+    if (bytes > SIZE_MAX - 64) return ScratchLease(nullptr, {});
+    // Grown by whole allocations (no copy: contents are scratch).
+    scratch_.reset(new (std::nothrow) unsigned char[bytes + 64]);
+    if (scratch_ == nullptr) return ScratchLease(nullptr, {});
+    scratch_capacity_ = bytes;
+  }
+  const auto address = reinterpret_cast<uintptr_t>(scratch_.get());
+  return ScratchLease(scratch_.get() + (align64(address) - address), std::move(hold));
 }
 
 qmoe_status resolve_context(const qmoe_context* handle, const char* function, Context** context) {

@@ -12,11 +12,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 
 #include "lib/kernel_table.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
+
+/// Scratch for one call, from Context::acquire_scratch; releases the context's buffer (if it
+/// holds it) when destroyed. data() is nullptr when the allocation failed.
+class ScratchLease {
+ public:
+  ScratchLease(unsigned char* data, std::unique_lock<std::mutex> hold)
+      : data_(data), hold_(std::move(hold)) {}
+  unsigned char* data() const { return data_; }
+
+ private:
+  unsigned char* data_;
+  std::unique_lock<std::mutex> hold_;  // owns the context's scratch mutex, or nothing
+};
 
 class Context {
  public:
@@ -36,6 +51,12 @@ class Context {
   /// Returns when every call has returned. Calls on one context are serialised by its pool.
   void parallel_for(qmoe_parallel_task_fn task, void* task_state, size_t range) const;
 
+  /// At least `bytes` of 64-byte aligned scratch for the duration of one call: the context's
+  /// own buffer (grown to the largest call, reused, freed with the context) when no other call
+  /// on this context holds it; otherwise, so that concurrent calls through a caller's
+  /// parallel-for never wait on each other, scratch private to the calling thread.
+  ScratchLease acquire_scratch(size_t bytes);
+
  private:
   Isa isa_;
   const KernelTable* kernels_;
@@ -43,6 +64,9 @@ class Context {
   pthreadpool_t pool_;  // owned; nullptr when parallel_for_ is set or num_threads_ == 1
   qmoe_parallel_for_fn parallel_for_;
   void* parallel_for_state_;
+  std::mutex scratch_mutex_;  // guards scratch_ and scratch_capacity_
+  std::unique_ptr<unsigned char[]> scratch_;
+  size_t scratch_capacity_ = 0;
 };
 
 /// The live Context behind a handle, or a failure status (with message naming `function`).

@@ -78,22 +78,23 @@ QMOE_API qmoe_status qmoe_gemm(qmoe_context* context, const qmoe_quant_matrix* w
     if (x0 < y1 && y0 < x1) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "x and y overlap");
   }
 
-  // One task per thread, each a contiguous run of groups; small problems stay on one thread.
+  // A few tasks per thread (parallel_task_count), each a contiguous run of groups; small
+  // problems stay on one thread.
   GemmTask task{};
   task.group_begin = n_begin / kGroupRows;
   task.group_count = (n_end + kGroupRows - 1) / kGroupRows - task.group_begin;
   const uint32_t threads = ctx->num_threads();
   const size_t work = size_t{task.group_count} * plan.chunks * m;
   constexpr size_t kMinChunksPerTask = 64;  // ~8 KiB of codes: below that, waking costs more
-  task.tasks = static_cast<uint32_t>(
-      std::max<size_t>(1, std::min<size_t>({threads, task.group_count, work / kMinChunksPerTask})));
+  task.tasks = parallel_task_count(threads, task.group_count, work, kMinChunksPerTask);
 
-  // Scratch of the calling thread: prepared activations (unless X is used in place), then one
+  // Scratch of the context: prepared activations (unless X is used in place), then one
   // panel slice per task.
   const bool direct = accuracy == QMOE_ACCURACY_EXACT && w.k % kChunkCodes == 0;
   const size_t act_bytes = direct ? 0 : activation_rows_bytes(accuracy, w.k, m);
   task.scratch_stride = gemm_row_scratch_bytes(plan);
-  unsigned char* scratch = thread_scratch(act_bytes + task.tasks * task.scratch_stride);
+  const ScratchLease lease = ctx->acquire_scratch(act_bytes + task.tasks * task.scratch_stride);
+  unsigned char* scratch = lease.data();
   if (scratch == nullptr) QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "scratch allocation failed");
   if (direct) {
     task.acts = direct_activation_view(x, ldx, w.k);

@@ -174,10 +174,12 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
     a.y = y + n0;
     a.scale_dtype = w.scale_dtype;
     if (plan.direct_planes && rows == kGroupRows) {
-      a.scales =
-          static_cast<const unsigned char*>(w.scales) + size_t{n0} * dtype_size(w.scale_dtype);
+      a.scales = static_cast<const unsigned char*>(w.scales) +
+                 plane_row_offset(n0, 1, w.scale_group_stride) * dtype_size(w.scale_dtype);
       a.scale_block_stride = w.scale_block_stride;
-      a.zero_points = w.zero_points != nullptr ? w.zero_points + n0 : nullptr;
+      a.zero_points = w.zero_points != nullptr
+                          ? w.zero_points + plane_row_offset(n0, 1, w.zero_point_group_stride)
+                          : nullptr;
       a.zero_point_block_stride = w.zero_point_block_stride;
     } else {
       uint8_t* zeros = w.zero_points != nullptr ? panel_zeros : nullptr;

@@ -104,6 +104,28 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
 /// next call; nullptr when the allocation fails.
 unsigned char* thread_scratch(size_t bytes);
 
+/// With more than one thread, parallel phases split into up to this many tasks per thread:
+/// the pool hands unstarted tasks to whichever thread is free (pthreadpool steals work), so a
+/// worker the OS has descheduled (an oversubscribed host) delays a call by one small task, not
+/// by its whole share. Every output is still computed by one kernel call over the whole K, so
+/// the split never changes a result.
+inline constexpr uint32_t kTasksPerThread = 4;
+
+/// Tasks for a phase of `units` indivisible units and `work` cost: one per thread (times
+/// kTasksPerThread when threads > 1), at most `units`, and at least `min_work` each.
+inline uint32_t parallel_task_count(uint32_t threads, size_t units, size_t work, size_t min_work) {
+  const size_t most = threads > 1 ? size_t{threads} * kTasksPerThread : 1;
+  size_t tasks = work / min_work;
+  if (tasks > most) tasks = most;
+  if (tasks > units) tasks = units;
+  return static_cast<uint32_t>(tasks > 1 ? tasks : 1);
+}
+
+/// Most tasks parallel_task_count gives on `threads` threads (sizes per-task scratch).
+inline size_t max_parallel_tasks(uint32_t threads) {
+  return threads > 1 ? size_t{threads} * kTasksPerThread : 1;
+}
+
 /// (value + 63) & ~63, for carving 64-byte aligned pieces.
 constexpr size_t align64(size_t value) {
   return (value + 63) & ~size_t{63};

@@ -14,10 +14,11 @@
 //  2. FC2. Units are (expert, 8 output rows).
 //  3. Combine: y[t] = (accumulate ? y[t] : 0) + sum over slots j in order of w[t, j] * out.
 // Phases 1 and 2 split their units, in (expert, unit) order and weighted by the expert's
-// route count, into one contiguous run per task: with more experts than threads a task gets
-// whole experts, with fewer an expert is split over threads; every task reads sequential
-// streams. Each output element is computed by one kernel call over the whole K whatever the
-// split, and phase 3 sums in slot order, so the result is bitwise independent of the thread
+// route count, into one contiguous run per task (a few tasks per thread, parallel_task_count,
+// so an idle thread can take a descheduled one's unstarted work): with more experts than tasks
+// a task gets whole experts, with fewer an expert is split over tasks; every task reads
+// sequential streams. Each output element is computed by one kernel call over the whole K whatever
+// the split, and phase 3 sums in slot order, so the result is bitwise independent of the thread
 // count, and an expert's output rows do not depend on which other experts run (marking every
 // expert in run_mask gives the full layer bit for bit).
 #include <algorithm>
@@ -52,7 +53,8 @@ bool make_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uint32_
   // Bound every per-route piece (padded rows, both levels) before multiplying.
   const size_t per_route = 4 * ((h + 32) * 2 + 2 * i + (i + 32) + 2 * (h / 32 + i / 32 + 2)) + 64;
   if (routes > INT32_MAX || routes > (SIZE_MAX / 4) / per_route ||
-      s.num_experts > (SIZE_MAX / 64) / 16 || threads > (SIZE_MAX / 4) / s.row_scratch_bytes) {
+      s.num_experts > (SIZE_MAX / 64) / 16 ||
+      max_parallel_tasks(threads) > (SIZE_MAX / 4) / s.row_scratch_bytes) {
     return false;
   }
   Layout l{};
@@ -75,7 +77,7 @@ bool make_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uint32_
   l.h1 = take(routes * 2 * i * sizeof(float));
   l.a2 = take(activation_rows_bytes(accuracy, s.intermediate, routes));
   l.y2 = take(routes * h * sizeof(float));
-  l.row_scratch = take(threads * s.row_scratch_bytes);
+  l.row_scratch = take(max_parallel_tasks(threads) * s.row_scratch_bytes);
   l.total = at;
   *out = l;
   return true;
@@ -214,11 +216,6 @@ struct MoeCall {
   }
 };
 
-uint32_t task_count(uint32_t threads, size_t units, size_t work, size_t min_work) {
-  return static_cast<uint32_t>(
-      std::max<size_t>(1, std::min<size_t>({threads, units, work / min_work})));
-}
-
 bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
   return a_bytes != 0 && b_bytes != 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
@@ -313,19 +310,19 @@ void run_forward(Context& ctx, const ExpertSet& s, qmoe_accuracy accuracy, uint3
     // 1. FC1 + SwiGLU, 2. FC2: one contiguous run of (expert, unit) per task.
     const size_t h_chunks = s.fc1[active[0]].chunks, i_chunks = s.fc2[active[0]].chunks;
     const size_t fc1_units = size_t{num_active} * ((s.intermediate + 31) / 32);
-    c.tasks =
-        task_count(threads, fc1_units, size_t{routes} * ((2 * s.intermediate + 7) / 8) * h_chunks,
-                   kMinChunksPerTask);
+    c.tasks = parallel_task_count(threads, fc1_units,
+                                  size_t{routes} * ((2 * s.intermediate + 7) / 8) * h_chunks,
+                                  kMinChunksPerTask);
     ctx.parallel_for(&MoeCall::fc1_task, &c, c.tasks);
     const size_t fc2_units = size_t{num_active} * ((s.hidden + 7) / 8);
-    c.tasks = task_count(threads, fc2_units, size_t{routes} * ((s.hidden + 7) / 8) * i_chunks,
-                         kMinChunksPerTask);
+    c.tasks = parallel_task_count(
+        threads, fc2_units, size_t{routes} * ((s.hidden + 7) / 8) * i_chunks, kMinChunksPerTask);
     ctx.parallel_for(&MoeCall::fc2_task, &c, c.tasks);
   }
 
   // 3. Combine, in slot order.
   const size_t elements = size_t{m} * s.hidden;
-  c.tasks = task_count(threads, elements, elements * (k + 1), kMinCombinePerTask);
+  c.tasks = parallel_task_count(threads, elements, elements * (k + 1), kMinCombinePerTask);
   ctx.parallel_for(&MoeCall::combine_task, &c, c.tasks);
 }
 
@@ -404,10 +401,12 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
   return QMOE_STATUS_OK;
 }
 
-unsigned char* workspace_base(const Options& o, const Layout& l) {
-  if (o.workspace == nullptr) return thread_scratch(l.total);
+// The caller's workspace aligned to 64 bytes, or the context's scratch (held until the lease
+// is destroyed).
+ScratchLease workspace_base(Context& ctx, const Options& o, const Layout& l) {
+  if (o.workspace == nullptr) return ctx.acquire_scratch(l.total);
   const auto address = reinterpret_cast<uintptr_t>(o.workspace);
-  return static_cast<unsigned char*>(o.workspace) + (align64(address) - address);
+  return ScratchLease(static_cast<unsigned char*>(o.workspace) + (align64(address) - address), {});
 }
 
 }  // namespace
@@ -483,7 +482,8 @@ QMOE_API qmoe_status qmoe_moe_forward(qmoe_context* context, const qmoe_expert_s
                 static_cast<double>(weights[i]));
     }
   }
-  unsigned char* base = workspace_base(o, l);
+  const ScratchLease lease = workspace_base(*ctx, o, l);
+  unsigned char* base = lease.data();
   if (base == nullptr) QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "scratch allocation failed");
   run_forward(*ctx, *s, accuracy, m, x, ldx, ids, weights, k, o.run_mask, o.accumulate, y, ldy, l,
               base);
@@ -514,7 +514,8 @@ QMOE_API qmoe_status qmoe_moe_forward_logits(qmoe_context* context, const qmoe_e
   if (o.workspace != nullptr && overlap(o.workspace, o.workspace_bytes, logits, logit_bytes)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "workspace overlaps logits");
   }
-  unsigned char* base = workspace_base(o, l);
+  const ScratchLease lease = workspace_base(*ctx, o, l);
+  unsigned char* base = lease.data();
   if (base == nullptr) QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "scratch allocation failed");
   auto* ids = reinterpret_cast<int32_t*>(base + l.ids);
   auto* weights = reinterpret_cast<float*>(base + l.weights);

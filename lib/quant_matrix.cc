@@ -26,6 +26,20 @@ bool plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t bl
   return row_major || block_major;
 }
 
+bool grouped_plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride,
+                               size_t group_stride) {
+  if (group_stride == 0) return plane_strides_fit(n, blocks, row_stride, block_stride);
+  constexpr size_t kLimit = size_t{1} << 48;
+  const uint32_t group_rows = std::min<uint32_t>(n, kGroupRows);
+  if (group_stride >= kLimit || !plane_strides_fit(group_rows, blocks, row_stride, block_stride)) {
+    return false;
+  }
+  // Strides are < 2^48 and counts < 2^32, so none of these products overflows 64 bits.
+  const size_t extent = (group_rows - 1) * row_stride + size_t{blocks - 1} * block_stride + 1;
+  const size_t groups = (size_t{n} + kGroupRows - 1) / kGroupRows;
+  return group_stride >= extent && groups <= (size_t{1} << 62) / group_stride;
+}
+
 namespace {
 
 float load_element(qmoe_dtype dtype, const void* base, size_t index, const KernelTable& kernels) {
@@ -98,17 +112,21 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
                 enum_bits(w.scale_dtype));
   }
   const uint32_t blocks = w.k / w.block_size;
-  if (!plane_strides_fit(w.n, blocks, w.scale_row_stride, w.scale_block_stride)) {
+  if (!grouped_plane_strides_fit(w.n, blocks, w.scale_row_stride, w.scale_block_stride,
+                                 w.scale_group_stride)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "scale strides (row %zu, block %zu) do not describe an [N=%u, blocks=%u] plane",
-                w.scale_row_stride, w.scale_block_stride, w.n, blocks);
+                "scale strides (row %zu, block %zu, group %zu) do not describe an [N=%u, "
+                "blocks=%u] plane",
+                w.scale_row_stride, w.scale_block_stride, w.scale_group_stride, w.n, blocks);
   }
   if (w.zero_points != nullptr &&
-      !plane_strides_fit(w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride)) {
+      !grouped_plane_strides_fit(w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride,
+                                 w.zero_point_group_stride)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "zero-point strides (row %zu, block %zu) do not describe an [N=%u, blocks=%u] "
-                "plane",
-                w.zero_point_row_stride, w.zero_point_block_stride, w.n, blocks);
+                "zero-point strides (row %zu, block %zu, group %zu) do not describe an [N=%u, "
+                "blocks=%u] plane",
+                w.zero_point_row_stride, w.zero_point_block_stride, w.zero_point_group_stride, w.n,
+                blocks);
   }
   if (w.bias != nullptr && !valid_dtype(enum_bits(w.bias_dtype))) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "bias_dtype %d is not a qmoe_dtype",
@@ -130,7 +148,7 @@ void build_group_panels(const qmoe_quant_matrix& w, const KernelTable& kernels, 
     const auto* src = static_cast<const float*>(w.scales);
     std::fill(scales, scales + panel, 0.0f);
     for (uint32_t r = 0; r < rows; ++r) {
-      const float* row = src + size_t{n0 + r} * w.scale_row_stride;
+      const float* row = src + plane_row_offset(n0 + r, w.scale_row_stride, w.scale_group_stride);
       for (uint32_t b = 0; b < real_blocks; ++b) {
         scales[b * kGroupRows + r] = row[b * w.scale_block_stride];
       }
@@ -140,7 +158,8 @@ void build_group_panels(const qmoe_quant_matrix& w, const KernelTable& kernels, 
     std::fill(bits, bits + panel, uint16_t{0});
     const auto* src = static_cast<const uint16_t*>(w.scales);
     for (uint32_t r = 0; r < rows; ++r) {
-      const uint16_t* row = src + size_t{n0 + r} * w.scale_row_stride;
+      const uint16_t* row =
+          src + plane_row_offset(n0 + r, w.scale_row_stride, w.scale_group_stride);
       for (uint32_t b = 0; b < real_blocks; ++b) {
         bits[b * kGroupRows + r] = row[b * w.scale_block_stride];
       }
@@ -154,7 +173,8 @@ void build_group_panels(const qmoe_quant_matrix& w, const KernelTable& kernels, 
   if (zero_points != nullptr) {
     std::fill(zero_points, zero_points + panel, static_cast<uint8_t>(kInt4DefaultZeroPoint));
     for (uint32_t r = 0; r < rows; ++r) {
-      const uint8_t* row = w.zero_points + size_t{n0 + r} * w.zero_point_row_stride;
+      const uint8_t* row = w.zero_points + plane_row_offset(n0 + r, w.zero_point_row_stride,
+                                                            w.zero_point_group_stride);
       for (uint32_t b = 0; b < real_blocks; ++b) {
         zero_points[b * kGroupRows + r] = row[b * w.zero_point_block_stride];
       }

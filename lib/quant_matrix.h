@@ -23,6 +23,19 @@ size_t int4_codes_size(uint32_t n, uint32_t k);
 /// block_stride >= n * row_stride). Anything else aliases.
 bool plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride);
 
+/// Whether a plane with a group stride (element (n, b) at (n / 8) * group_stride +
+/// (n % 8) * row_stride + b * block_stride) maps distinct pairs to distinct elements: each
+/// group's 8 x blocks block fits (plane_strides_fit) and groups do not overlap
+/// (group_stride >= one group's extent). group_stride 0 is the plain plane_strides_fit.
+bool grouped_plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride,
+                               size_t group_stride);
+
+/// Element offset of row n's block 0 in a plane (group_stride 0: n * row_stride).
+inline size_t plane_row_offset(uint32_t n, size_t row_stride, size_t group_stride) {
+  return group_stride == 0 ? size_t{n} * row_stride
+                           : size_t{n / 8} * group_stride + size_t{n % 8} * row_stride;
+}
+
 /// Check a caller's description (struct size, format, sizes, block size, pointers, dtypes,
 /// strides) and copy it, defaults filled for fields an older caller's struct lacks.
 qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* function,

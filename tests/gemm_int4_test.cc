@@ -137,12 +137,13 @@ TEST_P(GemmInt4, ScaleDtypesOrdersZeroPointsAndBias) {
   int variant = 0;
   for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
     for (qmoe_dtype dtype : {QMOE_DTYPE_F16, QMOE_DTYPE_BF16, QMOE_DTYPE_F32}) {
-      for (ScaleOrder order :
-           {ScaleOrder::kBlockMajor, ScaleOrder::kRowMajor, ScaleOrder::kPaddedRowMajor}) {
+      for (ScaleOrder order : {ScaleOrder::kBlockMajor, ScaleOrder::kRowMajor,
+                               ScaleOrder::kPaddedRowMajor, ScaleOrder::kGrouped}) {
         for (bool zeros : {false, true}) {
           for (bool bias : {false, true}) {
             Int4Options o{24, 192, 32, dtype, order, zeros, ScaleOrder::kBlockMajor, bias, dtype};
             if (zeros && order == ScaleOrder::kRowMajor) o.zero_point_order = ScaleOrder::kRowMajor;
+            if (zeros && order == ScaleOrder::kGrouped) o.zero_point_order = ScaleOrder::kGrouped;
             run_case(Case{o, 3, 0, 0}, level, seed + ++variant);
           }
         }
@@ -230,16 +231,16 @@ TEST_P(GemmInt4, Fuzz) {
   const uint32_t blocks_sizes[] = {16, 32, 64, 128};
   const qmoe_dtype dtypes[] = {QMOE_DTYPE_F16, QMOE_DTYPE_BF16, QMOE_DTYPE_F32};
   const ScaleOrder orders[] = {ScaleOrder::kBlockMajor, ScaleOrder::kRowMajor,
-                               ScaleOrder::kPaddedRowMajor};
+                               ScaleOrder::kPaddedRowMajor, ScaleOrder::kGrouped};
   for (int iteration = 0; iteration < 60; ++iteration) {
     Int4Options o;
     o.block_size = blocks_sizes[rng() % 4];
     o.k = o.block_size * static_cast<uint32_t>(1 + rng() % (512 / o.block_size));
     o.n = static_cast<uint32_t>(1 + rng() % 70);
     o.scale_dtype = dtypes[rng() % 3];
-    o.scale_order = orders[rng() % 3];
+    o.scale_order = orders[rng() % 4];
     o.zero_points = rng() % 2;
-    o.zero_point_order = orders[rng() % 3];
+    o.zero_point_order = orders[rng() % 4];
     o.bias = rng() % 2;
     o.bias_dtype = dtypes[rng() % 3];
     const uint32_t m = static_cast<uint32_t>(1 + rng() % 9);
@@ -315,6 +316,42 @@ TEST(GemmInt4Api, BadInputGetsAStatus) {
             }),
             QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.scale_block_stride = size_t{1} << 60; }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  // A caller whose struct ends before the group strides gets 0 (plain planes), whatever
+  // follows its struct in memory.
+  EXPECT_EQ(with([](qmoe_quant_matrix& d) {
+              d.struct_size = offsetof(qmoe_quant_matrix, scale_group_stride);
+              d.scale_group_stride = 3;
+              d.zero_point_group_stride = 5;
+            }),
+            QMOE_STATUS_OK);
+  std::fill(y.begin(), y.end(), kPoison);  // the rest of the test checks nothing is written
+  // Group strides: groups that overlap, a group stride past 2^48, and in-group aliasing.
+  EXPECT_EQ(with([](qmoe_quant_matrix& d) {
+              d.scale_row_stride = 1;
+              d.scale_block_stride = 8;
+              d.scale_group_stride = 8 * (d.k / d.block_size) - 1;
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("group"), std::string::npos);
+  EXPECT_EQ(with([](qmoe_quant_matrix& d) {
+              d.scale_row_stride = 1;
+              d.scale_block_stride = 8;
+              d.scale_group_stride = size_t{1} << 50;
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(with([](qmoe_quant_matrix& d) {
+              d.scale_row_stride = 1;
+              d.scale_block_stride = 4;
+              d.scale_group_stride = 8 * (d.k / d.block_size);
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(with([&](qmoe_quant_matrix& d) {
+              d.zero_points = w.codes.data();
+              d.zero_point_row_stride = 1;
+              d.zero_point_block_stride = 8;
+              d.zero_point_group_stride = 7;
+            }),
             QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(with([&](qmoe_quant_matrix& d) {
               d.zero_points = w.codes.data();

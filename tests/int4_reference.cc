@@ -30,6 +30,8 @@ const char* order_name(ScaleOrder o) {
       return "block-major";
     case ScaleOrder::kPaddedRowMajor:
       return "padded-row-major";
+    case ScaleOrder::kGrouped:
+      return "grouped";
   }
   return "?";
 }
@@ -68,8 +70,11 @@ size_t elem_size(qmoe_dtype d) {
 }
 
 // Strides for a plane of n rows x blocks, and its element count.
+// Strides of a plane in `order`; element (n, b) at plane_offset(n, b, ...); `elements` is the
+// plane's extent.
 void plane_strides(ScaleOrder order, uint32_t n, uint32_t blocks, size_t* row_stride,
-                   size_t* block_stride, size_t* elements) {
+                   size_t* block_stride, size_t* group_stride, size_t* elements) {
+  *group_stride = 0;
   switch (order) {
     case ScaleOrder::kRowMajor:
       *row_stride = blocks;
@@ -83,8 +88,21 @@ void plane_strides(ScaleOrder order, uint32_t n, uint32_t blocks, size_t* row_st
       *row_stride = blocks + 3;
       *block_stride = 1;
       break;
+    case ScaleOrder::kGrouped:
+      *row_stride = 1;
+      *block_stride = 8;
+      *group_stride = size_t{8} * blocks;
+      *elements = (size_t{n} + 7) / 8 * *group_stride;
+      return;
   }
   *elements = (n - 1) * *row_stride + (blocks - 1) * *block_stride + 1;
+}
+
+size_t plane_offset(uint32_t n, uint32_t b, size_t row_stride, size_t block_stride,
+                    size_t group_stride) {
+  const size_t row =
+      group_stride == 0 ? n * row_stride : (n / 8) * group_stride + (n % 8) * row_stride;
+  return row + b * block_stride;
 }
 
 }  // namespace
@@ -130,15 +148,16 @@ Int4Matrix make_int4_matrix(const Int4Options& o, std::mt19937_64& rng) {
     }
   }
 
-  size_t rs = 0, bs = 0, count = 0;
-  plane_strides(o.scale_order, o.n, blocks, &rs, &bs, &count);
+  size_t rs = 0, bs = 0, gs = 0, count = 0;
+  plane_strides(o.scale_order, o.n, blocks, &rs, &bs, &gs, &count);
   w.scales.assign(count * elem_size(o.scale_dtype), 0xEE);
   w.scale_values.resize(size_t{o.n} * blocks);
   for (uint32_t n = 0; n < o.n; ++n) {
     for (uint32_t b = 0; b < blocks; ++b) {
       const double v = (rng() & 1 ? -1.0 : 1.0) * mag(rng);
-      w.scale_values[size_t{n} * blocks + b] = store_value(
-          o.scale_dtype, v, w.scales.data() + (n * rs + b * bs) * elem_size(o.scale_dtype));
+      w.scale_values[size_t{n} * blocks + b] =
+          store_value(o.scale_dtype, v,
+                      w.scales.data() + plane_offset(n, b, rs, bs, gs) * elem_size(o.scale_dtype));
     }
   }
   w.desc.struct_size = sizeof(w.desc);
@@ -151,21 +170,23 @@ Int4Matrix make_int4_matrix(const Int4Options& o, std::mt19937_64& rng) {
   w.desc.scales = w.scales.data();
   w.desc.scale_row_stride = rs;
   w.desc.scale_block_stride = bs;
+  w.desc.scale_group_stride = gs;
 
   w.zero_values.assign(size_t{o.n} * blocks, 8);
   if (o.zero_points) {
-    plane_strides(o.zero_point_order, o.n, blocks, &rs, &bs, &count);
+    plane_strides(o.zero_point_order, o.n, blocks, &rs, &bs, &gs, &count);
     w.zero_points.assign(count, 0xEE);
     for (uint32_t n = 0; n < o.n; ++n) {
       for (uint32_t b = 0; b < blocks; ++b) {
         const uint8_t z = static_cast<uint8_t>(code(rng));
         w.zero_values[size_t{n} * blocks + b] = z;
-        w.zero_points[n * rs + b * bs] = z;
+        w.zero_points[plane_offset(n, b, rs, bs, gs)] = z;
       }
     }
     w.desc.zero_points = w.zero_points.data();
     w.desc.zero_point_row_stride = rs;
     w.desc.zero_point_block_stride = bs;
+    w.desc.zero_point_group_stride = gs;
   }
 
   w.bias_values.assign(o.n, 0.0);

@@ -14,7 +14,9 @@
 
 namespace qmoe::testing {
 
-enum class ScaleOrder { kRowMajor, kBlockMajor, kPaddedRowMajor };
+// kGrouped: the group-strided order (per 8-row group, blocks x 8 elements; the last group
+// padded to 8 rows), described with scale_group_stride / zero_point_group_stride.
+enum class ScaleOrder { kRowMajor, kBlockMajor, kPaddedRowMajor, kGrouped };
 
 struct Int4Options {
   uint32_t n = 8, k = 32, block_size = 32;

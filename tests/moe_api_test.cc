@@ -2,12 +2,15 @@
 // message, nothing written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/moe_reference.h"
@@ -217,6 +220,50 @@ TEST_F(MoeApi, DestroyedSetIsRejected) {
                              64, nullptr),
             QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_TRUE(poisoned(y));
+}
+
+// Without a workspace the forward borrows the context's scratch; calls that overlap on one
+// context (a caller's threads, no pool serialising them) must each get their own scratch and the
+// same bits as a call alone.
+TEST_F(MoeApi, ConcurrentForwardsOnOneContextAgreeWithACallAlone) {
+  qmoe_context_options co;
+  qmoe_context_options_init(&co);
+  co.num_threads = 1;  // no pool: nothing serialises the callers
+  qmoe_context* shared = nullptr;
+  ASSERT_EQ(qmoe_context_create(&co, &shared), QMOE_STATUS_OK);
+  qmoe_expert_set* raw = nullptr;
+  ASSERT_EQ(qmoe_expert_set_create(&model_->desc, &raw), QMOE_STATUS_OK);
+  SetPtr set(raw);
+  constexpr uint32_t kThreads = 4, kCalls = 40, kM = 3, kH = 64;
+  std::vector<std::vector<float>> x(kThreads), expected(kThreads);
+  const int32_t ids[kM * 2] = {0, 1, 2, 3, 1, 2};
+  const float w[kM * 2] = {0.5f, 0.5f, 0.25f, 0.75f, 1.0f, -0.5f};
+  for (uint32_t t = 0; t < kThreads; ++t) {
+    x[t].resize(kM * kH);
+    for (uint32_t i = 0; i < kM * kH; ++i) x[t][i] = std::sin(0.37f * i + t);
+    expected[t].assign(kM * kH, kPoison);
+    ASSERT_EQ(qmoe_moe_forward(shared, set.get(), QMOE_ACCURACY_FAST, kM, x[t].data(), kH, ids, w,
+                               2, expected[t].data(), kH, nullptr),
+              QMOE_STATUS_OK);
+  }
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> callers;
+  for (uint32_t t = 0; t < kThreads; ++t) {
+    callers.emplace_back([&, t] {
+      std::vector<float> y(kM * kH);
+      for (uint32_t call = 0; call < kCalls; ++call) {
+        std::fill(y.begin(), y.end(), kPoison);
+        if (qmoe_moe_forward(shared, set.get(), QMOE_ACCURACY_FAST, kM, x[t].data(), kH, ids, w, 2,
+                             y.data(), kH, nullptr) != QMOE_STATUS_OK ||
+            std::memcmp(y.data(), expected[t].data(), y.size() * sizeof(float)) != 0) {
+          ++mismatches;
+        }
+      }
+    });
+  }
+  for (std::thread& c : callers) c.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  qmoe_context_destroy(shared);
 }
 
 TEST_F(MoeApi, ForwardRejectsBadInputAndWritesNothing) {

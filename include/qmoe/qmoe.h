@@ -267,19 +267,31 @@ typedef struct qmoe_quant_matrix {
   /** Canonical codes, qmoe_quant_matrix_codes_size() bytes (64-byte alignment recommended). */
   const void* codes;
   /** Scales: element (n, b) at scales[n * scale_row_stride + b * scale_block_stride], in
-   * elements; [N, K/block] order is (K/block, 1), [K/block, N] order is (1, N). */
+   * elements; [N, K/block] order is (K/block, 1), [K/block, N] order is (1, N). With a
+   * nonzero scale_group_stride (below) the row term is instead
+   * (n / 8) * scale_group_stride + (n % 8) * scale_row_stride. */
   qmoe_dtype scale_dtype;
   const void* scales;
   size_t scale_row_stride;
   size_t scale_block_stride;
   /** Optional zero points, one uint8 code per (n, b) at zero_points[n * zero_point_row_stride
-   * + b * zero_point_block_stride]; NULL means the format's default (8 for INT4). */
+   * + b * zero_point_block_stride] (row term as for scales when zero_point_group_stride is
+   * nonzero); NULL means the format's default (8 for INT4). */
   const uint8_t* zero_points;
   size_t zero_point_row_stride;
   size_t zero_point_block_stride;
   /** Optional bias, N elements of bias_dtype; NULL for none. */
   qmoe_dtype bias_dtype;
   const void* bias;
+  /** Elements between consecutive 8-row groups of the scale / zero-point plane; 0 (the default,
+   * and what a caller whose struct_size ends before these fields gets) means 8 * row stride,
+   * the plain strided plane above. Nonzero, it must be at least one group's extent. The
+   * grouped order (row stride 1, block stride 8, group stride 8 * K/block: for each group of
+   * the codes, its K/block x 8 scales in a row) is the one the kernels stream best: the scales
+   * then follow the codes group by group instead of touching a new cache line per block
+   * (docs/formats.md has the measurement). */
+  size_t scale_group_stride;
+  size_t zero_point_group_stride;
 } qmoe_quant_matrix;
 
 /// Bytes of canonical codes for an N x K matrix of `format` (padding included).
@@ -317,8 +329,20 @@ QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t
                                            size_t scale_row_stride, size_t scale_block_stride);
 
 /* ---------------------------------------------------------------------------------------------
- * Memory bandwidth
+ * Memory for weights, and memory bandwidth
  * ------------------------------------------------------------------------------------------- */
+
+/// Allocates `bytes` (>= 1) of uninitialised memory for expert weights (codes and scale planes)
+/// that the CPU kernels will stream: 4096-byte aligned, and from 2 MiB up 2 MiB aligned and
+/// advised for transparent huge pages (Linux MADV_HUGEPAGE). Cold experts read from huge pages
+/// run markedly faster (fewer TLB misses; docs/benchmarks.md has the figures); a runtime with
+/// its own allocator gets the same by 2 MiB alignment and that advice. Huge pages are advice:
+/// where the OS gives none the memory is ordinary and every call works the same.
+/// Free with qmoe_free_weight_memory. OUT_OF_MEMORY when the allocation fails.
+QMOE_API qmoe_status qmoe_alloc_weight_memory(size_t bytes, void** memory);
+
+/// Frees memory from qmoe_alloc_weight_memory; NULL is a no-op.
+QMOE_API void qmoe_free_weight_memory(void* memory);
 
 /// Measure read bandwidth (bytes/s) by streaming a private buffer of `buffer_bytes` (at least
 /// 4096) `repetitions` times (>= 1) with the context's read kernel, on one thread or on all of
@@ -407,8 +431,9 @@ typedef struct qmoe_moe_options {
   /** 0: y = result. Nonzero: y += result (y must then be initialised). */
   int accumulate;
   /** Optional scratch of at least qmoe_moe_workspace_size() bytes, any alignment, not
-   * overlapping the other arguments, used by one call at a time. NULL: scratch private to
-   * the calling thread, grown to the largest call and reused. */
+   * overlapping the other arguments, used by one call at a time. NULL: the context's
+   * scratch, grown to the largest call, reused, freed with the context (a call that finds it
+   * held by a concurrent call on the same context uses scratch private to its thread). */
   void* workspace;
   size_t workspace_bytes;
 } qmoe_moe_options;
