@@ -1,7 +1,6 @@
 #include "benchmarks/bench_util.h"
 
 #include <cpuinfo.h>
-#include <sys/mman.h>
 #if defined(__linux__)
 #include <pthread.h>
 #include <sched.h>
@@ -17,8 +16,6 @@
 
 namespace qmoe::bench {
 namespace {
-
-constexpr size_t kHugePage = 2 * kMiB;
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -172,21 +169,17 @@ std::string format_bytes(double bytes) {
 // --- Memory ---------------------------------------------------------------------------------
 
 AlignedBuffer::AlignedBuffer(size_t bytes) {
-  const size_t alignment = bytes >= kHugePage ? kHugePage : 64;
-  const size_t rounded = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
-  data_ = static_cast<unsigned char*>(std::aligned_alloc(alignment, rounded));
-  if (data_ == nullptr) {
-    std::fprintf(stderr, "qmoe_bench: allocating %zu bytes failed\n", rounded);
+  void* memory = nullptr;
+  if (qmoe_alloc_weight_memory(std::max<size_t>(bytes, 1), &memory) != QMOE_STATUS_OK) {
+    std::fprintf(stderr, "qmoe_bench: %s\n", qmoe_last_error_message());
     std::abort();
   }
-#if defined(MADV_HUGEPAGE)
-  if (alignment == kHugePage) madvise(data_, rounded, MADV_HUGEPAGE);  // advice only
-#endif
+  data_ = static_cast<unsigned char*>(memory);
   size_ = bytes;
 }
 
 AlignedBuffer::~AlignedBuffer() {
-  std::free(data_);
+  qmoe_free_weight_memory(data_);
 }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
@@ -194,7 +187,7 @@ AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   if (this != &other) {
-    std::free(data_);
+    qmoe_free_weight_memory(data_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
@@ -298,6 +291,39 @@ std::string ThreadTeam::pinning_description(size_t size) {
     text += std::to_string(cpus[member % cpus.size()]);
   }
   return text;
+}
+
+// --- Data ---------------------------------------------------------------------------------
+
+void fill_random_bytes(void* dst, size_t bytes, uint64_t& seed) {
+  auto* out = static_cast<unsigned char*>(dst);
+  for (size_t b = 0; b < bytes; b += 8) {
+    const uint64_t r = splitmix64(seed);
+    std::memcpy(out + b, &r, std::min<size_t>(8, bytes - b));
+  }
+}
+
+void fill_weight_scales_f16(uint16_t* dst, size_t count, uint64_t& seed) {
+  for (size_t e = 0; e < count; ++e) {
+    const uint64_t r = splitmix64(seed);
+    const uint32_t exponent = 7 + static_cast<uint32_t>((r >> 16) % 4);  // 2^-8 .. 2^-5
+    dst[e] = static_cast<uint16_t>(((r & 1) << 15) | (exponent << 10) | ((r >> 1) & 0x3FF));
+  }
+}
+
+size_t llc_total_bytes() {
+  size_t instances = 1;
+  if (cpuinfo_initialize() && cpuinfo_get_l3_caches_count() > 0) {
+    instances = cpuinfo_get_l3_caches_count();
+  }
+  return cache_sizes().llc * instances;
+}
+
+// --- Contexts -------------------------------------------------------------------------------
+
+bool use_team_pool() {
+  const char* value = std::getenv("QMOE_BENCH_GEMM_POOL");
+  return value != nullptr && std::strcmp(value, "team") == 0;
 }
 
 // --- Timing and counters --------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 
 #include "lib/dispatch.h"
 #include "lib/kernel_table.h"
+#include "qmoe/qmoe.h"
 
 namespace qmoe::bench {
 
@@ -53,11 +55,10 @@ std::string format_bytes(double bytes);
 
 // --- Memory ---------------------------------------------------------------------------------
 
-/// Uninitialised storage, 64-byte aligned; from 2 MiB up, 2 MiB aligned and advised for
-/// transparent huge pages (as qmoe_measure_read_bandwidth does): streaming reads on the
-/// development host ran about 10% faster on 2 MiB pages (fewer TLB misses, and the hardware
-/// prefetcher restarts at every 4 KiB boundary). Pages are not touched here: first touch
-/// decides where they live.
+/// Uninitialised storage from qmoe_alloc_weight_memory: 4096-byte aligned, and from 2 MiB up on
+/// transparent huge pages where the OS allows, as qmoe_measure_read_bandwidth reads and as
+/// docs/abi.md advises for weights (fewer TLB misses; the hardware prefetcher restarts at every
+/// 4 KiB boundary). Pages are not touched here: first touch decides where they live.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
@@ -137,6 +138,79 @@ class SlicedBuffer {
   size_t slice_bytes_;
   AlignedBuffer buffer_;
 };
+
+// --- Contexts -------------------------------------------------------------------------------
+
+/// QMOE_BENCH_GEMM_POOL=team: multi-threaded contexts run on qmoe_bench's pinned ThreadTeam
+/// through a caller parallel_for instead of libqmoe's own pthreadpool.
+bool use_team_pool();
+
+// A qmoe_parallel_for_fn over qmoe_bench's pinned team: member t runs items t, t + size, ...
+struct TeamParallelFor {
+  ThreadTeam* team;
+
+  static void call(void* state, qmoe_parallel_task_fn task, void* task_state, size_t range) {
+    ThreadTeam& team = *static_cast<TeamParallelFor*>(state)->team;
+    const size_t size = team.size();
+    auto items = [&](size_t member) {
+      for (size_t i = member; i < range; i += size) task(task_state, i);
+    };
+    team.run(items);
+  }
+};
+
+// Owns a context (and, in team mode, the team behind its parallel_for).
+class BenchContext {
+ public:
+  BenchContext(Isa isa, size_t threads) {
+    qmoe_context_options options;
+    qmoe_context_options_init(&options);
+    options.max_isa = static_cast<qmoe_isa>(isa);
+    options.num_threads = static_cast<uint32_t>(threads);
+    if (threads > 1 && use_team_pool()) {
+      team_ = std::make_unique<ThreadTeam>(threads);
+      team_parallel_for_.team = team_.get();
+      options.parallel_for = &TeamParallelFor::call;
+      options.parallel_for_state = &team_parallel_for_;
+    }
+    status_ = qmoe_context_create(&options, &context_);
+    if (status_ != QMOE_STATUS_OK) error_ = qmoe_last_error_message();
+  }
+  ~BenchContext() { qmoe_context_destroy(context_); }
+  BenchContext(const BenchContext&) = delete;
+  BenchContext& operator=(const BenchContext&) = delete;
+
+  qmoe_context* get() const { return context_; }
+  bool ok() const { return status_ == QMOE_STATUS_OK; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::unique_ptr<ThreadTeam> team_;
+  TeamParallelFor team_parallel_for_{nullptr};
+  qmoe_context* context_ = nullptr;
+  qmoe_status status_ = QMOE_STATUS_OK;
+  std::string error_;
+};
+
+// --- Data ---------------------------------------------------------------------------------
+
+/// SplitMix64: the deterministic generator every benchmark fills its data from.
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// `bytes` random bytes (INT4 codes: every nibble 0..15).
+void fill_random_bytes(void* dst, size_t bytes, uint64_t& seed);
+
+/// FP16 scales of weight-like magnitude: 2^-8 .. 2^-5, random sign and mantissa.
+void fill_weight_scales_f16(uint16_t* dst, size_t count, uint64_t& seed);
+
+/// Last-level cache of the whole host: the per-instance size times the number of instances, so
+/// that a cold rotation also defeats several L3s (multi-CCD parts) with every thread running.
+size_t llc_total_bytes();
 
 // --- Timing and counters --------------------------------------------------------------------
 

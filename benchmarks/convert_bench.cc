@@ -22,13 +22,6 @@
 namespace qmoe::bench {
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Sources are finite normal numbers of activation- or weight-like magnitude, random sign and
 // mantissa: the case the kernels are built for (no NaN, no overflow, no subnormal).
 void fill_f16(void* dst, size_t n, uint64_t seed) {

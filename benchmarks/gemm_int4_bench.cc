@@ -1,12 +1,16 @@
 // The INT4 dequant-GEMM through the public ABI (qmoe_gemm on a qmoe_context), on the expert
-// shapes libqmoe is built for. INT4 codes in the canonical layout, FP16 scales in [K/32, N]
-// order (block 32), no zero points (the default 8), no bias.
+// shapes libqmoe is built for. INT4 codes in the canonical layout, FP16 scales (block 32) in
+// the grouped order docs/formats.md recommends (per 8-row group, K/32 x 8 scales in a row),
+// no zero points (the default 8), no bias.
 //
 //   gemm_int4/<shape>/<isa>/<exact|fast>/m:<M>/<cold|warm>/threads:<1|all>
 //
 //   shape    qwen3_fc1  N=1536 K=2048  Qwen3-30B-A3B expert FC1 (gate and up, fused)
 //            qwen3_fc2  N=2048 K=768   Qwen3-30B-A3B expert FC2 (down)
 //            gptoss     N=2880 K=2880  gpt-oss-20b-like expert projection
+//            qwen3_fc1_kn_scales  qwen3_fc1 with scales in plain [K/32, N] order (M 1 and 4
+//                       only): what the grouped order gains (each block of a group's scales
+//                       is then on a different cache line, 2 N bytes from the last)
 //   isa      the context's max_isa (scalar, avx2, avx512); a tier the host lacks is skipped
 //            with the reason. The scalar tier runs m:1 only (it is the reference; a full
 //            scalar sweep would take minutes).
@@ -49,43 +53,23 @@ namespace {
 
 struct Shape {
   const char* name;
-  uint32_t n;
+  uint32_t n;  // a multiple of 8
   uint32_t k;
+  bool grouped_scales;  // else [K/32, N]
 };
 
 constexpr Shape kShapes[] = {
-    {"qwen3_fc1", 1536, 2048},
-    {"qwen3_fc2", 2048, 768},
-    {"gptoss", 2880, 2880},
+    {"qwen3_fc1", 1536, 2048, true},
+    {"qwen3_fc2", 2048, 768, true},
+    {"gptoss", 2880, 2880, true},
+    {"qwen3_fc1_kn_scales", 1536, 2048, false},
 };
 constexpr uint32_t kBlockSize = 32;
 constexpr uint32_t kBatchSizes[] = {1, 2, 4, 8, 32};
 constexpr size_t kPageBytes = 4096;
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 size_t round_up(size_t value, size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
-}
-
-// Last-level cache of the whole host: the per-instance size times the number of instances, so
-// that a cold rotation also defeats several L3s (multi-CCD parts) with every thread running.
-size_t llc_total_bytes() {
-  size_t instances = 1;
-  if (cpuinfo_initialize() && cpuinfo_get_l3_caches_count() > 0) {
-    instances = cpuinfo_get_l3_caches_count();
-  }
-  return cache_sizes().llc * instances;
-}
-
-bool use_team_pool() {
-  const char* value = std::getenv("QMOE_BENCH_GEMM_POOL");
-  return value != nullptr && std::strcmp(value, "team") == 0;
 }
 
 // The weights of one shape: R cold matrices plus one warm matrix, each a page-aligned slot of
@@ -132,16 +116,9 @@ class WeightPool {
     matrices_.reserve(count);
     for (size_t i = 0; i < count; ++i) {
       unsigned char* slot = buffer_.data() + i * slot_bytes;
-      for (size_t b = 0; b < codes_bytes_; b += 8) {
-        const uint64_t r = splitmix64(seed);
-        std::memcpy(slot + b, &r, std::min<size_t>(8, codes_bytes_ - b));
-      }
+      fill_random_bytes(slot, codes_bytes_, seed);
       auto* scales = reinterpret_cast<uint16_t*>(slot + scale_offset);
-      for (size_t e = 0; e < size_t{shape.n} * blocks; ++e) {
-        const uint64_t r = splitmix64(seed);
-        const uint32_t exponent = 7 + static_cast<uint32_t>((r >> 16) % 4);  // 2^-8 .. 2^-5
-        scales[e] = static_cast<uint16_t>(((r & 1) << 15) | (exponent << 10) | ((r >> 1) & 0x3FF));
-      }
+      fill_weight_scales_f16(scales, size_t{shape.n} * blocks, seed);
       qmoe_quant_matrix w{};
       w.struct_size = sizeof(w);
       w.format = QMOE_WEIGHT_FORMAT_INT4;
@@ -151,8 +128,13 @@ class WeightPool {
       w.codes = slot;
       w.scale_dtype = QMOE_DTYPE_F16;
       w.scales = scales;
-      w.scale_row_stride = 1;  // [K/32, N]: element (n, b) at b * N + n
-      w.scale_block_stride = shape.n;
+      w.scale_row_stride = 1;
+      if (shape.grouped_scales) {  // element (n, b) at (n / 8) * 8 K/32 + b * 8 + n % 8
+        w.scale_block_stride = 8;
+        w.scale_group_stride = 8 * blocks;
+      } else {  // [K/32, N]: element (n, b) at b * N + n
+        w.scale_block_stride = shape.n;
+      }
       w.zero_points = nullptr;
       w.bias = nullptr;
       matrices_.push_back(w);
@@ -166,53 +148,6 @@ class WeightPool {
   size_t cursor_ = 0;
   AlignedBuffer buffer_;
   std::vector<qmoe_quant_matrix> matrices_;
-};
-
-// A qmoe_parallel_for_fn over qmoe_bench's pinned team: member t runs items t, t + size, ...
-struct TeamParallelFor {
-  ThreadTeam* team;
-
-  static void call(void* state, qmoe_parallel_task_fn task, void* task_state, size_t range) {
-    ThreadTeam& team = *static_cast<TeamParallelFor*>(state)->team;
-    const size_t size = team.size();
-    auto items = [&](size_t member) {
-      for (size_t i = member; i < range; i += size) task(task_state, i);
-    };
-    team.run(items);
-  }
-};
-
-// Owns a context (and, in team mode, the team behind its parallel_for).
-class BenchContext {
- public:
-  BenchContext(Isa isa, size_t threads) {
-    qmoe_context_options options;
-    qmoe_context_options_init(&options);
-    options.max_isa = static_cast<qmoe_isa>(isa);
-    options.num_threads = static_cast<uint32_t>(threads);
-    if (threads > 1 && use_team_pool()) {
-      team_ = std::make_unique<ThreadTeam>(threads);
-      team_parallel_for_.team = team_.get();
-      options.parallel_for = &TeamParallelFor::call;
-      options.parallel_for_state = &team_parallel_for_;
-    }
-    status_ = qmoe_context_create(&options, &context_);
-    if (status_ != QMOE_STATUS_OK) error_ = qmoe_last_error_message();
-  }
-  ~BenchContext() { qmoe_context_destroy(context_); }
-  BenchContext(const BenchContext&) = delete;
-  BenchContext& operator=(const BenchContext&) = delete;
-
-  qmoe_context* get() const { return context_; }
-  bool ok() const { return status_ == QMOE_STATUS_OK; }
-  const std::string& error() const { return error_; }
-
- private:
-  std::unique_ptr<ThreadTeam> team_;
-  TeamParallelFor team_parallel_for_{nullptr};
-  qmoe_context* context_ = nullptr;
-  qmoe_status status_ = QMOE_STATUS_OK;
-  std::string error_;
 };
 
 struct Case {
@@ -312,6 +247,7 @@ void register_gemm_int4_benchmarks() {
       for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
         for (uint32_t m : kBatchSizes) {
           if (isa == Isa::kScalar && m != 1) continue;
+          if (!shape.grouped_scales && m != 1 && m != 4) continue;
           for (bool cold : {true, false}) {
             for (size_t threads : thread_counts) {
               const Case c{&shape, isa, accuracy, m, cold, threads};
