@@ -11,9 +11,9 @@ to the number of hardware threads, the script
     bytes >= 4 x L3, and gives the same bytes to both sides: ORT gets one model of R QMoE nodes
     sharing inputs X and router logits (one run = R layers; sessions with
     intra_op_num_threads = t, accuracy_level 0 and 4), libqmoe R expert sets (codes through
-    qmoe_import_int4_onnx, the same scales as FP16 [K/32, N] planes, the form `qmoe run` uses;
-    --qmoe-scales f32 reads ORT's own FP32 [N, K/32] planes in place instead; a context of t
-    threads) run with qmoe_moe_forward_logits (k = 8, renormalize = 1), R calls in a Python
+    qmoe_import_int4_onnx into huge-page weight memory, the same scales as FP16 planes in the
+    grouped order, the form `qmoe run` uses; --qmoe-scales f16 gives FP16 [K/32, N] planes,
+    f32 reads ORT's own FP32 [N, K/32] planes in place; a context of t threads) run with qmoe_moe_forward_logits (k = 8, renormalize = 1), R calls in a Python
     loop;
   * keeps the weights cold: before every timed run (outside the timing) fresh router logits
     are written into the buffer both sides read, so each run routes to new experts of R layers
@@ -88,9 +88,10 @@ def main():
                         help="timed runs (of all R layers) per measurement and round")
     parser.add_argument("--rounds", type=int, default=2,
                         help="interleaved rounds (samples pooled; default 2)")
-    parser.add_argument("--qmoe-scales", choices=("f16", "f32"), default="f16",
-                        help="libqmoe's scale planes: FP16 [K/32, N] (default) or ORT's own "
-                             "FP32 [N, K/32] read in place")
+    parser.add_argument("--qmoe-scales", choices=("grouped", "f16", "f32"), default="grouped",
+                        help="libqmoe's weights: FP16 scales in the grouped order with codes in "
+                             "huge-page weight memory (default; what qmoe run uses), FP16 "
+                             "[K/32, N] planes, or ORT's own FP32 [N, K/32] planes in place")
     parser.add_argument("--gate", action="store_true",
                         help="on a shared Linux host: wait for an idle moment before each "
                              "measurement and repeat those other processes disturbed")
@@ -110,8 +111,8 @@ def main():
     count = args.layers or max(2, math.ceil(4 * l3_bytes() / first.nbytes))
     layers = [first] + [ort_qmoe.QMoELayer(EXPERTS, HIDDEN, INTER, BLOCK, rng)
                         for _ in range(count - 1)]
-    sets = [layer.expert_set(qmoe, SWIGLU, fp16_scales=args.qmoe_scales == "f16")
-            for layer in layers]
+    fp16_scales = {"grouped": "grouped", "f16": True, "f32": False}[args.qmoe_scales]
+    sets = [layer.expert_set(qmoe, SWIGLU, fp16_scales=fp16_scales) for layer in layers]
     ort_expert, qmoe_expert = first.nbytes / EXPERTS, sets[0].nbytes / EXPERTS
     print(f"onnxruntime {ort.__version__} (onnx {onnx.__version__}), libqmoe {qmoe.version()} "
           f"({args.libqmoe}), numpy {np.__version__}")

@@ -8,13 +8,13 @@
 //   isa      the context's max_isa (scalar, avx2, avx512); a tier the host lacks is skipped
 //            with the reason. Scalar runs m:1 at 1 thread only (it is the reference).
 //   M        tokens per call: 1 (decode) or 4 (a small decode batch).
-//   cold     call c routes every token into a window of 32 consecutive experts that starts
-//            32 c (mod E) after the previous call's: M = 1 takes the window's first 8, M = 4
-//            draws each token's 8 distinct experts at random from the window (so tokens share
-//            some experts, as real routing does). An expert is therefore read again only
-//            after at least 96 other experts' weights (over 250 MB), several times any
-//            last-level cache: every call streams its experts from DRAM, the cold-expert
-//            case. Layers are added, and rotated, until one rotation exceeds 4 x the LLC.
+//   cold     calls walk the experts in order: at M = 1 call c takes the 8 experts after the
+//            previous call's; at M = 4 each token draws 8 distinct experts at random from the
+//            next window of 32 (so tokens share some experts, as real routing does). Layers
+//            are added until they hold 4 x the LLC, and calls move to the next layer each
+//            time they have walked all 128 experts, so an expert is read again only after
+//            every expert of every layer was (over 320 MB, and over 4 x the LLC): each call
+//            streams its experts from DRAM, the cold-expert case.
 //   threads  the context's own thread count: 1, or all hardware threads.
 //
 // One iteration is one qmoe_moe_forward call, timed alone (argument checks, routing groups,
@@ -157,14 +157,17 @@ class ColdRouter {
 
   // Routes the next call; returns the number of distinct experts it reads.
   uint32_t next() {
-    const uint32_t base = (window_++ * kWindow) % kExperts;
+    const uint32_t window = m_ == 1 ? kTopK : kWindow;
+    const uint32_t base = cursor_;
+    cursor_ = (cursor_ + window) % kExperts;
+    layer_ = cursor_ == 0 ? layer_ + 1 : layer_;
     bool used[kWindow] = {};
     for (uint32_t t = 0; t < m_; ++t) {
       uint32_t picked[kWindow];
-      for (uint32_t i = 0; i < kWindow; ++i) picked[i] = i;
+      for (uint32_t i = 0; i < window; ++i) picked[i] = i;
       for (uint32_t j = 0; j < kTopK; ++j) {  // first kTopK of a partial Fisher-Yates shuffle
         const uint32_t r =
-            m_ == 1 ? j : j + static_cast<uint32_t>(splitmix64(seed_) % (kWindow - j));
+            m_ == 1 ? j : j + static_cast<uint32_t>(splitmix64(seed_) % (window - j));
         std::swap(picked[j], picked[r]);
         used[picked[j]] = true;
         ids_[t * kTopK + j] = static_cast<int32_t>((base + picked[j]) % kExperts);
@@ -173,12 +176,15 @@ class ColdRouter {
     }
     return static_cast<uint32_t>(std::count(used, used + kWindow, true));
   }
+  // Counts the layer of the call routed last up by one each time the experts wrap around.
+  size_t layer(size_t layer_count) const { return layer_ % layer_count; }
   const int32_t* ids() const { return ids_.data(); }
   const float* weights() const { return weights_.data(); }
 
  private:
-  uint32_t m_;
-  uint64_t window_ = 0, seed_ = 0x5EEDull;
+  uint32_t m_, cursor_ = 0;
+  size_t layer_ = 0;
+  uint64_t seed_ = 0x5EEDull;
   std::vector<int32_t> ids_;
   std::vector<float> weights_;
 };
@@ -207,10 +213,8 @@ void moe_layer_benchmark(benchmark::State& state, const Case& c) {
         static_cast<float>(1 << 23);  // uniform in [-1, 1)
   }
   ColdRouter router(c.m);
-  size_t layer = 0;
   auto call = [&]() {
-    const qmoe_expert_set* set = pool.layer(layer);
-    layer = layer + 1 == pool.layer_count() ? 0 : layer + 1;
+    const qmoe_expert_set* set = pool.layer(router.layer(pool.layer_count()));
     return qmoe_moe_forward(context.get(), set, c.accuracy, c.m, x.data(), kHidden, router.ids(),
                             router.weights(), kTopK, y.data(), kHidden, nullptr);
   };

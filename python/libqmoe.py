@@ -17,6 +17,7 @@ QmoeError with the status name and qmoe_last_error_message(). Library.lib is the
 
 import ctypes
 import math
+import weakref
 
 import numpy as np
 
@@ -113,6 +114,16 @@ def aligned_empty(nbytes, dtype=np.uint8, alignment=64):
     return raw[offset:offset + nbytes].view(dtype)
 
 
+def _grouped_plane(planes):
+    """[E, N, B] scale planes in the grouped order of docs/formats.md: per expert, element
+    (n, b) at (n / 8) * 8 B + b * 8 + n % 8 (N padded to a multiple of 8 with zeros)."""
+    e_count, n, blocks = planes.shape
+    padded = np.zeros((e_count, (n + 7) // 8 * 8, blocks), dtype=planes.dtype)
+    padded[:, :n] = planes
+    grouped = padded.reshape(e_count, -1, 8, blocks).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(grouped).reshape(e_count, -1)
+
+
 def _f32_array(a, shape, name):
     a = np.asarray(a)
     if a.dtype != np.float32 or not a.flags.c_contiguous or a.shape != shape:
@@ -139,6 +150,8 @@ _SIGNATURES = {
     "qmoe_context_get_num_threads": (_INT, [_P, ctypes.POINTER(_U32)]),
     "qmoe_quant_matrix_codes_size": (_INT, [_INT, _U32, _U32, ctypes.POINTER(_SZ)]),
     "qmoe_import_int4_onnx": (_INT, [_P, _U32, _U32, _P, _SZ]),
+    "qmoe_alloc_weight_memory": (_INT, [_SZ, ctypes.POINTER(_P)]),
+    "qmoe_free_weight_memory": (None, [_P]),
     "qmoe_gemm": (_INT, [_P, ctypes.POINTER(QuantMatrix), _INT, _U32, _P, _SZ, _P, _SZ, _U32,
                          _U32]),
     "qmoe_expert_set_desc_init": (None, [ctypes.POINTER(ExpertSetDesc)]),
@@ -265,25 +278,42 @@ class Library:
 
     # --- Quantized matrices and the GEMM --------------------------------------------------
 
-    def import_onnx_codes(self, onnx_codes, n, k):
-        """Canonical INT4 codes (64-byte aligned) from ONNX Runtime's uint8 [n, k/2] rows
-        (byte j: k = 2j in the low nibble, 2j + 1 in the high nibble)."""
-        src = np.ascontiguousarray(onnx_codes, dtype=np.uint8).reshape(n, k // 2)
+    def weight_memory(self, nbytes):
+        """A uint8 numpy array of nbytes over qmoe_alloc_weight_memory (2 MiB aligned and
+        advised for huge pages from 2 MiB up), freed when the array and its views are gone."""
+        pointer = ctypes.c_void_p()
+        self.check(self.lib.qmoe_alloc_weight_memory(nbytes, ctypes.byref(pointer)),
+                   "qmoe_alloc_weight_memory")
+        buffer = (ctypes.c_uint8 * nbytes).from_address(pointer.value)
+        weakref.finalize(buffer, self.lib.qmoe_free_weight_memory, pointer.value)
+        return np.frombuffer(buffer, dtype=np.uint8)
+
+    def codes_size(self, n, k):
         size = ctypes.c_size_t()
         self.check(self.lib.qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k,
                                                          ctypes.byref(size)),
                    "qmoe_quant_matrix_codes_size")
-        codes = aligned_empty(size.value)
+        return size.value
+
+    def import_onnx_codes(self, onnx_codes, n, k, out=None):
+        """Canonical INT4 codes from ONNX Runtime's uint8 [n, k/2] rows (byte j: k = 2j in the
+        low nibble, 2j + 1 in the high nibble), into `out` (uint8, codes_size(n, k) bytes) or
+        a new 64-byte aligned array."""
+        src = np.ascontiguousarray(onnx_codes, dtype=np.uint8).reshape(n, k // 2)
+        size = self.codes_size(n, k)
+        codes = aligned_empty(size) if out is None else out
+        if codes.nbytes != size:
+            raise ValueError(f"import_onnx_codes: out has {codes.nbytes} bytes, needs {size}")
         self.check(self.lib.qmoe_import_int4_onnx(src.ctypes.data, n, k, codes.ctypes.data,
-                                                  size.value), "qmoe_import_int4_onnx")
+                                                  size), "qmoe_import_int4_onnx")
         return codes
 
     @staticmethod
     def describe_matrix(codes, n, k, block_size, scales, scale_dtype, scale_row_stride,
-                        scale_block_stride):
-        """A QuantMatrix struct over canonical `codes` and a plain strided scale plane (group
-        strides 0; no zero points: 8; no bias). The caller keeps `codes` and `scales`
-        alive."""
+                        scale_block_stride, scale_group_stride=0):
+        """A QuantMatrix struct over canonical `codes` and a scale plane at the given strides
+        (group stride 0: the plain plane; no zero points: 8; no bias). The caller keeps
+        `codes` and `scales` alive."""
         w = QuantMatrix()
         w.struct_size = ctypes.sizeof(QuantMatrix)
         w.format = QMOE_WEIGHT_FORMAT_INT4
@@ -292,6 +322,7 @@ class Library:
         w.scale_dtype = scale_dtype
         w.scales = scales.ctypes.data
         w.scale_row_stride, w.scale_block_stride = scale_row_stride, scale_block_stride
+        w.scale_group_stride = scale_group_stride
         return w
 
     def import_onnx_matrix(self, onnx_codes, n, k, block_size, scales, scale_dtype,
@@ -325,10 +356,13 @@ class Library:
         """An ExpertSet from ONNX Runtime QMoE-layout INT4 weights, as its CPU kernel reads
         them: fc1 uint8 [E, 2I, H/2], fc1_scales float32 [E, 2I, H/block], fc2 uint8
         [E, H, I/2], fc2_scales float32 [E, H, I/block] (no zero points: 8; no biases).
-        Codes are imported into the canonical layout. The FP32 scales are used in place, or,
-        with fp16_scales, converted to FP16 planes [K/block, N] per projection (block-major,
-        the plane `qmoe run` and the gemm_int4 benchmarks use; the values must be
-        FP16-representable)."""
+        Codes are imported into the canonical layout. fp16_scales:
+          False     the FP32 scales are read in place ([N, K/block], as ORT reads them);
+          "grouped" FP16 planes in the grouped order of docs/formats.md, and every expert's
+                    codes in one qmoe_alloc_weight_memory buffer (huge pages): what qmoe run
+                    and the benchmarks use, and what docs/abi.md recommends;
+          True      FP16 planes [K/block, N] (block-major).
+        FP16 planes need FP16-representable values (checked)."""
         e_count, two_i, h_half = fc1.shape
         hidden, inter = 2 * h_half, two_i // 2
         if (fc2.shape != (e_count, hidden, inter // 2)
@@ -338,25 +372,41 @@ class Library:
                              f"{fc1.shape} {fc1_scales.shape} {fc2.shape} {fc2_scales.shape}")
         s1 = _f32_array(fc1_scales, fc1_scales.shape, "fc1_scales")
         s2 = _f32_array(fc2_scales, fc2_scales.shape, "fc2_scales")
+        group1 = group2 = 0
         if fp16_scales:
-            s1 = np.ascontiguousarray(s1.astype(np.float16).transpose(0, 2, 1))
-            s2 = np.ascontiguousarray(s2.astype(np.float16).transpose(0, 2, 1))
-            if not (np.array_equal(s1.astype(np.float32).transpose(0, 2, 1), fc1_scales) and
-                    np.array_equal(s2.astype(np.float32).transpose(0, 2, 1), fc2_scales)):
+            h1, h2 = s1.astype(np.float16), s2.astype(np.float16)
+            if not (np.array_equal(h1.astype(np.float32), s1) and
+                    np.array_equal(h2.astype(np.float32), s2)):
                 raise ValueError("expert_set_from_onnx: scales are not FP16-representable")
-            dtype, strides1, strides2 = QMOE_DTYPE_F16, (1, two_i), (1, hidden)
+            dtype = QMOE_DTYPE_F16
+            if fp16_scales == "grouped":
+                s1, s2 = _grouped_plane(h1), _grouped_plane(h2)
+                blocks1, blocks2 = hidden // block_size, inter // block_size
+                strides1, strides2 = (1, 8), (1, 8)
+                group1, group2 = 8 * blocks1, 8 * blocks2
+            else:
+                s1 = np.ascontiguousarray(h1.transpose(0, 2, 1))
+                s2 = np.ascontiguousarray(h2.transpose(0, 2, 1))
+                strides1, strides2 = (1, two_i), (1, hidden)
         else:
             dtype = QMOE_DTYPE_F32
             strides1, strides2 = (hidden // block_size, 1), (inter // block_size, 1)
+        size1, size2 = self.codes_size(two_i, hidden), self.codes_size(hidden, inter)
+        arena = self.weight_memory(e_count * (size1 + size2)) if fp16_scales == "grouped" \
+            else None
         codes, structs1, structs2 = [], [], []
         for e in range(e_count):
-            c1 = self.import_onnx_codes(fc1[e], two_i, hidden)
-            c2 = self.import_onnx_codes(fc2[e], hidden, inter)
+            out1 = out2 = None
+            if arena is not None:
+                base = e * (size1 + size2)
+                out1, out2 = arena[base:base + size1], arena[base + size1:base + size1 + size2]
+            c1 = self.import_onnx_codes(fc1[e], two_i, hidden, out1)
+            c2 = self.import_onnx_codes(fc2[e], hidden, inter, out2)
             codes += [c1, c2]
             structs1.append(self.describe_matrix(c1, two_i, hidden, block_size, s1[e], dtype,
-                                                 *strides1))
+                                                 *strides1, group1))
             structs2.append(self.describe_matrix(c2, hidden, inter, block_size, s2[e], dtype,
-                                                 *strides2))
+                                                 *strides2, group2))
         p_fc1 = (ctypes.POINTER(QuantMatrix) * e_count)(*[ctypes.pointer(s) for s in structs1])
         p_fc2 = (ctypes.POINTER(QuantMatrix) * e_count)(*[ctypes.pointer(s) for s in structs2])
         desc = ExpertSetDesc()

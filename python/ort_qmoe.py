@@ -88,7 +88,8 @@ class QMoELayer:
     def expert_set(self, library, swiglu, fp16_scales=False):
         """The same layer as a libqmoe ExpertSet (python/libqmoe.py), SwiGLU (alpha, beta,
         limit), imported with the ONNX-layout importer; the FP32 scales are read in place, or
-        converted to FP16 [K/block, N] planes with fp16_scales (the same values)."""
+        converted to FP16 planes (the same values) as Library.expert_set_from_onnx's
+        fp16_scales says (True: [K/block, N]; "grouped": the grouped order)."""
         alpha, beta, limit = swiglu
         return library.expert_set_from_onnx(self.fc1, self.fc1_scales, self.fc2,
                                             self.fc2_scales, self.block, alpha=alpha,

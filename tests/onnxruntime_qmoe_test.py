@@ -10,7 +10,10 @@ renormalize = 1), for
   - block sizes 32, 64 and 128, swiglu_fusion = 1 (gate/up interleaved rows);
   - Qwen3-like SwiGLU (alpha 1, beta 0, no limit) and gpt-oss-like (alpha 1.702, beta 1,
     limit 7, with FC1 scales large enough that the limit clamps);
-  - M = 1 and M = 4 tokens; E = 16 experts, k = 4, H = 512, I = 256.
+  - M = 1 and M = 4 tokens; E = 16 experts, k = 4, H = 512, I = 256;
+  - libqmoe's weights both as ORT reads them (FP32 [N, K/block] scales in place) and as qmoe
+    run lays them out (FP16 scales in the grouped order, codes in qmoe_alloc_weight_memory),
+    which must give the same bits.
 Every output is checked against an FP64 reference with the per-output bounds of docs/abi.md
 (python/qmoe_parity.py; its docstring derives them): libqmoe exact and ORT accuracy_level 0
 within the exact bound, libqmoe fast within the fast bound. ORT accuracy_level 4 quantizes
@@ -83,7 +86,10 @@ def main():
                                                   threads, 1, HIDDEN)
                        for level in (0, 4)}
             clamped = 0
-            with layer.expert_set(library, swiglu) as expert_set:
+            # The same layer with FP16 scales in the grouped order and codes in huge-page
+            # weight memory (the form qmoe run uses): same values, so the same bits.
+            grouped_set = layer.expert_set(library, swiglu, fp16_scales="grouped")
+            with layer.expert_set(library, swiglu) as expert_set, grouped_set:
                 for m in TOKENS:
                     case = f"block {block}, {swiglu_name}, M={m}"
                     x = rng.uniform(-1.0, 1.0, size=(m, HIDDEN)).astype(np.float32)
@@ -110,6 +116,14 @@ def main():
                     if not np.array_equal(routed, outputs[qmoe_parity.QMOE_EXACT]):
                         failures.append(f"{case}: qmoe_moe_forward on qmoe_moe_route_topk's "
                                         "routes differs from qmoe_moe_forward_logits")
+
+                    for level, name in ((libqmoe.QMOE_ACCURACY_EXACT, qmoe_parity.QMOE_EXACT),
+                                        (libqmoe.QMOE_ACCURACY_FAST, qmoe_parity.QMOE_FAST)):
+                        grouped = library.moe_forward_logits(context, grouped_set, level, x,
+                                                             logits, K)
+                        if not np.array_equal(grouped, outputs[name]):
+                            failures.append(f"{case}: {name} with grouped FP16 scales differs "
+                                            "from FP32 scales read in place")
 
                     print(f"{case}: worst error / bound: " +
                           ", ".join(f"{name} {ratio:.2g}" for name, ratio in results))

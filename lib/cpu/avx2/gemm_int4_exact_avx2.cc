@@ -12,12 +12,13 @@
 #include <immintrin.h>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
+#include "lib/cpu/int4_prefetch.h"
 #include "lib/quant_layout.h"
 
 namespace qmoe::avx2 {
 namespace {
 
-constexpr size_t kPrefetchDistance = 1536;
+constexpr size_t kPrefetchDistance = kInt4PrefetchBytes;
 
 template <qmoe_dtype kScale>
 constexpr size_t sizeof_scale() {

@@ -29,12 +29,13 @@
 #endif
 
 #include "lib/cpu/avx512/kernels_avx512.h"
+#include "lib/cpu/int4_prefetch.h"
 #include "lib/quant_layout.h"
 
 namespace qmoe::avx512 {
 namespace {
 
-constexpr size_t kPrefetchDistance = 1536;
+constexpr size_t kPrefetchDistance = kInt4PrefetchBytes;
 
 template <qmoe_dtype kScale>
 constexpr size_t sizeof_scale() {

@@ -15,6 +15,7 @@
 #endif
 
 #include "lib/cpu/avx512/kernels_avx512.h"
+#include "lib/cpu/int4_prefetch.h"
 #include "lib/quant_layout.h"
 
 namespace qmoe::avx512 {
@@ -38,6 +39,28 @@ inline __m512i chunk_partials(__m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1
   return reduce_pairs(
       _mm512_add_epi16(_mm512_maddubs_epi16(lo0, x_lo), _mm512_maddubs_epi16(hi0, x_hi)),
       _mm512_add_epi16(_mm512_maddubs_epi16(lo1, x_lo), _mm512_maddubs_epi16(hi1, x_hi)));
+}
+
+}  // namespace
+
+// M = 1 takes the 256-bit body, as in the VNNI file (gemm_int4_fast_avx512vnni.cc says why),
+// so that a host with AVX512-VNNI and one without get the same bits from this tier.
+namespace ymm {
+namespace {
+#include "lib/cpu/avx2/int4_row_sums_maddubs.inc"
+}  // namespace
+
+// Defines ymm::gemm_int4_fast (and its templates).
+#include "lib/cpu/avx2/gemm_int4_fast_avx2.inc"
+
+}  // namespace ymm
+
+namespace {
+
+inline bool single_row(const Int4GroupArgs& a) {
+  if (a.m != 1) return false;
+  ymm::gemm_int4_fast(a);
+  return true;
 }
 
 }  // namespace

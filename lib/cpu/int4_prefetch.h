@@ -1,0 +1,26 @@
+// How far ahead (bytes) the INT4 CPU kernels software-prefetch their code stream, shared by
+// every tier so it is tuned in one place. Overridable at build time
+// (-DQMOE_INT4_PREFETCH_BYTES=N) for tuning runs.
+//
+// Why 3072: the distance must cover DRAM latency times the stream's rate (about 120 ns x
+// 15 GB/s = 1.8 KB on the Sapphire Rapids device host). There, fast M = 1 cold Qwen3 FC1 with
+// grouped scales read at 0.53-0.59 of the roof with no software prefetch, 0.68-0.80 at 1536 B
+// and 0.70-0.89 at 3072 B (one run, both 256- and 512-bit kernels); 6144 B was no better on
+// the 256-bit kernel. On the Zen 3 development host (lower latency) 768 B to 8 KiB measured the
+// same within noise.
+#ifndef QMOE_LIB_CPU_INT4_PREFETCH_H_
+#define QMOE_LIB_CPU_INT4_PREFETCH_H_
+
+#include <cstddef>
+
+#ifndef QMOE_INT4_PREFETCH_BYTES
+#define QMOE_INT4_PREFETCH_BYTES 3072
+#endif
+
+namespace qmoe {
+
+inline constexpr size_t kInt4PrefetchBytes = QMOE_INT4_PREFETCH_BYTES;
+
+}  // namespace qmoe
+
+#endif  // QMOE_LIB_CPU_INT4_PREFETCH_H_
