@@ -53,6 +53,38 @@ inline __m256i load_zero_bytes(const uint8_t* base, size_t index) {
   return _mm256_set1_epi64x(eight);
 }
 
+// The zero points of the chunk's block(s) as bytes 0-7 of *zeros_a (first 16 k) and *zeros_b
+// (last 16 k; the same block unless the block size is 16); all 8 without a zero-point plane.
+template <bool kZeros, bool kBlock16>
+inline void chunk_zero_points(const Int4GroupArgs& a, uint32_t block_a, __m256i* zeros_a,
+                              __m256i* zeros_b) {
+  const __m256i default_zero = _mm256_set1_epi8(static_cast<char>(kInt4DefaultZeroPoint));
+  *zeros_a = *zeros_b = default_zero;
+  if constexpr (kZeros) {
+    *zeros_a = load_zero_bytes(a.zero_points, block_a * a.zero_point_block_stride);
+    *zeros_b = kBlock16 ? load_zero_bytes(a.zero_points, (block_a + 1) * a.zero_point_block_stride)
+                        : *zeros_a;
+  }
+}
+
+// Rows 2p and 2p + 1 of a chunk as int8 (code - z): *lo = [2p: k 0-15 | 2p+1: k 0-15],
+// *hi = [2p: k 16-31 | 2p+1: k 16-31], in [-15, 15].
+template <bool kZeros>
+inline void signed_pair_codes(const uint8_t* codes, int p, __m256i zeros_a, __m256i zeros_b,
+                              __m256i* lo, __m256i* hi) {
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
+  const __m256i l = _mm256_and_si256(bytes, mask);
+  const __m256i h = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
+  if constexpr (kZeros) {
+    *lo = _mm256_sub_epi8(l, pair_zero_points(zeros_a, p));
+    *hi = _mm256_sub_epi8(h, pair_zero_points(zeros_b, p));
+  } else {  // zeros_a = zeros_b = 8 in every byte
+    *lo = _mm256_sub_epi8(l, zeros_a);
+    *hi = _mm256_sub_epi8(h, zeros_b);
+  }
+}
+
 // Eight rows' sums t[0..7] (one 8-lane vector each) -> one vector of row sums, natural order.
 inline __m256 reduce_rows(const __m256 t[8]) {
   const __m256 c0 = _mm256_hadd_ps(_mm256_hadd_ps(t[0], t[1]), _mm256_hadd_ps(t[2], t[3]));
@@ -62,8 +94,6 @@ inline __m256 reduce_rows(const __m256 t[8]) {
 
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16, int kM>
 void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
-  const __m256i mask = _mm256_set1_epi8(0x0F);
-  const __m256i default_zero = _mm256_set1_epi8(static_cast<char>(kInt4DefaultZeroPoint));
   // Chunks per block is 1, 2 or 4 (block 32, 64, 128): a shift, not a division per chunk.
   const uint32_t block_shift =
       kBlock16 ? 0 : static_cast<uint32_t>(__builtin_ctz(a.block_size / kChunkCodes));
@@ -85,23 +115,11 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
     _mm_prefetch(static_cast<const char*>(a.scales) +
                      block_a * a.scale_block_stride * sizeof_scale<kScale>() + 64,
                  _MM_HINT_T0);
-    __m256i zeros_a = default_zero, zeros_b = default_zero;
-    if constexpr (kZeros) {
-      zeros_a = load_zero_bytes(a.zero_points, block_a * a.zero_point_block_stride);
-      zeros_b = kBlock16 ? load_zero_bytes(a.zero_points, (block_a + 1) * a.zero_point_block_stride)
-                         : zeros_a;
-    }
+    __m256i zeros_a, zeros_b;
+    chunk_zero_points<kZeros, kBlock16>(a, block_a, &zeros_a, &zeros_b);
     for (int p = 0; p < 4; ++p) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
-      __m256i lo = _mm256_and_si256(bytes, mask);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
-      if constexpr (kZeros) {
-        lo = _mm256_sub_epi8(lo, pair_zero_points(zeros_a, p));
-        hi = _mm256_sub_epi8(hi, pair_zero_points(zeros_b, p));
-      } else {
-        lo = _mm256_sub_epi8(lo, default_zero);
-        hi = _mm256_sub_epi8(hi, default_zero);
-      }
+      __m256i lo, hi;
+      signed_pair_codes<kZeros>(codes, p, zeros_a, zeros_b, &lo, &hi);
       // lo = [r: k 0-15 | r+1: k 0-15], hi = [r: k 16-31 | r+1: k 16-31] as int8.
       const __m128i lo_r = _mm256_castsi256_si128(lo), lo_r1 = _mm256_extracti128_si256(lo, 1);
       const __m128i hi_r = _mm256_castsi256_si128(hi), hi_r1 = _mm256_extracti128_si256(hi, 1);
@@ -167,8 +185,6 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
 // plus 4 stores.
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
 void exact_single_row(const Int4GroupArgs& a) {
-  const __m256i mask = _mm256_set1_epi8(0x0F);
-  const __m256i default_zero = _mm256_set1_epi8(static_cast<char>(kInt4DefaultZeroPoint));
   const uint32_t block_shift =
       kBlock16 ? 0 : static_cast<uint32_t>(__builtin_ctz(a.block_size / kChunkCodes));
   __m256 acc[kGroupRows];
@@ -189,25 +205,13 @@ void exact_single_row(const Int4GroupArgs& a) {
       _mm256_store_ps(scales_b,
                       load_scales<kScale>(a.scales, (block_a + 1) * a.scale_block_stride));
     }
-    __m256i zeros_a = default_zero, zeros_b = default_zero;
-    if constexpr (kZeros) {
-      zeros_a = load_zero_bytes(a.zero_points, block_a * a.zero_point_block_stride);
-      zeros_b = kBlock16 ? load_zero_bytes(a.zero_points, (block_a + 1) * a.zero_point_block_stride)
-                         : zeros_a;
-    }
+    __m256i zeros_a, zeros_b;
+    chunk_zero_points<kZeros, kBlock16>(a, block_a, &zeros_a, &zeros_b);
     const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
     const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
     for (int p = 0; p < 4; ++p) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
-      __m256i lo = _mm256_and_si256(bytes, mask);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
-      if constexpr (kZeros) {
-        lo = _mm256_sub_epi8(lo, pair_zero_points(zeros_a, p));
-        hi = _mm256_sub_epi8(hi, pair_zero_points(zeros_b, p));
-      } else {
-        lo = _mm256_sub_epi8(lo, default_zero);
-        hi = _mm256_sub_epi8(hi, default_zero);
-      }
+      __m256i lo, hi;
+      signed_pair_codes<kZeros>(codes, p, zeros_a, zeros_b, &lo, &hi);
       for (int half = 0; half < 2; ++half) {  // rows 2p and 2p + 1
         const int r = 2 * p + half;
         const __m128i l = half == 0 ? _mm256_castsi256_si128(lo) : _mm256_extracti128_si256(lo, 1);

@@ -13,21 +13,9 @@
 namespace qmoe::avxvnni {
 namespace {
 
-// Eight rows' int32 dot products for one chunk and one activation row: `kLow`/`kHigh` pick
-// which halves of the chunk contribute (both for blocks >= 32; one each for block 16).
-template <bool kLow, bool kHigh>
-inline __m256i chunk_row_sums(const __m256i lo[4], const __m256i hi[4], __m256i x_lo,
-                              __m256i x_hi) {
-  __m256i pair[4];
-  for (int p = 0; p < 4; ++p) {
-    __m256i s = _mm256_setzero_si256();
-    if constexpr (kLow) s = _mm256_dpbusd_avx_epi32(s, lo[p], x_lo);
-    if constexpr (kHigh) s = _mm256_dpbusd_avx_epi32(s, hi[p], x_hi);
-    pair[p] = s;
-  }
-  return _mm256_hadd_epi32(_mm256_hadd_epi32(pair[0], pair[1]),
-                           _mm256_hadd_epi32(pair[2], pair[3]));
-}
+#define QMOE_INT4_DPBUSD256 _mm256_dpbusd_avx_epi32
+#include "lib/cpu/avx2/int4_row_sums_dpbusd.inc"
+#undef QMOE_INT4_DPBUSD256
 
 }  // namespace
 

@@ -43,27 +43,13 @@ inline __m512i chunk_partials(__m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1
 
 }  // namespace
 
-// M = 1 takes the 256-bit body, as in the VNNI file (gemm_int4_fast_avx512vnni.cc says why),
-// so that a host with AVX512-VNNI and one without get the same bits from this tier.
+// M = 1: the 256-bit body with vpmaddubsw (gemm_int4_fast_single_row.inc says why).
 namespace ymm {
 namespace {
 #include "lib/cpu/avx2/int4_row_sums_maddubs.inc"
 }  // namespace
-
-// Defines ymm::gemm_int4_fast (and its templates).
-#include "lib/cpu/avx2/gemm_int4_fast_avx2.inc"
-
 }  // namespace ymm
-
-namespace {
-
-inline bool single_row(const Int4GroupArgs& a) {
-  if (a.m != 1) return false;
-  ymm::gemm_int4_fast(a);
-  return true;
-}
-
-}  // namespace
+#include "lib/cpu/avx512/gemm_int4_fast_single_row.inc"
 
 // Defines gemm_int4_fast (and its templates) in this namespace.
 #include "lib/cpu/avx512/gemm_int4_fast_avx512.inc"

@@ -24,43 +24,17 @@
 
 namespace qmoe::avx512vnni {
 
-// The 256-bit fast body (lib/cpu/avx2/gemm_int4_fast_avx2.inc) with EVEX vpdpbusd, for M = 1.
-// On the Sapphire Rapids device host, Qwen3 FC1 at M = 1 with weights cold read at 0.80 of the
-// one-thread roof through the 256-bit body and 0.73 through the 512-bit one (median of 5, same
-// run), although the 512-bit body is faster with the weights in cache (75 against 91 us): with
-// the stream from DRAM, its one full-line load per row group and chunk keeps fewer misses in
-// flight. From M = 2 up the arithmetic dominates and the 512-bit body wins.
+// M = 1: the 256-bit body with EVEX vpdpbusd (gemm_int4_fast_single_row.inc says why).
 namespace ymm {
 namespace {
-
-template <bool kLow, bool kHigh>
-inline __m256i chunk_row_sums(const __m256i lo[4], const __m256i hi[4], __m256i x_lo,
-                              __m256i x_hi) {
-  __m256i pair[4];
-  for (int p = 0; p < 4; ++p) {
-    __m256i s = _mm256_setzero_si256();
-    if constexpr (kLow) s = _mm256_dpbusd_epi32(s, lo[p], x_lo);
-    if constexpr (kHigh) s = _mm256_dpbusd_epi32(s, hi[p], x_hi);
-    pair[p] = s;
-  }
-  return _mm256_hadd_epi32(_mm256_hadd_epi32(pair[0], pair[1]),
-                           _mm256_hadd_epi32(pair[2], pair[3]));
-}
-
+#define QMOE_INT4_DPBUSD256 _mm256_dpbusd_epi32
+#include "lib/cpu/avx2/int4_row_sums_dpbusd.inc"
+#undef QMOE_INT4_DPBUSD256
 }  // namespace
-
-// Defines ymm::gemm_int4_fast (and its templates).
-#include "lib/cpu/avx2/gemm_int4_fast_avx2.inc"
-
 }  // namespace ymm
+#include "lib/cpu/avx512/gemm_int4_fast_single_row.inc"
 
 namespace {
-
-inline bool single_row(const Int4GroupArgs& a) {
-  if (a.m != 1) return false;
-  ymm::gemm_int4_fast(a);
-  return true;
-}
 
 // int32 partials of four rows (one per 128-bit lane; a rows 0-3, b rows 4-7) -> partial
 // order. |partial| <= 16 * 15 * 127, exact in int32 and fp32.
