@@ -328,6 +328,22 @@ QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t
                                            size_t dst_bytes, uint16_t* scales,
                                            size_t scale_row_stride, size_t scale_block_stride);
 
+/// Elements of an [n, blocks] plane in the grouped order (docs/formats.md): ceil(n / 8) * 8 *
+/// blocks, the last group padded to 8 rows. 0 when n or blocks is 0 or the count overflows.
+QMOE_API size_t qmoe_grouped_plane_elements(uint32_t n, uint32_t blocks);
+
+/// Copies an [n, blocks] scale or zero-point plane of `element_bytes`-byte elements (4: FP32
+/// scales, 2: FP16/BF16 scales, 1: zero points), element (r, b) read at
+/// src[r * src_row_stride + b * src_block_stride] (in elements), into the grouped order: dst
+/// element (r / 8) * 8 * blocks + b * 8 + r % 8, padding rows zero. Describe the result with
+/// row stride 1, block stride 8 and group stride 8 * blocks. For runtimes whose planes come in
+/// another order (ONNX Runtime's [N, K/block], ggml's per-block scales): once, at load time.
+/// dst_bytes must hold qmoe_grouped_plane_elements(n, blocks) elements; src and dst must not
+/// overlap.
+QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t blocks,
+                                      size_t element_bytes, size_t src_row_stride,
+                                      size_t src_block_stride, void* dst, size_t dst_bytes);
+
 /* ---------------------------------------------------------------------------------------------
  * Memory for weights, and memory bandwidth
  * ------------------------------------------------------------------------------------------- */

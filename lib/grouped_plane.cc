@@ -1,0 +1,66 @@
+// qmoe_group_plane / qmoe_grouped_plane_elements: rearranging a strided scale or zero-point
+// plane into the grouped order the kernels stream best (docs/formats.md, "grouped order").
+#include <cstdint>
+#include <cstring>
+
+#include "lib/error.h"
+#include "lib/quant_layout.h"
+#include "lib/quant_matrix.h"
+#include "qmoe/qmoe.h"
+
+extern "C" {
+
+QMOE_API size_t qmoe_grouped_plane_elements(uint32_t n, uint32_t blocks) {
+  if (n == 0 || blocks == 0) return 0;
+  const size_t rows = (size_t{n} + qmoe::kGroupRows - 1) / qmoe::kGroupRows * qmoe::kGroupRows;
+  if (rows > SIZE_MAX / blocks) return 0;
+  return rows * blocks;
+}
+
+QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t blocks,
+                                      size_t element_bytes, size_t src_row_stride,
+                                      size_t src_block_stride, void* dst, size_t dst_bytes) {
+  using namespace qmoe;
+  if (src == nullptr || dst == nullptr) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "%s is NULL", src == nullptr ? "src" : "dst");
+  }
+  if (n == 0 || blocks == 0) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "n = %u and blocks = %u must be >= 1", n, blocks);
+  }
+  if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "element_bytes = %zu is not 1, 2 or 4", element_bytes);
+  }
+  if (!plane_strides_fit(n, blocks, src_row_stride, src_block_stride)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "src strides (row %zu, block %zu) do not describe an [n=%u, blocks=%u] plane",
+              src_row_stride, src_block_stride, n, blocks);
+  }
+  const size_t elements = qmoe_grouped_plane_elements(n, blocks);
+  if (elements == 0 || elements > SIZE_MAX / element_bytes ||
+      dst_bytes < elements * element_bytes) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "dst_bytes = %zu, the grouped plane needs %zu x %zu",
+              dst_bytes, elements, element_bytes);
+  }
+  // plane_strides_fit bounds the strides by 2^48, so the extent does not overflow.
+  const size_t src_extent =
+      ((size_t{n} - 1) * src_row_stride + (size_t{blocks} - 1) * src_block_stride + 1) *
+      element_bytes;
+  const auto s0 = reinterpret_cast<uintptr_t>(src), d0 = reinterpret_cast<uintptr_t>(dst);
+  if (s0 < d0 + elements * element_bytes && d0 < s0 + src_extent) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
+  }
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto* out = static_cast<unsigned char*>(dst);
+  std::memset(out, 0, elements * element_bytes);  // padding rows of the last group
+  for (uint32_t r = 0; r < n; ++r) {
+    const size_t group_base = size_t{r / kGroupRows} * kGroupRows * blocks + r % kGroupRows;
+    for (uint32_t b = 0; b < blocks; ++b) {
+      std::memcpy(out + (group_base + size_t{b} * kGroupRows) * element_bytes,
+                  in + (size_t{r} * src_row_stride + size_t{b} * src_block_stride) * element_bytes,
+                  element_bytes);
+    }
+  }
+  return QMOE_STATUS_OK;
+}
+
+}  // extern "C"
