@@ -43,7 +43,11 @@ constexpr uint64_t kXcr0Zmm = kXcr0Ymm | (1u << 5) | (1u << 6) | (1u << 7);
 CpuFeatures probe_cpu_features() {
   CpuFeatures f;
 #if defined(QMOE_PROBE_X86)
-  const uint32_t max_leaf = cpuid(0, 0).eax;
+  const CpuidRegs l0 = cpuid(0, 0);
+  const uint32_t max_leaf = l0.eax;
+  std::memcpy(f.vendor + 0, &l0.ebx, 4);
+  std::memcpy(f.vendor + 4, &l0.edx, 4);
+  std::memcpy(f.vendor + 8, &l0.ecx, 4);
   if (max_leaf < 1) return f;
   const CpuidRegs l1 = cpuid(1, 0);
   const bool osxsave = bit(l1.ecx, 27);

@@ -10,8 +10,9 @@
 namespace qmoe {
 
 struct CpuFeatures {
-  uint32_t bits = 0;    // QMOE_CPU_FEATURE_*: the CPU reports it and XCR0 enables its state
-  char brand[64] = {};  // CPUID 0x80000002..4, leading spaces trimmed
+  uint32_t bits = 0;     // QMOE_CPU_FEATURE_*: the CPU reports it and XCR0 enables its state
+  char brand[64] = {};   // CPUID 0x80000002..4, leading spaces trimmed
+  char vendor[13] = {};  // CPUID 0 ("GenuineIntel", "AuthenticAMD", ...); "" when unknown
 };
 
 /// The host's features, probed once (thread-safe static init).

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "lib/quant_matrix.h"
+#include "lib/stream_tuning.h"
 
 namespace qmoe {
 
@@ -146,6 +147,7 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
   base.block_size = w.block_size;
   base.m = m;
   base.ldy = m > 1 ? ldy : 0;
+  base.prefetch_l2_bytes = int4_l2_prefetch_bytes();
   GemmInt4GroupFn kernel;
   if (acts.accuracy == QMOE_ACCURACY_EXACT) {
     kernel = kernels.gemm_int4_exact.fn;

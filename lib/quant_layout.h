@@ -67,6 +67,9 @@ struct Int4GroupArgs {
   size_t ldy;
   uint32_t row_begin;
   uint32_t row_end;
+  // Tuning, not semantics: how far ahead (bytes) to prefetch the code stream into L2 in
+  // addition to the fixed L1 prefetch; 0 for none (lib/cpu/int4_prefetch.h).
+  uint32_t prefetch_l2_bytes;
 };
 
 }  // namespace qmoe

@@ -7,6 +7,7 @@
 
 #include "lib/cpu_features.h"
 #include "lib/dispatch.h"
+#include "lib/stream_tuning.h"
 
 namespace qmoe {
 namespace {
@@ -35,6 +36,18 @@ TEST(CpuFeatures, ProbeAgreesWithCpuinfoOnEveryFeatureBothReport) {
     EXPECT_EQ((bits & p.ours) != 0, p.theirs) << qmoe_cpu_feature_name(p.ours) << ": probe "
                                               << ((bits & p.ours) != 0) << ", cpuinfo " << p.theirs;
   }
+}
+
+// The vendor string picks per-host stream tuning (lib/stream_tuning.h): it must name the same
+// vendor cpuinfo does.
+TEST(CpuFeatures, VendorAgreesWithCpuinfo) {
+  ASSERT_TRUE(cpuinfo_initialize());
+  ASSERT_GT(cpuinfo_get_processors_count(), 0u);
+  const cpuinfo_vendor theirs = cpuinfo_get_processor(0)->core->vendor;
+  const std::string ours = probe_cpu_features().vendor;
+  EXPECT_EQ(ours == "GenuineIntel", theirs == cpuinfo_vendor_intel) << ours;
+  EXPECT_EQ(ours == "AuthenticAMD", theirs == cpuinfo_vendor_amd) << ours;
+  EXPECT_EQ(int4_l2_prefetch_bytes(), ours == "GenuineIntel" ? 8192u : 0u);
 }
 
 TEST(CpuFeatures, ProbeIsStableAndCached) {

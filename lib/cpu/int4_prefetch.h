@@ -11,7 +11,10 @@
 #ifndef QMOE_LIB_CPU_INT4_PREFETCH_H_
 #define QMOE_LIB_CPU_INT4_PREFETCH_H_
 
+#include <xmmintrin.h>
+
 #include <cstddef>
+#include <cstdint>
 
 #ifndef QMOE_INT4_PREFETCH_BYTES
 #define QMOE_INT4_PREFETCH_BYTES 3072
@@ -20,6 +23,19 @@
 namespace qmoe {
 
 inline constexpr size_t kInt4PrefetchBytes = QMOE_INT4_PREFETCH_BYTES;
+
+// Called once per 128-byte chunk of the code stream: its two lines kInt4PrefetchBytes ahead
+// into L1, and, when `l2_bytes` is not 0 (Int4GroupArgs::prefetch_l2_bytes, chosen once per
+// process by lib/stream_tuning.h), two lines `l2_bytes` ahead into L2 only. Prefetches never
+// fault, so running past the end of the codes is harmless.
+inline void prefetch_int4_chunk(const uint8_t* codes, uint32_t l2_bytes) {
+  _mm_prefetch(reinterpret_cast<const char*>(codes + kInt4PrefetchBytes), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(codes + kInt4PrefetchBytes + 64), _MM_HINT_T0);
+  if (l2_bytes != 0) {
+    _mm_prefetch(reinterpret_cast<const char*>(codes + l2_bytes), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(codes + l2_bytes + 64), _MM_HINT_T1);
+  }
+}
 
 }  // namespace qmoe
 

@@ -18,8 +18,6 @@
 namespace qmoe::avx2 {
 namespace {
 
-constexpr size_t kPrefetchDistance = kInt4PrefetchBytes;
-
 template <qmoe_dtype kScale>
 constexpr size_t sizeof_scale() {
   return kScale == QMOE_DTYPE_F32 ? 4 : 2;
@@ -106,8 +104,7 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
 
   const uint8_t* codes = a.codes;
   for (uint32_t c = 0; c < a.chunks; ++c, codes += kChunkBytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance + 64), _MM_HINT_T0);
+    prefetch_int4_chunk(codes, a.prefetch_l2_bytes);
     const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
     // In [K/B, N] order a group's scales are one 16-byte slice of a different line per block,
     // shared by four consecutive groups: fetch the line the groups four ahead will read, so
@@ -194,8 +191,7 @@ void exact_single_row(const Int4GroupArgs& a) {
   const uint8_t* codes = a.codes;
   const float* x = a.x;
   for (uint32_t c = 0; c < a.chunks; ++c, codes += kChunkBytes, x += kChunkCodes) {
-    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance + 64), _MM_HINT_T0);
+    prefetch_int4_chunk(codes, a.prefetch_l2_bytes);
     const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
     _mm_prefetch(static_cast<const char*>(a.scales) +
                      block_a * a.scale_block_stride * sizeof_scale<kScale>() + 64,

@@ -35,8 +35,6 @@
 namespace qmoe::avx512 {
 namespace {
 
-constexpr size_t kPrefetchDistance = kInt4PrefetchBytes;
-
 template <qmoe_dtype kScale>
 constexpr size_t sizeof_scale() {
   return kScale == QMOE_DTYPE_F32 ? 4 : 2;
@@ -128,8 +126,7 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
   const float* x = a.x + m0 * a.ldx;
   const size_t ldx = a.ldx;
   for (uint32_t c = 0; c < a.chunks; ++c, codes += kChunkBytes, x += kChunkCodes) {
-    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetchDistance + 64), _MM_HINT_T0);
+    prefetch_int4_chunk(codes, a.prefetch_l2_bytes);
     const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
     if (block_a != table_block) {
       // In [K/B, N] order a group's scales are one 16-byte slice of a different line per
