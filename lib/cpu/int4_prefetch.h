@@ -24,6 +24,11 @@ namespace qmoe {
 
 inline constexpr size_t kInt4PrefetchBytes = QMOE_INT4_PREFETCH_BYTES;
 
+// Internal linkage: this header is compiled under every tier's flags, and an inline function
+// with external linkage would leave the linker free to keep one tier's copy for all
+// (docs/dispatch.md, "Flags never leak").
+namespace {
+
 // Called once per 128-byte chunk of the code stream: its two lines kInt4PrefetchBytes ahead
 // into L1, and, when `l2_bytes` is not 0 (Int4GroupArgs::prefetch_l2_bytes, chosen once per
 // process by lib/stream_tuning.h), two lines `l2_bytes` ahead into L2 only. Prefetches never
@@ -36,6 +41,8 @@ inline void prefetch_int4_chunk(const uint8_t* codes, uint32_t l2_bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(codes + l2_bytes + 64), _MM_HINT_T1);
   }
 }
+
+}  // namespace
 
 }  // namespace qmoe
 
