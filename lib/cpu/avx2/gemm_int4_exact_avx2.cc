@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
+#include "lib/cpu/int4_group_dispatch.h"
 #include "lib/cpu/int4_prefetch.h"
 #include "lib/quant_layout.h"
 
@@ -251,31 +252,12 @@ void exact_group(const Int4GroupArgs& a) {
   if (m0 < a.m) exact_tile<kScale, kZeros, kBlock16, 1>(a, m0);
 }
 
-template <qmoe_dtype kScale>
-void exact_group_for_scale(const Int4GroupArgs& a) {
-  const bool zeros = a.zero_points != nullptr;
-  const bool block16 = a.block_size == 16;
-  if (zeros) {
-    block16 ? exact_group<kScale, true, true>(a) : exact_group<kScale, true, false>(a);
-  } else {
-    block16 ? exact_group<kScale, false, true>(a) : exact_group<kScale, false, false>(a);
-  }
-}
-
 }  // namespace
 
 void gemm_int4_exact(const Int4GroupArgs& a) {
-  switch (a.scale_dtype) {
-    case QMOE_DTYPE_F16:
-      exact_group_for_scale<QMOE_DTYPE_F16>(a);
-      break;
-    case QMOE_DTYPE_BF16:
-      exact_group_for_scale<QMOE_DTYPE_BF16>(a);
-      break;
-    case QMOE_DTYPE_F32:
-      exact_group_for_scale<QMOE_DTYPE_F32>(a);
-      break;
-  }
+  dispatch_int4_group(a, [&a](auto scale, auto zeros, auto block16) {
+    exact_group<decltype(scale)::value, decltype(zeros)::value, decltype(block16)::value>(a);
+  });
 }
 
 }  // namespace qmoe::avx2

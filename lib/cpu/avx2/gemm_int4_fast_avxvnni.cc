@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
+#include "lib/cpu/int4_group_dispatch.h"
 #include "lib/cpu/int4_prefetch.h"
 #include "lib/quant_layout.h"
 

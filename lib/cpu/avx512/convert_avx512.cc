@@ -8,18 +8,7 @@
 // Loops: 64 (FP16) or 32 (BF16) values per iteration, then 16 at a time, then one masked
 // vector for the remainder (masked-off lanes are neither read, so they cannot fault, nor
 // written). Nothing outside [src, src+n) is read or [dst, dst+n) written.
-//
-// GCC 12's _mm512_undefined_* (`__m512 __Y = __Y;`) trips -Wmaybe-uninitialized wherever an
-// intrinsic passes it as the unused pass-through operand (GCC bug 105593, fixed in GCC 13); the
-// suppression is scoped to the header's own lines.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"
 

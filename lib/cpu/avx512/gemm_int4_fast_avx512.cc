@@ -1,20 +1,10 @@
 // AVX-512 INT4 dequant-GEMM, fast level, with vpmaddubsw products: the kernel body is in
 // gemm_int4_fast_avx512.inc (its comment has the layout and reduction); this file supplies the
 // dot products.
-//
-// GCC 12's _mm512_undefined_* trips -Wmaybe-uninitialized and -Wuninitialized inside the header
-// (GCC bug 105593, fixed in GCC 13); the suppression is scoped to the header's own lines.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"
+#include "lib/cpu/int4_group_dispatch.h"
 #include "lib/cpu/int4_prefetch.h"
 #include "lib/quant_layout.h"
 

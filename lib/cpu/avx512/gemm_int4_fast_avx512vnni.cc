@@ -5,20 +5,10 @@
 // vpmaddwd. Compiled with -mavx512vnni in its own translation unit (the compiler may emit VNNI
 // anywhere in a file built with that flag); the table entry is taken only when the probe
 // reports AVX512-VNNI.
-//
-// GCC 12's _mm512_undefined_* trips -Wmaybe-uninitialized and -Wuninitialized inside the header
-// (GCC bug 105593, fixed in GCC 13); the suppression is scoped to the header's own lines.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"
+#include "lib/cpu/int4_group_dispatch.h"
 #include "lib/cpu/int4_prefetch.h"
 #include "lib/quant_layout.h"
 

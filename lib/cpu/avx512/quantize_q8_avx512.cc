@@ -12,18 +12,7 @@
 // Products are clamped to [-127, 127] only when some 127 / max|x| is +Inf (max|x| below
 // 127 / FLT_MAX, ~3.7e-37): then x * Inf = +-Inf must give +-127 as in the scalar tier (an
 // unclamped vcvtps2dq gives INT_MIN). A NaN product maps to 0 everywhere, as in the scalar tier.
-//
-// GCC 12's _mm512_undefined_* trips -Wmaybe-uninitialized and -Wuninitialized inside the header
-// (GCC bug 105593, fixed in GCC 13); the suppression is scoped to the header's own lines.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include <limits>
 

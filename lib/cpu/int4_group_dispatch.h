@@ -1,0 +1,56 @@
+// One dispatch from an INT4 kernel's run-time variants to its compile-time ones, for every
+// SIMD INT4 kernel file: the scale dtype, whether a zero-point plane is present, and whether
+// the block size is 16 (two scales per 32-code chunk) become template arguments of the file's
+// group function, so its inner loop carries no branch on them.
+//
+// Internal linkage (an unnamed namespace): this header is compiled under every tier's flags,
+// and an inline function with external linkage would leave the linker free to keep one tier's
+// copy for all (docs/dispatch.md, "Flags never leak").
+#ifndef QMOE_LIB_CPU_INT4_GROUP_DISPATCH_H_
+#define QMOE_LIB_CPU_INT4_GROUP_DISPATCH_H_
+
+#include <type_traits>
+
+#include "lib/quant_layout.h"
+
+namespace qmoe {
+namespace {
+
+/// Calls group(scale, zeros, block16) with std::integral_constant arguments:
+/// scale::value is a.scale_dtype, zeros::value is a.zero_points != nullptr, block16::value is
+/// a.block_size == 16. A kernel entry point reads
+///   dispatch_int4_group(a, [&a](auto s, auto z, auto b16) {
+///     group<decltype(s)::value, decltype(z)::value, decltype(b16)::value>(a);
+///   });
+template <typename GroupFn>
+inline void dispatch_int4_group(const Int4GroupArgs& a, GroupFn&& group) {
+  const auto with_scale = [&](auto scale) {
+    if (a.zero_points != nullptr) {
+      if (a.block_size == 16) {
+        group(scale, std::true_type{}, std::true_type{});
+      } else {
+        group(scale, std::true_type{}, std::false_type{});
+      }
+    } else if (a.block_size == 16) {
+      group(scale, std::false_type{}, std::true_type{});
+    } else {
+      group(scale, std::false_type{}, std::false_type{});
+    }
+  };
+  switch (a.scale_dtype) {
+    case QMOE_DTYPE_F16:
+      with_scale(std::integral_constant<qmoe_dtype, QMOE_DTYPE_F16>{});
+      break;
+    case QMOE_DTYPE_BF16:
+      with_scale(std::integral_constant<qmoe_dtype, QMOE_DTYPE_BF16>{});
+      break;
+    case QMOE_DTYPE_F32:
+      with_scale(std::integral_constant<qmoe_dtype, QMOE_DTYPE_F32>{});
+      break;
+  }
+}
+
+}  // namespace
+}  // namespace qmoe
+
+#endif  // QMOE_LIB_CPU_INT4_GROUP_DISPATCH_H_
