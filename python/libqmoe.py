@@ -114,16 +114,6 @@ def aligned_empty(nbytes, dtype=np.uint8, alignment=64):
     return raw[offset:offset + nbytes].view(dtype)
 
 
-def _grouped_plane(planes):
-    """[E, N, B] scale planes in the grouped order of docs/formats.md: per expert, element
-    (n, b) at (n / 8) * 8 B + b * 8 + n % 8 (N padded to a multiple of 8 with zeros)."""
-    e_count, n, blocks = planes.shape
-    padded = np.zeros((e_count, (n + 7) // 8 * 8, blocks), dtype=planes.dtype)
-    padded[:, :n] = planes
-    grouped = padded.reshape(e_count, -1, 8, blocks).transpose(0, 1, 3, 2)
-    return np.ascontiguousarray(grouped).reshape(e_count, -1)
-
-
 def _f32_array(a, shape, name):
     a = np.asarray(a)
     if a.dtype != np.float32 or not a.flags.c_contiguous or a.shape != shape:
@@ -151,6 +141,8 @@ _SIGNATURES = {
     "qmoe_quant_matrix_codes_size": (_INT, [_INT, _U32, _U32, ctypes.POINTER(_SZ)]),
     "qmoe_import_int4_onnx": (_INT, [_P, _U32, _U32, _P, _SZ]),
     "qmoe_alloc_weight_memory": (_INT, [_SZ, ctypes.POINTER(_P)]),
+    "qmoe_grouped_plane_elements": (_SZ, [_U32, _U32]),
+    "qmoe_group_plane": (_INT, [_P, _U32, _U32, _SZ, _SZ, _SZ, _P, _SZ]),
     "qmoe_free_weight_memory": (None, [_P]),
     "qmoe_gemm": (_INT, [_P, ctypes.POINTER(QuantMatrix), _INT, _U32, _P, _SZ, _P, _SZ, _U32,
                          _U32]),
@@ -288,6 +280,20 @@ class Library:
         weakref.finalize(buffer, self.lib.qmoe_free_weight_memory, pointer.value)
         return np.frombuffer(buffer, dtype=np.uint8)
 
+    def grouped_planes(self, planes):
+        """Row-major [E, N, B] planes (any 1-, 2- or 4-byte dtype) in the grouped order of
+        docs/formats.md, through qmoe_group_plane: [E, qmoe_grouped_plane_elements(N, B)]."""
+        planes = np.ascontiguousarray(planes)
+        e_count, n, blocks = planes.shape
+        count = self.lib.qmoe_grouped_plane_elements(n, blocks)
+        out = np.empty((e_count, count), dtype=planes.dtype)
+        for e in range(e_count):
+            self.check(self.lib.qmoe_group_plane(planes[e].ctypes.data, n, blocks,
+                                                 planes.itemsize, blocks, 1,
+                                                 out[e].ctypes.data, out[e].nbytes),
+                       "qmoe_group_plane")
+        return out
+
     def codes_size(self, n, k):
         size = ctypes.c_size_t()
         self.check(self.lib.qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k,
@@ -380,7 +386,7 @@ class Library:
                 raise ValueError("expert_set_from_onnx: scales are not FP16-representable")
             dtype = QMOE_DTYPE_F16
             if fp16_scales == "grouped":
-                s1, s2 = _grouped_plane(h1), _grouped_plane(h2)
+                s1, s2 = self.grouped_planes(h1), self.grouped_planes(h2)
                 blocks1, blocks2 = hidden // block_size, inter // block_size
                 strides1, strides2 = (1, 8), (1, 8)
                 group1, group2 = 8 * blocks1, 8 * blocks2
