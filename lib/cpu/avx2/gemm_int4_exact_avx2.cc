@@ -7,8 +7,8 @@
 // weights, converted once and reused by every activation row of the tile (M > 1 costs only the
 // FMAs). Each row's 32 products accumulate in one 8-lane vector (4 FMAs); eight rows reduce
 // with vhaddps to one vector of row sums, scaled by the block's scales into the accumulator.
-// The limit is the conversion (about 3 vector instructions per 8 weights); docs/formats.md has
-// the measurements.
+// M = 1 takes its own path (exact_single_row, below) that converts in registers. The limit of
+// both is the conversion; docs/benchmarks.md has the measurements.
 #include <immintrin.h>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
@@ -174,20 +174,54 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
   }
 }
 
-// M = 1 (decode). The tile path stores each chunk's 8 x 32 converted weights and reloads them
-// for every activation row it serves; with one row that round trip through L1 (32 stores a
-// chunk, one per cycle) is what limits it. Here each row's 32 weights are converted in
-// registers and consumed at once: four products summed, that sum times the row's scale into
-// the row's own 8-lane accumulator; the eight accumulators are reduced once per group, not
-// once per chunk. About 13 vector instructions per row and chunk instead of the tile's ~17
-// plus 4 stores.
+// M = 1 (decode), conversion without lane-crossing shuffles. One 32-byte load holds rows 2p and
+// 2p + 1 of a chunk; AND / shift give their codes k 0-15 (`lo`) and k 16-31 (`hi`) as bytes,
+// one row per 128-bit lane. vpshufb with selector q zero-extends bytes 4q..4q+3 of each lane
+// into int32 lanes, so one in-lane shuffle yields [2p: k 4q..4q+3 | 2p+1: the same k], which
+// multiply against x[4q..4q+3] broadcast to both lanes: per 8 weights vpshufb, vpsubd (the
+// zero point, exact in int32), vcvtdq2ps and one FMA, and X is read in its natural order.
+// (The stored tile above widens with vpmovsxbd, a lane-crossing shuffle of about 1.3 cycles on
+// Zen 3, plus vpsrldq / vextracti128 for the upper bytes: that is what limited this path.)
+// Each pair's products collect in two FMA chains (k 0-15, k 16-31) per chunk, summed per pair
+// (one chain of eight FMAs was slower; eight live partials spilled); an in-lane unpack tree reduces
+// the four pairs to the eight row sums in the order [0 2 4 6 | 1 3 5 7], times the block scales
+// permuted into that order; the accumulator returns to natural order once per group.
+inline __m256i byte_to_dword_selector(int q) {
+  // Bytes 4q..4q+3 of each 128-bit lane, each to the low byte of a dword (0x80: zero).
+  const int b = 4 * q;
+  return _mm256_setr_epi8(b, -128, -128, -128, b + 1, -128, -128, -128, b + 2, -128, -128, -128,
+                          b + 3, -128, -128, -128, b, -128, -128, -128, b + 1, -128, -128, -128,
+                          b + 2, -128, -128, -128, b + 3, -128, -128, -128);
+}
+
+// [z_{2p} x4 | z_{2p+1} x4] as int32 from a block's eight zero points (bytes 0-7 of `zeros`).
+inline __m256i pair_zero_dwords(__m256i zeros, int p) {
+  const char r0 = static_cast<char>(2 * p), r1 = static_cast<char>(2 * p + 1), z = -128;
+  return _mm256_shuffle_epi8(
+      zeros, _mm256_setr_epi8(r0, z, z, z, r0, z, z, z, r0, z, z, z, r0, z, z, z, r1, z, z, z, r1,
+                              z, z, z, r1, z, z, z, r1, z, z, z));
+}
+
+// Four pairs' 8-lane float partials [2p: 4 | 2p+1: 4] -> the eight row sums in the order
+// [0 2 4 6 | 1 3 5 7] (dwords 0+2 and 1+3 interleaved by row, then the two qwords summed).
+inline __m256 reduce_pairs(const __m256 t[4]) {
+  const __m256 rows01 =
+      _mm256_add_ps(_mm256_unpacklo_ps(t[0], t[1]), _mm256_unpackhi_ps(t[0], t[1]));
+  const __m256 rows23 =
+      _mm256_add_ps(_mm256_unpacklo_ps(t[2], t[3]), _mm256_unpackhi_ps(t[2], t[3]));
+  return _mm256_add_ps(
+      _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(rows01), _mm256_castps_pd(rows23))),
+      _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(rows01), _mm256_castps_pd(rows23))));
+}
+
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
 void exact_single_row(const Int4GroupArgs& a) {
   const uint32_t block_shift =
       kBlock16 ? 0 : static_cast<uint32_t>(__builtin_ctz(a.block_size / kChunkCodes));
-  __m256 acc[kGroupRows];
-  for (auto& lane : acc) lane = _mm256_setzero_ps();
-  alignas(32) float scales_a[kGroupRows], scales_b[kGroupRows];
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i to_reduced = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i default_zero = _mm256_set1_epi32(static_cast<int>(kInt4DefaultZeroPoint));
+  __m256 acc = _mm256_setzero_ps();
 
   const uint8_t* codes = a.codes;
   const float* x = a.x;
@@ -197,41 +231,54 @@ void exact_single_row(const Int4GroupArgs& a) {
     _mm_prefetch(static_cast<const char*>(a.scales) +
                      block_a * a.scale_block_stride * sizeof_scale<kScale>() + 64,
                  _MM_HINT_T0);
-    _mm256_store_ps(scales_a, load_scales<kScale>(a.scales, block_a * a.scale_block_stride));
-    if constexpr (kBlock16) {
-      _mm256_store_ps(scales_b,
-                      load_scales<kScale>(a.scales, (block_a + 1) * a.scale_block_stride));
-    }
     __m256i zeros_a, zeros_b;
     chunk_zero_points<kZeros, kBlock16>(a, block_a, &zeros_a, &zeros_b);
-    const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
-    const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+
+    // Partials of pair p: t_lo[p] (k 0-15) and t_hi[p] (k 16-31); for blocks >= 32 both chains
+    // share t_lo (the block is the same), which keeps the live registers under 16.
+    __m256 t_lo[4], t_hi[4];
     for (int p = 0; p < 4; ++p) {
-      __m256i lo, hi;
-      signed_pair_codes<kZeros>(codes, p, zeros_a, zeros_b, &lo, &hi);
-      for (int half = 0; half < 2; ++half) {  // rows 2p and 2p + 1
-        const int r = 2 * p + half;
-        const __m128i l = half == 0 ? _mm256_castsi256_si128(lo) : _mm256_extracti128_si256(lo, 1);
-        const __m128i h = half == 0 ? _mm256_castsi256_si128(hi) : _mm256_extracti128_si256(hi, 1);
-        const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(l));
-        const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(l, 8)));
-        const __m256 w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h));
-        const __m256 w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(h, 8)));
-        __m256 s_lo = _mm256_fmadd_ps(w1, x1, _mm256_mul_ps(w0, x0));
-        __m256 s_hi = _mm256_fmadd_ps(w3, x3, _mm256_mul_ps(w2, x2));
-        if constexpr (kBlock16) {
-          acc[r] = _mm256_fmadd_ps(s_lo, _mm256_broadcast_ss(scales_a + r), acc[r]);
-          acc[r] = _mm256_fmadd_ps(s_hi, _mm256_broadcast_ss(scales_b + r), acc[r]);
-        } else {
-          acc[r] =
-              _mm256_fmadd_ps(_mm256_add_ps(s_lo, s_hi), _mm256_broadcast_ss(scales_a + r), acc[r]);
-        }
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
+      const __m256i lo = _mm256_and_si256(bytes, mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
+      __m256i z_lo = default_zero, z_hi = default_zero;
+      if constexpr (kZeros) {
+        z_lo = pair_zero_dwords(zeros_a, p);
+        z_hi = pair_zero_dwords(zeros_b, p);
       }
+      __m256 s_lo = _mm256_setzero_ps(), s_hi = _mm256_setzero_ps();
+      for (int q = 0; q < 4; ++q) {
+        const __m256i select = byte_to_dword_selector(q);
+        const __m256 w_lo =
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_shuffle_epi8(lo, select), z_lo));
+        const __m256 w_hi =
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_shuffle_epi8(hi, select), z_hi));
+        const __m256 x_lo = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + 4 * q));
+        const __m256 x_hi = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + 16 + 4 * q));
+        s_lo = q == 0 ? _mm256_mul_ps(w_lo, x_lo) : _mm256_fmadd_ps(w_lo, x_lo, s_lo);
+        s_hi = q == 0 ? _mm256_mul_ps(w_hi, x_hi) : _mm256_fmadd_ps(w_hi, x_hi, s_hi);
+      }
+      if constexpr (kBlock16) {
+        t_lo[p] = s_lo;
+        t_hi[p] = s_hi;
+      } else {
+        t_lo[p] = _mm256_add_ps(s_lo, s_hi);
+      }
+    }
+
+    const __m256 scale_a = _mm256_permutevar8x32_ps(
+        load_scales<kScale>(a.scales, block_a * a.scale_block_stride), to_reduced);
+    acc = _mm256_fmadd_ps(reduce_pairs(t_lo), scale_a, acc);
+    if constexpr (kBlock16) {
+      const __m256 scale_b = _mm256_permutevar8x32_ps(
+          load_scales<kScale>(a.scales, (block_a + 1) * a.scale_block_stride), to_reduced);
+      acc = _mm256_fmadd_ps(reduce_pairs(t_hi), scale_b, acc);
     }
   }
 
+  const __m256i to_natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
-  const __m256 out = _mm256_add_ps(reduce_rows(acc), bias);
+  const __m256 out = _mm256_add_ps(_mm256_permutevar8x32_ps(acc, to_natural), bias);
   if (a.row_begin == 0 && a.row_end == kGroupRows) {
     _mm256_storeu_ps(a.y, out);
   } else {
