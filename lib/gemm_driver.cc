@@ -168,6 +168,7 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
   auto* panel_staging = reinterpret_cast<uint16_t*>(panel_zeros + align64(panel));
 
   float bias[kGroupRows];
+  const size_t scale_bytes = dtype_size(w.scale_dtype);
   const uint32_t g_begin = n_begin / kGroupRows;
   const uint32_t g_end = (n_end + kGroupRows - 1) / kGroupRows;
   for (uint32_t g = g_begin; g < g_end; ++g) {
@@ -180,7 +181,7 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
     a.scale_dtype = w.scale_dtype;
     if (plan.direct_planes && rows == kGroupRows) {
       a.scales = static_cast<const unsigned char*>(w.scales) +
-                 plane_row_offset(n0, 1, w.scale_group_stride) * dtype_size(w.scale_dtype);
+                 plane_row_offset(n0, 1, w.scale_group_stride) * scale_bytes;
       a.scale_block_stride = w.scale_block_stride;
       a.zero_points = w.zero_points != nullptr
                           ? w.zero_points + plane_row_offset(n0, 1, w.zero_point_group_stride)
