@@ -6,7 +6,8 @@
 // [-15, 15]; vpmovsxbd + vcvtdq2ps widen them to a 1 KiB float tile of the chunk's 8 x 32
 // weights, converted once and reused by every activation row of the tile (M > 1 costs only the
 // FMAs). Each row's 32 products accumulate in one 8-lane vector (4 FMAs); eight rows reduce
-// with vhaddps to one vector of row sums, scaled by the block's scales into the accumulator.
+// with in-lane unpack/add levels (reduce_rows) to one vector of row sums, scaled by the block's
+// scales into the accumulator.
 // M = 1 takes its own path (exact_single_row, below) that converts in registers. The limit of
 // both is the conversion; docs/benchmarks.md has the measurements.
 #include <immintrin.h>
@@ -199,9 +200,10 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
 // (The stored tile above widens with vpmovsxbd, a lane-crossing shuffle of about 1.3 cycles on
 // Zen 3, plus vpsrldq / vextracti128 for the upper bytes: that is what limited this path.)
 // Each pair's products collect in two FMA chains (k 0-15, k 16-31) per chunk, summed per pair
-// (one chain of eight FMAs was slower; eight live partials spilled); an in-lane unpack tree reduces
-// the four pairs to the eight row sums in the order [0 2 4 6 | 1 3 5 7], times the block scales
-// permuted into that order; the accumulator returns to natural order once per group.
+// (one chain of eight FMAs was slower; keeping all eight partials live spilled registers); an
+// in-lane unpack tree reduces the four pairs to the eight row sums in the order
+// [0 2 4 6 | 1 3 5 7], times the block scales permuted into that order; the accumulator
+// returns to natural order once per group.
 inline __m256i byte_to_dword_selector(int q) {
   // Bytes 4q..4q+3 of each 128-bit lane, each to the low byte of a dword (0x80: zero).
   const int b = 4 * q;
@@ -244,8 +246,8 @@ void exact_single_row(const Int4GroupArgs& a) {
     __m256i zeros_a, zeros_b;
     chunk_zero_points<kZeros, kBlock16>(a, block_a, &zeros_a, &zeros_b);
 
-    // Partials of pair p: t_lo[p] (k 0-15) and t_hi[p] (k 16-31); for blocks >= 32 both chains
-    // share t_lo (the block is the same), which keeps the live registers under 16.
+    // Partials of pair p: for blocks >= 32, t_lo[p] holds all 32 k (both halves share the
+    // block's scale); for block 16, t_lo[p] holds k 0-15 and t_hi[p] k 16-31.
     __m256 t_lo[4], t_hi[4];
     for (int p = 0; p < 4; ++p) {
       const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
