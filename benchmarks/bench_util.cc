@@ -141,6 +141,11 @@ size_t hardware_threads() {
   return count;
 }
 
+std::vector<size_t> one_and_all_threads() {
+  const size_t all = hardware_threads();
+  return all > 1 ? std::vector<size_t>{1, all} : std::vector<size_t>{1};
+}
+
 const KernelTable* table_or_skip(benchmark::State& state, Isa isa) {
   const KernelTable* table = kernel_table_for_isa(isa);
   if (table == nullptr) {

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "lib/dispatch.h"
@@ -43,6 +44,15 @@ const CacheSizes& cache_sizes();
 
 /// Hardware threads ("all threads" in benchmark names): cpuinfo_get_processors_count().
 size_t hardware_threads();
+
+/// The thread counts of `threads:1` and `threads:all` benchmarks: {1, all}, or {1} on a
+/// single-threaded host.
+std::vector<size_t> one_and_all_threads();
+
+/// "fast" or "exact", as benchmark names spell the accuracy level.
+inline const char* level_name(qmoe_accuracy accuracy) {
+  return accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact";
+}
 
 /// The tiers benchmarks iterate over, lowest first.
 inline constexpr Isa kBenchIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
@@ -214,12 +224,14 @@ size_t llc_total_bytes();
 
 // --- Timing and counters --------------------------------------------------------------------
 
-/// The benchmark loop: each iteration times `work()` with a steady clock and reports it with
-/// SetIterationTime (register the benchmark with UseManualTime()). Returns the summed time.
-template <typename Work>
-double run_timed(benchmark::State& state, Work&& work) {
+/// The benchmark loop: each iteration runs `prepare()` untimed (picking the next cold matrix or
+/// route, say), then times `work()` with a steady clock and reports it with SetIterationTime
+/// (register the benchmark with UseManualTime()). Returns the summed time of `work`.
+template <typename Prepare, typename Work>
+double run_timed(benchmark::State& state, Prepare&& prepare, Work&& work) {
   double total_seconds = 0.0;
   for (auto _ : state) {
+    prepare();
     const auto start = std::chrono::steady_clock::now();
     work();
     const auto stop = std::chrono::steady_clock::now();
@@ -228,6 +240,13 @@ double run_timed(benchmark::State& state, Work&& work) {
     total_seconds += seconds;
   }
   return total_seconds;
+}
+
+/// run_timed with nothing to prepare.
+template <typename Work>
+double run_timed(benchmark::State& state, Work&& work) {
+  return run_timed(
+      state, [] {}, std::forward<Work>(work));
 }
 
 /// How many times one timed iteration repeats a pass of `bytes_per_pass` per thread so that it

@@ -37,7 +37,6 @@
 #include <cpuinfo.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -196,18 +195,14 @@ void gemm_int4_benchmark(benchmark::State& state, const Case& c) {
     }
   }
 
-  double seconds = 0.0;
   qmoe_status failed = QMOE_STATUS_OK;
-  for (auto _ : state) {
-    const qmoe_quant_matrix* w = next();
-    const auto start = std::chrono::steady_clock::now();
-    const qmoe_status s = qmoe_gemm(context.get(), w, c.accuracy, c.m, x, k, y, n, 0, n);
-    const auto stop = std::chrono::steady_clock::now();
-    const double t = std::chrono::duration<double>(stop - start).count();
-    state.SetIterationTime(t);
-    seconds += t;
-    if (s != QMOE_STATUS_OK) failed = s;
-  }
+  const qmoe_quant_matrix* w = nullptr;
+  const double seconds = run_timed(
+      state, [&] { w = next(); },
+      [&] {
+        const qmoe_status s = qmoe_gemm(context.get(), w, c.accuracy, c.m, x, k, y, n, 0, n);
+        if (s != QMOE_STATUS_OK) failed = s;
+      });
   benchmark::DoNotOptimize(y);
   if (failed != QMOE_STATUS_OK) {
     state.SkipWithError((std::string("qmoe_gemm failed: ") + qmoe_status_string(failed)).c_str());
@@ -233,15 +228,12 @@ void gemm_int4_benchmark(benchmark::State& state, const Case& c) {
 }
 
 void register_gemm_int4_benchmarks() {
-  const size_t all = hardware_threads();
   benchmark::AddCustomContext("qmoe_gemm_int4_pool",
                               use_team_pool()
                                   ? "threads:all on qmoe_bench's pinned team via parallel_for "
                                     "(QMOE_BENCH_GEMM_POOL=team)"
                                   : "threads:all on the context's own pthreadpool (unpinned)");
-  std::vector<size_t> thread_counts = {1};
-  if (all > 1) thread_counts.push_back(all);
-
+  const std::vector<size_t> thread_counts = one_and_all_threads();
   for (const Shape& shape : kShapes) {
     for (Isa isa : kBenchIsas) {
       for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
@@ -251,10 +243,10 @@ void register_gemm_int4_benchmarks() {
           for (bool cold : {true, false}) {
             for (size_t threads : thread_counts) {
               const Case c{&shape, isa, accuracy, m, cold, threads};
-              const std::string name =
-                  std::string("gemm_int4/") + shape.name + "/" + isa_name(isa) + "/" +
-                  (accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact") + "/m:" + std::to_string(m) +
-                  "/" + (cold ? "cold" : "warm") + "/threads:" + (threads == 1 ? "1" : "all");
+              const std::string name = std::string("gemm_int4/") + shape.name + "/" +
+                                       isa_name(isa) + "/" + level_name(accuracy) +
+                                       "/m:" + std::to_string(m) + "/" + (cold ? "cold" : "warm") +
+                                       "/threads:" + (threads == 1 ? "1" : "all");
               benchmark::RegisterBenchmark(
                   name.c_str(), [c](benchmark::State& state) { gemm_int4_benchmark(state, c); })
                   ->UseManualTime()

@@ -26,7 +26,6 @@
 //   frac_of_read_bw  GB/s over the DRAM read roof of the same thread count, measured at
 //                    startup: the fraction of the memory-bound floor reached
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -228,20 +227,19 @@ void moe_layer_benchmark(benchmark::State& state, const Case& c) {
     }
   }
 
-  double seconds = 0.0, bytes = 0.0, experts = 0.0;
+  double bytes = 0.0, experts = 0.0;
   qmoe_status failed = QMOE_STATUS_OK;
-  for (auto _ : state) {
-    const uint32_t distinct = router.next();
-    const auto start = std::chrono::steady_clock::now();
-    const qmoe_status s = call();
-    const auto stop = std::chrono::steady_clock::now();
-    const double t = std::chrono::duration<double>(stop - start).count();
-    state.SetIterationTime(t);
-    seconds += t;
-    experts += distinct;
-    bytes += static_cast<double>(distinct) * static_cast<double>(pool.expert_bytes());
-    if (s != QMOE_STATUS_OK) failed = s;
-  }
+  const double seconds = run_timed(
+      state,
+      [&] {
+        const uint32_t distinct = router.next();
+        experts += distinct;
+        bytes += static_cast<double>(distinct) * static_cast<double>(pool.expert_bytes());
+      },
+      [&] {
+        const qmoe_status s = call();
+        if (s != QMOE_STATUS_OK) failed = s;
+      });
   benchmark::DoNotOptimize(y.data());
   if (failed != QMOE_STATUS_OK) {
     state.SkipWithError(
@@ -259,9 +257,7 @@ void moe_layer_benchmark(benchmark::State& state, const Case& c) {
 }
 
 void register_moe_benchmarks() {
-  const size_t all = hardware_threads();
-  std::vector<size_t> thread_counts = {1};
-  if (all > 1) thread_counts.push_back(all);
+  const std::vector<size_t> thread_counts = one_and_all_threads();
   for (Isa isa : kBenchIsas) {
     for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
       for (uint32_t m : kTokenCounts) {
@@ -269,8 +265,7 @@ void register_moe_benchmarks() {
           if (isa == Isa::kScalar && (m != 1 || threads != 1)) continue;
           const Case c{isa, accuracy, m, threads};
           const std::string name = std::string("moe_layer/qwen3/") + isa_name(isa) + "/" +
-                                   (accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact") +
-                                   "/m:" + std::to_string(m) +
+                                   level_name(accuracy) + "/m:" + std::to_string(m) +
                                    "/cold/threads:" + (threads == 1 ? "1" : "all");
           benchmark::RegisterBenchmark(
               name.c_str(), [c](benchmark::State& state) { moe_layer_benchmark(state, c); })
