@@ -249,6 +249,15 @@ double run_timed(benchmark::State& state, Work&& work) {
       state, [] {}, std::forward<Work>(work));
 }
 
+/// Registers `body(state)` as benchmark `name` with the manual timing run_timed reports
+/// (UseManualTime), in microseconds: how every qmoe_bench benchmark is registered.
+template <typename Body>
+void register_timed(const std::string& name, Body body) {
+  benchmark::RegisterBenchmark(name.c_str(), std::move(body))
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
 /// How many times one timed iteration repeats a pass of `bytes_per_pass` per thread so that it
 /// moves at least 16 MiB per thread: the clock reads and the team hand-off (about a
 /// microsecond) then stay under 1% of an iteration even for L1- and L2-resident passes.

@@ -154,13 +154,9 @@ void register_convert_benchmarks() {
                                    "/threads:" + std::to_string(threads);
           const ConvertOp* op_ptr = &op;
           const bool dram = size.dram;
-          benchmark::RegisterBenchmark(name.c_str(),
-                                       [=](benchmark::State& state) {
-                                         convert_benchmark(state, *op_ptr, isa, per_thread, threads,
-                                                           dram);
-                                       })
-              ->UseManualTime()
-              ->Unit(benchmark::kMicrosecond);
+          register_timed(name, [=](benchmark::State& state) {
+            convert_benchmark(state, *op_ptr, isa, per_thread, threads, dram);
+          });
         }
       }
     }

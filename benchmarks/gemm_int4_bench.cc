@@ -247,10 +247,7 @@ void register_gemm_int4_benchmarks() {
                                        isa_name(isa) + "/" + level_name(accuracy) +
                                        "/m:" + std::to_string(m) + "/" + (cold ? "cold" : "warm") +
                                        "/threads:" + (threads == 1 ? "1" : "all");
-              benchmark::RegisterBenchmark(
-                  name.c_str(), [c](benchmark::State& state) { gemm_int4_benchmark(state, c); })
-                  ->UseManualTime()
-                  ->Unit(benchmark::kMicrosecond);
+              register_timed(name, [c](benchmark::State& state) { gemm_int4_benchmark(state, c); });
             }
           }
         }

@@ -267,10 +267,7 @@ void register_moe_benchmarks() {
           const std::string name = std::string("moe_layer/qwen3/") + isa_name(isa) + "/" +
                                    level_name(accuracy) + "/m:" + std::to_string(m) +
                                    "/cold/threads:" + (threads == 1 ? "1" : "all");
-          benchmark::RegisterBenchmark(
-              name.c_str(), [c](benchmark::State& state) { moe_layer_benchmark(state, c); })
-              ->UseManualTime()
-              ->Unit(benchmark::kMicrosecond);
+          register_timed(name, [c](benchmark::State& state) { moe_layer_benchmark(state, c); });
         }
       }
     }

@@ -66,13 +66,9 @@ void register_read_bandwidth_benchmarks() {
             dram ? dram_total / threads / 64 * 64 : caches.l2 / 2 / (threads == 1 ? 1 : l2_sharers);
         const std::string name = std::string("read_bandwidth/") + isa_name(isa) +
                                  (dram ? "/dram" : "/l2") + "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [=](benchmark::State& state) {
-                                       read_bandwidth_benchmark(state, isa, slice_bytes, threads,
-                                                                dram);
-                                     })
-            ->UseManualTime()
-            ->Unit(benchmark::kMicrosecond);
+        register_timed(name, [=](benchmark::State& state) {
+          read_bandwidth_benchmark(state, isa, slice_bytes, threads, dram);
+        });
       }
     }
   }
