@@ -4,6 +4,7 @@
 
 #include "lib/context.h"
 #include "lib/error.h"
+#include "lib/memory_ranges.h"
 
 namespace qmoe {
 namespace {
@@ -29,12 +30,6 @@ struct ConversionTask {
     t->kernel(t->src + begin, t->dst + begin, count);
   }
 };
-
-bool ranges_overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a);
-  const auto b0 = reinterpret_cast<uintptr_t>(b);
-  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
 
 template <typename Src, typename Dst, typename Entry>
 qmoe_status run_conversion(const char* function, qmoe_context* handle, const Src* src, Dst* dst,

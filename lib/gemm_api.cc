@@ -5,6 +5,7 @@
 #include "lib/context.h"
 #include "lib/error.h"
 #include "lib/gemm_driver.h"
+#include "lib/memory_ranges.h"
 
 namespace qmoe {
 namespace {
@@ -71,11 +72,10 @@ QMOE_API qmoe_status qmoe_gemm(qmoe_context* context, const qmoe_quant_matrix* w
   if (m > 1 && (ldx > SIZE_MAX / sizeof(float) / m || ldy > SIZE_MAX / sizeof(float) / m)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "m * ld overflows");
   }
-  {
-    const auto x0 = reinterpret_cast<uintptr_t>(x), y0 = reinterpret_cast<uintptr_t>(y + n_begin);
-    const uintptr_t x1 = x0 + x_elems * sizeof(float),
-                    y1 = reinterpret_cast<uintptr_t>(y + y_elems);
-    if (x0 < y1 && y0 < x1) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "x and y overlap");
+  // Y's written span starts at column n_begin of row 0.
+  if (ranges_overlap(x, x_elems * sizeof(float), y + n_begin,
+                     (y_elems - n_begin) * sizeof(float))) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "x and y overlap");
   }
 
   // A few tasks per thread (parallel_task_count), each a contiguous run of groups; small

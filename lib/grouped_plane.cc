@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "lib/error.h"
+#include "lib/memory_ranges.h"
 #include "lib/quant_layout.h"
 #include "lib/quant_matrix.h"
 #include "qmoe/qmoe.h"
@@ -45,8 +46,7 @@ QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t bloc
   const size_t src_extent =
       ((size_t{n} - 1) * src_row_stride + (size_t{blocks} - 1) * src_block_stride + 1) *
       element_bytes;
-  const auto s0 = reinterpret_cast<uintptr_t>(src), d0 = reinterpret_cast<uintptr_t>(dst);
-  if (s0 < d0 + elements * element_bytes && d0 < s0 + src_extent) {
+  if (ranges_overlap(src, src_extent, dst, elements * element_bytes)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
   }
   const auto* in = static_cast<const unsigned char*>(src);

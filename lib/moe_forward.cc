@@ -29,6 +29,7 @@
 #include "lib/error.h"
 #include "lib/expert_set.h"
 #include "lib/gemm_driver.h"
+#include "lib/memory_ranges.h"
 #include "lib/moe_routing.h"
 
 namespace qmoe {
@@ -216,11 +217,6 @@ struct MoeCall {
   }
 };
 
-bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
-  return a_bytes != 0 && b_bytes != 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
 // Run one forward whose arguments have been checked; `base` is the 64-byte aligned workspace.
 void run_forward(Context& ctx, const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m,
                  const float* x, size_t ldx, const int32_t* ids, const float* weights, uint32_t k,
@@ -364,7 +360,7 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
   const size_t x_bytes = ((m - 1) * ldx + es.hidden) * sizeof(float);
   const size_t y_bytes = ((m - 1) * ldy + es.hidden) * sizeof(float);
   const bool in_place = x == y && (m == 1 || ldx == ldy);
-  if (!in_place && overlap(x, x_bytes, y, y_bytes)) {
+  if (!in_place && ranges_overlap(x, x_bytes, y, y_bytes)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "x and y overlap (only y == x with ldy == ldx is allowed)");
   }
@@ -393,8 +389,8 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
                   "workspace_bytes = %zu, qmoe_moe_workspace_size gives %zu", o->workspace_bytes,
                   l->total + 64);
     }
-    if (overlap(o->workspace, o->workspace_bytes, x, x_bytes) ||
-        overlap(o->workspace, o->workspace_bytes, y, y_bytes)) {
+    if (ranges_overlap(o->workspace, o->workspace_bytes, x, x_bytes) ||
+        ranges_overlap(o->workspace, o->workspace_bytes, y, y_bytes)) {
       return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "workspace overlaps x or y");
     }
   }
@@ -464,12 +460,13 @@ QMOE_API qmoe_status qmoe_moe_forward(qmoe_context* context, const qmoe_expert_s
   }
   const size_t slots = size_t{m} * k;
   const size_t y_bytes = ((m - 1) * ldy + s->hidden) * sizeof(float);
-  if (overlap(ids, slots * sizeof(int32_t), y, y_bytes) ||
-      overlap(weights, slots * sizeof(float), y, y_bytes)) {
+  if (ranges_overlap(ids, slots * sizeof(int32_t), y, y_bytes) ||
+      ranges_overlap(weights, slots * sizeof(float), y, y_bytes)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "ids or weights overlap y");
   }
-  if (o.workspace != nullptr && (overlap(o.workspace, o.workspace_bytes, ids, slots * 4) ||
-                                 overlap(o.workspace, o.workspace_bytes, weights, slots * 4))) {
+  if (o.workspace != nullptr &&
+      (ranges_overlap(o.workspace, o.workspace_bytes, ids, slots * 4) ||
+       ranges_overlap(o.workspace, o.workspace_bytes, weights, slots * 4))) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "workspace overlaps ids or weights");
   }
   for (size_t i = 0; i < slots; ++i) {
@@ -508,10 +505,11 @@ QMOE_API qmoe_status qmoe_moe_forward_logits(qmoe_context* context, const qmoe_e
   if (logits == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "logits is NULL");
   const size_t logit_bytes = size_t{m} * s->num_experts * sizeof(float);
   const size_t y_bytes = ((m - 1) * ldy + s->hidden) * sizeof(float);
-  if (overlap(logits, logit_bytes, y, y_bytes)) {
+  if (ranges_overlap(logits, logit_bytes, y, y_bytes)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "logits overlap y");
   }
-  if (o.workspace != nullptr && overlap(o.workspace, o.workspace_bytes, logits, logit_bytes)) {
+  if (o.workspace != nullptr &&
+      ranges_overlap(o.workspace, o.workspace_bytes, logits, logit_bytes)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "workspace overlaps logits");
   }
   const ScratchLease lease = workspace_base(*ctx, o, l);

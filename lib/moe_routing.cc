@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "lib/error.h"
+#include "lib/memory_ranges.h"
 
 namespace qmoe {
 
@@ -82,15 +83,11 @@ QMOE_API qmoe_status qmoe_moe_route_topk(const float* logits, uint32_t m, uint32
   if (size_t{m} * num_experts > SIZE_MAX / sizeof(float)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "m * num_experts overflows");
   }
-  const auto overlap = [](const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-    const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
-    return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-  };
   const size_t logit_bytes = size_t{m} * num_experts * sizeof(float);
   const size_t out_bytes = size_t{m} * k * sizeof(float);
-  if (overlap(logits, logit_bytes, ids, out_bytes) ||
-      overlap(logits, logit_bytes, weights, out_bytes) ||
-      overlap(ids, out_bytes, weights, out_bytes)) {
+  if (ranges_overlap(logits, logit_bytes, ids, out_bytes) ||
+      ranges_overlap(logits, logit_bytes, weights, out_bytes) ||
+      ranges_overlap(ids, out_bytes, weights, out_bytes)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "logits, ids and weights overlap");
   }
   return route_topk(logits, m, num_experts, k, renormalize != 0, ids, weights, __func__);
