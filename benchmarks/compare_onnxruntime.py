@@ -56,7 +56,8 @@ except ImportError as error:  # pragma: no cover
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import libqmoe  # noqa: E402
-from benchutil import Gate, hardware_threads, l3_bytes, median_time  # noqa: E402
+from benchutil import (Gate, add_method_arguments, hardware_threads, l3_bytes,  # noqa: E402
+                       median_time)
 from libqmoe import QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST  # noqa: E402
 from ort_qmoe import session_options  # noqa: E402
 
@@ -225,15 +226,11 @@ def main():
                         help="minimum timing per warm measurement and round (default 0.3)")
     parser.add_argument("--cold-runs", type=int, default=9,
                         help="runs of the R-matrix rotation per cold measurement and round")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="interleaved rounds (samples pooled; default 2)")
+    add_method_arguments(parser)
     parser.add_argument("--no-cold", action="store_true", help="warm weights only")
     parser.add_argument("--qmoe-scales", choices=("f16", "f32"), default="f16",
                         help="libqmoe's scale plane: FP16 [K/32, N] (default) or ORT's own "
                              "float32 [N, K/32] read in place")
-    parser.add_argument("--gate", action="store_true",
-                        help="on a shared Linux host: wait for an idle moment before each "
-                             "measurement and repeat those other processes disturbed")
     parser.add_argument("--quick", action="store_true",
                         help="short timings (0.1 s, 3 cold runs, 1 round): a smoke test")
     args = parser.parse_args()

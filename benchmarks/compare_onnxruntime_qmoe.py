@@ -52,7 +52,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import libqmoe  # noqa: E402
 import ort_qmoe  # noqa: E402
 import qmoe_parity  # noqa: E402
-from benchutil import Gate, hardware_threads, l3_bytes, median_time  # noqa: E402
+from benchutil import (Gate, add_method_arguments, hardware_threads, l3_bytes,  # noqa: E402
+                       median_time)
 
 EXPERTS, TOP_K, HIDDEN, INTER, BLOCK = 128, 8, 2048, 768, 32
 SWIGLU = ort_qmoe.QWEN3_SWIGLU
@@ -86,15 +87,11 @@ def main():
                         help="R, the layers rotated (default: >= 2 and >= 4 x L3 of weights)")
     parser.add_argument("--runs", type=int, default=15,
                         help="timed runs (of all R layers) per measurement and round")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="interleaved rounds (samples pooled; default 2)")
+    add_method_arguments(parser)
     parser.add_argument("--qmoe-scales", choices=("grouped", "f16", "f32"), default="grouped",
                         help="libqmoe's weights: FP16 scales in the grouped order with codes in "
                              "huge-page weight memory (default; what qmoe run uses), FP16 "
                              "[K/32, N] planes, or ORT's own FP32 [N, K/32] planes in place")
-    parser.add_argument("--gate", action="store_true",
-                        help="on a shared Linux host: wait for an idle moment before each "
-                             "measurement and repeat those other processes disturbed")
     parser.add_argument("--quick", action="store_true",
                         help="5 runs, 1 round: a smoke test with rough figures")
     args = parser.parse_args()

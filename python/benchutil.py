@@ -49,6 +49,16 @@ def l3_bytes():
         return 32 << 20
 
 
+def add_method_arguments(parser):
+    """The measurement options both comparisons take, with one meaning: --rounds (interleaved
+    rounds, samples pooled) and --gate (the Gate below)."""
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="interleaved rounds (samples pooled; default 2)")
+    parser.add_argument("--gate", action="store_true",
+                        help="on a shared Linux host: wait for an idle moment before each "
+                             "measurement and repeat those other processes disturbed")
+
+
 class Gate:
     """Repeats a measurement that other processes disturbed (Linux; --gate).
 
