@@ -1,7 +1,8 @@
 // One dispatch from an INT4 kernel's run-time variants to its compile-time ones, for every
 // SIMD INT4 kernel file: the scale dtype, whether a zero-point plane is present, and whether
 // the block size is 16 (two scales per 32-code chunk) become template arguments of the file's
-// group function, so its inner loop carries no branch on them.
+// group function, so its inner loop carries no branch on them. Also the scale element size
+// those kernels index their planes with.
 //
 // Internal linkage (an unnamed namespace): this header is compiled under every tier's flags,
 // and an inline function with external linkage would leave the linker free to keep one tier's
@@ -9,12 +10,19 @@
 #ifndef QMOE_LIB_CPU_INT4_GROUP_DISPATCH_H_
 #define QMOE_LIB_CPU_INT4_GROUP_DISPATCH_H_
 
+#include <cstddef>
 #include <type_traits>
 
 #include "lib/quant_layout.h"
 
 namespace qmoe {
 namespace {
+
+/// Bytes of one scale element of dtype kScale (FP32: 4; FP16, BF16: 2).
+template <qmoe_dtype kScale>
+constexpr size_t sizeof_scale() {
+  return kScale == QMOE_DTYPE_F32 ? 4 : 2;
+}
 
 /// Calls group(scale, zeros, block16) with std::integral_constant arguments:
 /// scale::value is a.scale_dtype, zeros::value is a.zero_points != nullptr, block16::value is

@@ -28,24 +28,7 @@
 namespace qmoe::avx2 {
 namespace {
 
-template <qmoe_dtype kScale>
-constexpr size_t sizeof_scale() {
-  return kScale == QMOE_DTYPE_F32 ? 4 : 2;
-}
-
-template <qmoe_dtype kScale>
-inline __m256 load_scales(const void* base, size_t index) {
-  if constexpr (kScale == QMOE_DTYPE_F32) {
-    return _mm256_loadu_ps(static_cast<const float*>(base) + index);
-  } else if constexpr (kScale == QMOE_DTYPE_F16) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index)));
-  } else {
-    const __m128i bits = _mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-  }
-}
+#include "lib/cpu/avx2/int4_scales_avx2.inc"
 
 inline __m256i load_zero_bytes(const uint8_t* base, size_t index) {
   int64_t eight;

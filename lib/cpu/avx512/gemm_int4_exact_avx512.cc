@@ -25,11 +25,6 @@
 namespace qmoe::avx512 {
 namespace {
 
-template <qmoe_dtype kScale>
-constexpr size_t sizeof_scale() {
-  return kScale == QMOE_DTYPE_F32 ? 4 : 2;
-}
-
 // The block's eight scales as FP32, stored to `out`.
 template <qmoe_dtype kScale>
 inline void store_scales(const void* base, size_t index, float out[kGroupRows]) {
