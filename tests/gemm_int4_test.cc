@@ -204,6 +204,41 @@ TEST_P(GemmInt4, ScaleDtypeIsHonoured) {
   EXPECT_EQ(mismatches, static_cast<int>(o.n));
 }
 
+// Activations near the top of the float range, where a kernel that scales its intermediate
+// sums (the AVX2 exact kernel's top-nibble form does, by 2^28) overflows unless it notices
+// and recomputes; and a NaN in X, which must reach every output of its row.
+TEST_P(GemmInt4, ExtremeActivations) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (bool zero_points : {false, true}) {
+    Int4Options o{21, 256, 32, QMOE_DTYPE_F32, ScaleOrder::kGrouped, zero_points};
+    const Int4Matrix w = make_int4_matrix(o, rng);
+    for (uint32_t m : {1u, 3u, 4u, 5u}) {
+      std::vector<float> x = random_activations(m, o.k, rng);
+      for (float& v : x) v = std::ldexp(v, 100);  // |x| up to about 1e30; sums stay finite
+      ContextPtr ctx = make_context(GetParam(), 1);
+      for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        const std::string where = std::string(isa_name(GetParam())) + "/" + level_name(level) +
+                                  " x * 2^100 m=" + std::to_string(m) +
+                                  (zero_points ? " zero points" : "") +
+                                  " seed=" + std::to_string(seed);
+        run_and_check(ctx.get(), w, level, x, m, 0, o.n, where);
+      }
+      x[size_t{m - 1} * o.k + 77] = std::nanf("");
+      std::vector<float> y(size_t{m} * o.n, 0.0f);
+      ASSERT_EQ(qmoe_gemm(ctx.get(), &w.desc, QMOE_ACCURACY_EXACT, m, x.data(), o.k, y.data(), o.n,
+                          0, o.n),
+                QMOE_STATUS_OK);
+      for (uint32_t i = 0; i < m; ++i) {
+        for (uint32_t j = 0; j < o.n; ++j) {
+          const float v = y[size_t{i} * o.n + j];
+          EXPECT_EQ(std::isnan(v), i == m - 1) << "m=" << m << " y[" << i << "," << j << "] " << v;
+        }
+      }
+    }
+  }
+}
+
 // The result must not depend on the thread count (columns are split, never K).
 TEST_P(GemmInt4, ThreadCountDoesNotChangeTheResult) {
   std::mt19937_64 rng(fresh_seed());

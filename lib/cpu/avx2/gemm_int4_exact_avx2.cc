@@ -2,13 +2,15 @@
 // call.
 //
 // Conversion (both paths). One 32-byte load holds rows 2p and 2p + 1 of a chunk (32 k,
-// 128 bytes); AND / shift give their codes k 0-15 (`lo`) and k 16-31 (`hi`) as bytes, one row
-// per 128-bit lane. vpshufb with selector q zero-extends bytes 4q..4q+3 of each lane into int32
-// lanes, so one in-lane shuffle yields [2p: k 4q..4q+3 | 2p+1: the same k]; vpsubd takes the
-// zero point (exact in int32) and vcvtdq2ps makes it float. These multiply against
-// x[4q..4q+3] broadcast to both lanes, so X is read in its natural order: per 8 weights
-// vpshufb, vpsubd, vcvtdq2ps and one FMA, with no lane-crossing shuffle. (vpmovsxbd, which an
-// earlier version widened with, is a lane-crossing shuffle of about 1.3 cycles on Zen 3.)
+// 128 bytes); each row's codes k 0-15 (`lo`) and k 16-31 (`hi`) become bytes, one row per
+// 128-bit lane. vpshufb with selector q moves bytes 4q..4q+3 of each lane into int32 lanes, so
+// one in-lane shuffle yields [2p: k 4q..4q+3 | 2p+1: the same k], which multiply against
+// x[4q..4q+3] broadcast to both lanes: X is read in its natural order, with no lane-crossing
+// shuffle. With the default zero point the bytes are (code ^ 8) << 4 and land in the top byte
+// of each lane, which then reads as (code - 8) * 2^28: per 8 weights vpshufb, vcvtdq2ps and one
+// FMA (PairCodes has the exactness argument). With a zero-point plane they are the codes, land
+// in the low byte, and vpsubd takes z first. (vpmovsxbd, which an earlier version widened with,
+// is a lane-crossing shuffle of about 1.3 cycles on Zen 3.)
 //
 // Reduction. Each pair's products for a chunk collect in one 8-lane vector per half
 // [2p: 4 partials | 2p+1: 4 partials]; an in-lane unpack tree (reduce_pairs) turns the four
@@ -19,6 +21,8 @@
 // stores a chunk's converted weights once (1 KiB, in the same pair layout) and reuses them
 // for up to four activation rows. docs/benchmarks.md has the measurements.
 #include <immintrin.h>
+
+#include <cmath>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
 #include "lib/cpu/int4_group_dispatch.h"
@@ -63,12 +67,15 @@ inline __m256 qwords_add(__m256 u, __m256 v) {
                        _mm256_castpd_ps(_mm256_unpackhi_pd(du, dv)));
 }
 
-inline __m256i byte_to_dword_selector(int q) {
-  // Bytes 4q..4q+3 of each 128-bit lane, each to the low byte of a dword (0x80: zero).
-  const int b = 4 * q;
-  return _mm256_setr_epi8(b, -128, -128, -128, b + 1, -128, -128, -128, b + 2, -128, -128, -128,
-                          b + 3, -128, -128, -128, b, -128, -128, -128, b + 1, -128, -128, -128,
-                          b + 2, -128, -128, -128, b + 3, -128, -128, -128);
+// Bytes 4q..4q+3 of each 128-bit lane, each to byte `at` of a dword; the other bytes zero
+// (selector byte 0x80). Constant-folded: q and at are constants at every call.
+inline __m256i byte_to_dword_selector(int q, int at) {
+  const auto b = [q, at](int i) {
+    return static_cast<char>((i & 3) == at ? 4 * q + ((i & 15) >> 2) : -128);
+  };
+  return _mm256_setr_epi8(b(0), b(1), b(2), b(3), b(4), b(5), b(6), b(7), b(8), b(9), b(10), b(11),
+                          b(12), b(13), b(14), b(15), b(16), b(17), b(18), b(19), b(20), b(21),
+                          b(22), b(23), b(24), b(25), b(26), b(27), b(28), b(29), b(30), b(31));
 }
 
 // [z_{2p} x4 | z_{2p+1} x4] as int32 from a block's eight zero points (bytes 0-7 of `zeros`).
@@ -85,32 +92,59 @@ inline __m256 reduce_pairs(const __m256 t[4]) {
   return qwords_add(interleave_add(t[0], t[1]), interleave_add(t[2], t[3]));
 }
 
-// Pair p of a chunk, converted on demand: codes k 0-15 (`lo`) and k 16-31 (`hi`) as bytes,
-// row 2p in the low 128-bit lane and 2p + 1 in the high one, and the int32 zero points of each
-// half ([z_{2p} x4 | z_{2p+1} x4]).
+// Pair p of a chunk, converted on demand: the codes of k 0-15 (`lo`) and k 16-31 (`hi`) as
+// bytes, row 2p in the low 128-bit lane and 2p + 1 in the high one. Two forms:
+//
+// Zero-point form (kTopNibble false; any zero points): codes in the low nibble of each byte,
+// z as int32 per half ([z_{2p} x4 | z_{2p+1} x4]); a weight is cvt(code - z), exact.
+//
+// Top-nibble form (default zero point 8 only): each byte is (code ^ 8) << 4, so a byte moved to
+// the top of an int32 lane reads as (code - 8) * 2^28 (code ^ 8 is code - 8 in 4-bit two's
+// complement): per 8 weights vpshufb, vcvtdq2ps and the FMA, without the vpsubd. Every product
+// and sum of a chunk is then exactly 2^28 times the zero-point form's (a power of two commutes
+// with rounding while nothing overflows; products that would be subnormal are only more
+// precise), and add_scaled multiplies each row sum by 2^-28 before its block scale, so the
+// output bits are the zero-point form's. An activation large enough to overflow the scaled
+// sums (|x| above about 2^90) leaves inf or NaN in the row's accumulator, which FMAs and adds
+// keep to the end: finish_row sees it and recomputes the row in the zero-point form.
+template <bool kTopNibble>
 struct PairCodes {
   __m256i lo, hi, z_lo, z_hi;
 
-  // The float weights (code - z) of k 16h + 4q .. 16h + 4q + 3: [2p | 2p + 1].
+  // The weights of k 16h + 4q .. 16h + 4q + 3, [2p | 2p + 1]: code - z, or (code - 8) * 2^28.
   __m256 weights(int h, int q) const {
     const __m256i nibbles = h == 0 ? lo : hi;
-    const __m256i dword_codes = _mm256_shuffle_epi8(nibbles, byte_to_dword_selector(q));
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(dword_codes, h == 0 ? z_lo : z_hi));
+    if constexpr (kTopNibble) {
+      return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(nibbles, byte_to_dword_selector(q, 3)));
+    } else {
+      const __m256i dword_codes = _mm256_shuffle_epi8(nibbles, byte_to_dword_selector(q, 0));
+      return _mm256_cvtepi32_ps(_mm256_sub_epi32(dword_codes, h == 0 ? z_lo : z_hi));
+    }
   }
 };
 
-template <bool kZeros>
-inline PairCodes load_pair(const uint8_t* chunk, int p, __m256i zeros_a, __m256i zeros_b) {
-  const __m256i mask = _mm256_set1_epi8(0x0F);
+// The top-nibble form's scale: 2^28 (exact in float).
+constexpr float kTopNibbleUnscale = 1.0f / 268435456.0f;
+
+template <bool kTopNibble>
+inline PairCodes<kTopNibble> load_pair(const uint8_t* chunk, int p, __m256i zeros_a,
+                                       __m256i zeros_b) {
   const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * p));
-  PairCodes pair;
-  pair.lo = _mm256_and_si256(bytes, mask);
-  pair.hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
-  if constexpr (kZeros) {
+  PairCodes<kTopNibble> pair;
+  if constexpr (kTopNibble) {
+    // Both nibbles ^ 8, then each into the high nibble of its byte with the low nibble clear
+    // (the 16-bit shift carries the next byte's bits into the low nibble; the AND drops them).
+    const __m256i mask = _mm256_set1_epi8(static_cast<char>(0xF0));
+    const __m256i flipped = _mm256_xor_si256(bytes, _mm256_set1_epi8(static_cast<char>(0x88)));
+    pair.lo = _mm256_and_si256(_mm256_slli_epi16(flipped, 4), mask);
+    pair.hi = _mm256_and_si256(flipped, mask);
+    pair.z_lo = pair.z_hi = _mm256_setzero_si256();
+  } else {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    pair.lo = _mm256_and_si256(bytes, mask);
+    pair.hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
     pair.z_lo = pair_zero_dwords(zeros_a, p);
     pair.z_hi = pair_zero_dwords(zeros_b, p);
-  } else {
-    pair.z_lo = pair.z_hi = _mm256_set1_epi32(static_cast<int>(kInt4DefaultZeroPoint));
   }
   return pair;
 }
@@ -120,10 +154,10 @@ inline PairCodes load_pair(const uint8_t* chunk, int p, __m256i zeros_a, __m256i
 struct ChunkTile {
   alignas(32) float w[4 * 2 * 4 * 8];
 
-  template <bool kZeros>
+  template <bool kTopNibble>
   void convert(const uint8_t* chunk, __m256i zeros_a, __m256i zeros_b) {
     for (int p = 0; p < 4; ++p) {
-      const PairCodes pair = load_pair<kZeros>(chunk, p, zeros_a, zeros_b);
+      const auto pair = load_pair<kTopNibble>(chunk, p, zeros_a, zeros_b);
       for (int h = 0; h < 2; ++h) {
         for (int q = 0; q < 4; ++q) _mm256_store_ps(at(p, h, q), pair.weights(h, q));
       }
@@ -140,26 +174,37 @@ struct ChunkSums {
 };
 
 // One activation row's part of one chunk: x (the row's 32 values of the chunk) against the
-// eight rows' weights, `pair_weights(p)` giving pair p's weights(h, q). Each pair collects
-// two FMA chains (k 0-15, k 16-31): one chain of eight was slower.
-template <bool kBlock16, typename PairWeights>
+// eight rows' weights, `pair_weights(p)` giving pair p's weights(h, q). Each half (k 0-15,
+// k 16-31) of a pair is an FMA chain of kChain products (4 or 2; two chains of 2 are added).
+// One row is latency-bound: a chunk's dependency path (load, convert, chain, reduce, scale)
+// keeps the next chunk's conversions waiting, and chains of 2 shorten it (median warm call
+// 1536 x 2048 on Zen 3 about 12% faster). A tile of rows is throughput-bound, and there chains
+// of 4 save the adds (about 4%). A single chain of 8 per pair was slower than two of 4.
+template <bool kBlock16, int kChain, typename PairWeights>
 inline ChunkSums chunk_sums(PairWeights&& pair_weights, const float* x) {
+  static_assert(kChain == 2 || kChain == 4, "a half is 4 products");
   __m256 t_lo[4], t_hi[4];
   for (int p = 0; p < 4; ++p) {
     const auto pair = pair_weights(p);
-    __m256 s_lo = _mm256_setzero_ps(), s_hi = _mm256_setzero_ps();
-    for (int q = 0; q < 4; ++q) {
-      const __m256 x_lo = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + 4 * q));
-      const __m256 x_hi = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + 16 + 4 * q));
-      const __m256 w_lo = pair.weights(0, q), w_hi = pair.weights(1, q);
-      s_lo = q == 0 ? _mm256_mul_ps(w_lo, x_lo) : _mm256_fmadd_ps(w_lo, x_lo, s_lo);
-      s_hi = q == 0 ? _mm256_mul_ps(w_hi, x_hi) : _mm256_fmadd_ps(w_hi, x_hi, s_hi);
+    __m256 half[2];
+    for (int h = 0; h < 2; ++h) {
+      __m256 chain[4 / kChain];
+      for (int j = 0; j < 4 / kChain; ++j) {
+        for (int i = 0; i < kChain; ++i) {
+          const int q = kChain * j + i;
+          const __m256 xq =
+              _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + 16 * h + 4 * q));
+          const __m256 w = pair.weights(h, q);
+          chain[j] = i == 0 ? _mm256_mul_ps(w, xq) : _mm256_fmadd_ps(w, xq, chain[j]);
+        }
+      }
+      half[h] = kChain == 4 ? chain[0] : _mm256_add_ps(chain[0], chain[4 / kChain - 1]);
     }
     if constexpr (kBlock16) {
-      t_lo[p] = s_lo;
-      t_hi[p] = s_hi;
+      t_lo[p] = half[0];
+      t_hi[p] = half[1];
     } else {
-      t_lo[p] = _mm256_add_ps(s_lo, s_hi);  // one block: both halves share its scale
+      t_lo[p] = _mm256_add_ps(half[0], half[1]);  // one block: both halves share its scale
     }
   }
   ChunkSums sums;
@@ -197,10 +242,16 @@ inline void for_each_chunk(const Int4GroupArgs& a, ChunkBody&& chunk_body) {
   }
 }
 
-// acc + sums * the scales of the chunk's block(s), permuted into the sums' row order.
-template <qmoe_dtype kScale, bool kBlock16>
+// acc + sums * the scales of the chunk's block(s), permuted into the sums' row order. The
+// top-nibble form's sums are first brought back by 2^-28 (exact: see PairCodes).
+template <qmoe_dtype kScale, bool kBlock16, bool kTopNibble>
 inline __m256 add_scaled(const Int4GroupArgs& a, uint32_t block_a, ChunkSums sums, __m256 acc) {
   const __m256i to_reduced = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  if constexpr (kTopNibble) {
+    const __m256 unscale = _mm256_set1_ps(kTopNibbleUnscale);
+    sums.lo = _mm256_mul_ps(sums.lo, unscale);
+    if constexpr (kBlock16) sums.hi = _mm256_mul_ps(sums.hi, unscale);
+  }
   const __m256 scale_a = _mm256_permutevar8x32_ps(
       load_scales<kScale>(a.scales, block_a * a.scale_block_stride), to_reduced);
   acc = _mm256_fmadd_ps(sums.lo, scale_a, acc);
@@ -226,38 +277,61 @@ inline void store_group_row(const Int4GroupArgs& a, __m256 acc, float* y) {
   }
 }
 
-// Activation row m: each pair converted in registers and consumed at once (storing the tile
-// costs 32 stores a chunk, which one row cannot amortize).
-template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
-void exact_single_row(const Int4GroupArgs& a, uint32_t m) {
-  const float* x = a.x + m * a.ldx;
+// The eight row sums of activation row x, in reduced order: each pair converted in registers
+// and consumed at once (storing the tile costs 32 stores a chunk, which one row cannot
+// amortize).
+template <qmoe_dtype kScale, bool kZeros, bool kBlock16, bool kTopNibble>
+__m256 single_row_sums(const Int4GroupArgs& a, const float* x) {
   __m256 acc = _mm256_setzero_ps();
   for_each_chunk<kScale, kZeros, kBlock16>(
       a, [&](uint32_t c, const uint8_t* codes, uint32_t block_a, __m256i zeros_a, __m256i zeros_b) {
-        const ChunkSums sums = chunk_sums<kBlock16>(
-            [&](int p) { return load_pair<kZeros>(codes, p, zeros_a, zeros_b); },
+        const ChunkSums sums = chunk_sums<kBlock16, 2>(
+            [&](int p) { return load_pair<kTopNibble>(codes, p, zeros_a, zeros_b); },
             x + c * kChunkCodes);
-        acc = add_scaled<kScale, kBlock16>(a, block_a, sums, acc);
+        acc = add_scaled<kScale, kBlock16, kTopNibble>(a, block_a, sums, acc);
       });
+  return acc;
+}
+
+// Row sums of activation row m computed in the top-nibble form (when the zero point is the
+// default) -> y: if any lane is inf or NaN, the row is recomputed in the zero-point form, whose
+// result is the reference one (also inf or NaN when X holds them; see PairCodes).
+template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
+void finish_row(const Int4GroupArgs& a, uint32_t m, __m256 acc) {
+  if constexpr (!kZeros) {
+    const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), acc);
+    const __m256 finite = _mm256_cmp_ps(magnitude, _mm256_set1_ps(HUGE_VALF), _CMP_LT_OQ);
+    if (__builtin_expect(_mm256_movemask_ps(finite) != 0xFF, 0)) {
+      acc = single_row_sums<kScale, kZeros, kBlock16, false>(a, a.x + m * a.ldx);
+    }
+  }
   store_group_row(a, acc, a.y + m * a.ldy);
+}
+
+template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
+void exact_single_row(const Int4GroupArgs& a, uint32_t m) {
+  finish_row<kScale, kZeros, kBlock16>(
+      a, m, single_row_sums<kScale, kZeros, kBlock16, !kZeros>(a, a.x + m * a.ldx));
 }
 
 // Activation rows [m0, m0 + kM): each chunk converted once into a tile, then read by each row.
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16, int kM>
 void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
+  constexpr bool kTopNibble = !kZeros;
   __m256 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
   ChunkTile tile;
-  for_each_chunk<kScale, kZeros, kBlock16>(
-      a, [&](uint32_t c, const uint8_t* codes, uint32_t block_a, __m256i zeros_a, __m256i zeros_b) {
-        tile.convert<kZeros>(codes, zeros_a, zeros_b);
-        for (int i = 0; i < kM; ++i) {
-          const float* x = a.x + (m0 + i) * a.ldx + c * kChunkCodes;
-          const ChunkSums sums = chunk_sums<kBlock16>([&](int p) { return TilePair{&tile, p}; }, x);
-          acc[i] = add_scaled<kScale, kBlock16>(a, block_a, sums, acc[i]);
-        }
-      });
-  for (int i = 0; i < kM; ++i) store_group_row(a, acc[i], a.y + (m0 + i) * a.ldy);
+  for_each_chunk<kScale, kZeros, kBlock16>(a, [&](uint32_t c, const uint8_t* codes,
+                                                  uint32_t block_a, __m256i zeros_a,
+                                                  __m256i zeros_b) {
+    tile.convert<kTopNibble>(codes, zeros_a, zeros_b);
+    for (int i = 0; i < kM; ++i) {
+      const float* x = a.x + (m0 + i) * a.ldx + c * kChunkCodes;
+      const ChunkSums sums = chunk_sums<kBlock16, 4>([&](int p) { return TilePair{&tile, p}; }, x);
+      acc[i] = add_scaled<kScale, kBlock16, kTopNibble>(a, block_a, sums, acc[i]);
+    }
+  });
+  for (int i = 0; i < kM; ++i) finish_row<kScale, kZeros, kBlock16>(a, m0 + i, acc[i]);
 }
 
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
