@@ -227,6 +227,51 @@ void gemm_int4_benchmark(benchmark::State& state, const Case& c) {
   }
 }
 
+// The same cold rotation read by the tier's read kernel alone (qmoe_measure_read_bandwidth_over
+// on each matrix's codes, then its scales, through the same context and pool): what streaming
+// these bytes one matrix per call costs without any arithmetic. A GEMM row's frac_of_read_bw
+// over this row's is the kernel's efficiency against a pure read of the same pages in the same
+// pattern; this row's own is what the call pattern (matrix starts, the pool hand-off) leaves of
+// the roof.
+void read_only_benchmark(benchmark::State& state, const Shape* shape, Isa isa, size_t threads) {
+  if (table_or_skip(state, isa) == nullptr) return;
+  BenchContext context(isa, threads);
+  if (!context.ok()) {
+    state.SkipWithError(("qmoe_context_create failed: " + context.error()).c_str());
+    return;
+  }
+  WeightPool& pool = WeightPool::for_shape(*shape);
+  const int all = threads > 1;
+  qmoe_status failed = QMOE_STATUS_OK;
+  auto read = [&](const qmoe_quant_matrix& w) {
+    double unused = 0.0;
+    qmoe_status s = qmoe_measure_read_bandwidth_over(context.get(), w.codes, pool.codes_bytes(), 1,
+                                                     all, &unused);
+    if (s == QMOE_STATUS_OK) {
+      s = qmoe_measure_read_bandwidth_over(context.get(), w.scales, pool.scale_bytes(), 1, all,
+                                           &unused);
+    }
+    if (s != QMOE_STATUS_OK) failed = s;
+  };
+  for (int i = 0; i < 3; ++i) read(pool.next_cold());  // warm-up, as the GEMM rows do
+  const qmoe_quant_matrix* w = nullptr;
+  const double seconds = run_timed(
+      state, [&] { w = &pool.next_cold(); }, [&] { read(*w); });
+  if (failed != QMOE_STATUS_OK) {
+    state.SkipWithError(
+        (std::string("qmoe_measure_read_bandwidth_over failed: ") + qmoe_last_error_message())
+            .c_str());
+    return;
+  }
+  const double bytes = static_cast<double>(pool.bytes_per_call());
+  state.SetLabel("N=" + std::to_string(shape->n) + " K=" + std::to_string(shape->k) + ", " +
+                 format_bytes(bytes) + "/call, " + std::to_string(pool.cold_count()) +
+                 " matrices rotated, read kernel only");
+  report_bandwidth(state, bytes, seconds, threads, /*versus_read_roof=*/true);
+  const double iterations = static_cast<double>(state.iterations());
+  if (seconds > 0.0 && iterations > 0.0) state.counters["us_per_call"] = seconds / iterations * 1e6;
+}
+
 void register_gemm_int4_benchmarks() {
   benchmark::AddCustomContext("qmoe_gemm_int4_pool",
                               use_team_pool()
@@ -251,6 +296,15 @@ void register_gemm_int4_benchmarks() {
             }
           }
         }
+      }
+      if (isa == Isa::kScalar || !shape.grouped_scales) continue;
+      for (size_t threads : thread_counts) {
+        const std::string name = std::string("gemm_int4/") + shape.name + "/" + isa_name(isa) +
+                                 "/read_only/cold/threads:" + (threads == 1 ? "1" : "all");
+        const Shape* sp = &shape;
+        register_timed(name, [sp, isa, threads](benchmark::State& state) {
+          read_only_benchmark(state, sp, isa, threads);
+        });
       }
     }
   }

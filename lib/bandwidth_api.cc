@@ -1,4 +1,6 @@
-// qmoe_measure_read_bandwidth: the roof every memory-bound kernel is measured against.
+// qmoe_measure_read_bandwidth: the roof every memory-bound kernel is measured against, over a
+// private buffer; qmoe_measure_read_bandwidth_over: the same passes over the caller's memory
+// (the pages its expert weights live in), which the read kernel never writes.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -32,6 +34,30 @@ struct ReadSlices {
   }
 };
 
+// Best of `repetitions` timed passes of work.read over its slices, in bytes per second.
+double best_pass(const Context& ctx, ReadSlices& work, size_t slices, uint32_t repetitions) {
+  double best_seconds = 0.0;
+  for (uint32_t r = 0; r < repetitions; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    ctx.parallel_for(&ReadSlices::read_slice, &work, slices);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r == 0 || seconds < best_seconds) best_seconds = seconds;
+  }
+  // Keep the reads observable without publishing the checksum.
+  __asm__ volatile("" : : "r"(work.checksum.load(std::memory_order_relaxed)) : "memory");
+  const double total = static_cast<double>(work.slice_bytes * slices);
+  return best_seconds > 0.0 ? total / best_seconds : 0.0;
+}
+
+// One slice per thread (or one), at least one 64-byte line each, so any range of at least
+// kMinBufferBytes works on any thread count: a small one simply uses fewer threads.
+size_t slice_count(const Context& ctx, size_t bytes, int use_all_threads) {
+  size_t slices = use_all_threads ? ctx.num_threads() : 1;
+  if (slices > bytes / 64) slices = bytes / 64;
+  return slices;
+}
+
 }  // namespace
 }  // namespace qmoe
 
@@ -51,10 +77,7 @@ QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t b
   }
   if (repetitions == 0) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "repetitions is 0");
 
-  // One slice per thread, at least one 64-byte line each (so any buffer >= 4096 bytes works
-  // on any thread count: a small buffer simply uses fewer threads).
-  size_t slices = use_all_threads ? ctx->num_threads() : 1;
-  if (slices > buffer_bytes / 64) slices = buffer_bytes / 64;
+  const size_t slices = slice_count(*ctx, buffer_bytes, use_all_threads);
   const size_t slice_bytes = buffer_bytes / slices / 64 * 64;
   const size_t total = slice_bytes * slices;
   // Pages of the kind qmoe_alloc_weight_memory gives (huge where the OS allows): the roof is
@@ -68,19 +91,43 @@ QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t b
   work.slice_bytes = slice_bytes;
   // With one slice the work runs inline on this thread.
   ctx->parallel_for(&ReadSlices::fill, &work, slices);
-
-  double best_seconds = 0.0;
-  for (uint32_t r = 0; r < repetitions; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    ctx->parallel_for(&ReadSlices::read_slice, &work, slices);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (r == 0 || seconds < best_seconds) best_seconds = seconds;
-  }
+  *bytes_per_second = best_pass(*ctx, work, slices, repetitions);
   free_streaming_memory(buffer);
-  // Keep the reads observable without publishing the checksum.
-  __asm__ volatile("" : : "r"(work.checksum.load(std::memory_order_relaxed)) : "memory");
-  *bytes_per_second = best_seconds > 0.0 ? static_cast<double>(total) / best_seconds : 0.0;
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_measure_read_bandwidth_over(qmoe_context* context, const void* data,
+                                                      size_t bytes, uint32_t repetitions,
+                                                      int use_all_threads,
+                                                      double* bytes_per_second) {
+  using namespace qmoe;
+  QMOE_RESOLVE_CONTEXT(ctx, context);
+  if (bytes_per_second == nullptr) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "bytes_per_second out-pointer is NULL");
+  }
+  if (data == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "data is NULL");
+  const auto address = reinterpret_cast<uintptr_t>(data);
+  if (bytes > UINTPTR_MAX - address) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "data + bytes (%zu) wraps around the address space",
+              bytes);
+  }
+  if (repetitions == 0) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "repetitions is 0");
+  // The read kernel takes whole 64-byte lines: the ones inside [data, data + bytes). (lead
+  // counts the bytes before the first one; no sum below can wrap.)
+  const size_t lead = (64 - (address & 63)) & 63;
+  const size_t lines_bytes = bytes > lead ? (bytes - lead) & ~size_t{63} : 0;
+  if (lines_bytes < kMinBufferBytes) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "[data, data + %zu) holds %zu bytes of whole 64-byte lines; at least %zu needed",
+              bytes, lines_bytes, kMinBufferBytes);
+  }
+
+  const size_t slices = slice_count(*ctx, lines_bytes, use_all_threads);
+  ReadSlices work;
+  work.read = ctx->kernels().read_bandwidth.fn;
+  work.base = static_cast<const unsigned char*>(data) + lead;
+  work.slice_bytes = lines_bytes / slices / 64 * 64;
+  *bytes_per_second = best_pass(*ctx, work, slices, repetitions);
   return QMOE_STATUS_OK;
 }
 

@@ -219,4 +219,75 @@ TEST(MeasureReadBandwidthArgs, ZeroRepetitions) {
   expect_rejected(ctx.get(), size_t{1} << 20, 0, QMOE_STATUS_INVALID_ARGUMENT, "repetitions 0");
 }
 
+// --- qmoe_measure_read_bandwidth_over: the caller's memory -------------------------------------
+
+class MeasureReadBandwidthOver : public IsaTest {};
+
+// Positive and finite over unaligned ranges on one and all threads, and the memory is only
+// read: guard bytes around the range and the range itself keep their pattern.
+TEST_P(MeasureReadBandwidthOver, ReadsTheRangeAndWritesNothing) {
+  qmoe_context_options options;
+  qmoe_context_options_init(&options);
+  options.max_isa = static_cast<qmoe_isa>(GetParam());
+  options.num_threads = 3;
+  ContextPtr ctx = make_context(&options);
+  ASSERT_NE(ctx, nullptr);
+  std::vector<unsigned char> memory((size_t{1} << 20) + 256);
+  for (size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<unsigned char>(i * 131 + 7);
+  const std::vector<unsigned char> before = memory;
+  for (int all_threads : {0, 1}) {
+    // Offsets and sizes that leave partial lines at both ends, down to the smallest range that
+    // still holds 4096 bytes of whole lines.
+    for (size_t offset : {size_t{0}, size_t{1}, size_t{63}}) {
+      // The last size ends the range at the end of the allocation, so that a read past it is
+      // a heap overflow under ASan.
+      const size_t to_end = memory.size() - 64 - offset;
+      for (size_t bytes : {size_t{1} << 20, size_t{4096} + 64 + 5, size_t{4096} + 127, to_end}) {
+        double bw = -1.0;
+        ASSERT_EQ(qmoe_measure_read_bandwidth_over(ctx.get(), memory.data() + 64 + offset, bytes, 2,
+                                                   all_threads, &bw),
+                  QMOE_STATUS_OK)
+            << qmoe_last_error_message();
+        EXPECT_TRUE(std::isfinite(bw)) << bw;
+        EXPECT_GT(bw, 0.0) << qmoe::isa_name(GetParam()) << " offset=" << offset
+                           << " bytes=" << bytes << " all_threads=" << all_threads;
+      }
+    }
+  }
+  EXPECT_TRUE(memory == before) << "the measured memory changed";
+}
+
+QMOE_INSTANTIATE_ISA_TEST_SUITE(MeasureReadBandwidthOver);
+
+TEST(MeasureReadBandwidthOverArgs, BadInputGetsAStatus) {
+  ContextPtr ctx = make_context(nullptr);
+  ASSERT_NE(ctx, nullptr);
+  alignas(64) static unsigned char memory[3 * 4096];
+  const auto rejected = [&](qmoe_context* c, const void* data, size_t bytes, uint32_t reps,
+                            qmoe_status status, const char* what) {
+    for (int all_threads : {0, 1}) {
+      double bw = -7.0;
+      EXPECT_EQ(qmoe_measure_read_bandwidth_over(c, data, bytes, reps, all_threads, &bw), status)
+          << what;
+      EXPECT_EQ(bw, -7.0) << what << ": output written on failure";
+      EXPECT_STRNE(qmoe_last_error_message(), "") << what;
+    }
+  };
+  rejected(nullptr, memory, sizeof memory, 1, QMOE_STATUS_INVALID_CONTEXT, "null context");
+  rejected(ctx.get(), nullptr, sizeof memory, 1, QMOE_STATUS_INVALID_ARGUMENT, "null data");
+  rejected(ctx.get(), memory, sizeof memory, 0, QMOE_STATUS_INVALID_ARGUMENT, "repetitions 0");
+  rejected(ctx.get(), memory, 4095, 1, QMOE_STATUS_INVALID_ARGUMENT, "4095 bytes");
+  // 4096 bytes that start mid-line hold only 4032 bytes of whole lines.
+  rejected(ctx.get(), memory + 1, 4096, 1, QMOE_STATUS_INVALID_ARGUMENT, "4096 bytes unaligned");
+  rejected(ctx.get(), memory, SIZE_MAX, 1, QMOE_STATUS_INVALID_ARGUMENT, "range wraps around");
+  for (int all_threads : {0, 1}) {
+    EXPECT_EQ(
+        qmoe_measure_read_bandwidth_over(ctx.get(), memory, sizeof memory, 1, all_threads, nullptr),
+        QMOE_STATUS_INVALID_ARGUMENT);
+  }
+  double bw = 0.0;
+  EXPECT_EQ(qmoe_measure_read_bandwidth_over(ctx.get(), memory, 4096, 1, 1, &bw), QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+}
+
 }  // namespace

@@ -119,6 +119,15 @@ int main(void) {
     CHECK(qmoe_moe_route_topk(logits, 1, 4, 5, 1, ids, weights) == QMOE_STATUS_INVALID_ARGUMENT);
   }
 
+  /* Read bandwidth over the caller's memory. */
+  {
+    static unsigned char memory[8192];
+    double bytes_per_second = 0.0;
+    CHECK(qmoe_measure_read_bandwidth_over(context, memory, sizeof memory, 2, 1,
+                                           &bytes_per_second) == QMOE_STATUS_OK);
+    CHECK(bytes_per_second > 0.0);
+  }
+
   /* Bad input: statuses, never crashes. */
   CHECK(qmoe_convert_f16_to_f32(NULL, halves, wide, 4) == QMOE_STATUS_INVALID_CONTEXT);
   CHECK(strlen(qmoe_last_error_message()) > 0);

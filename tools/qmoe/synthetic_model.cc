@@ -101,6 +101,7 @@ bool SyntheticLayer::generate(const ModelShape& shape, const ExpertBytes& bytes,
   void* memory = nullptr;
   if (qmoe_alloc_weight_memory(total, &memory) == QMOE_STATUS_OK) {
     data_ = static_cast<unsigned char*>(memory);
+    bytes_ = total;
   }
   if (data_ == nullptr) {
     *error = "out of memory allocating " + std::to_string(total >> 20) + " MiB for layer " +

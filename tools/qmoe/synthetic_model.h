@@ -68,9 +68,13 @@ class SyntheticLayer {
                 const std::function<void(uint32_t)>& on_expert_done, std::string* error);
 
   const qmoe_expert_set* set() const { return set_; }
+  // The layer's weight allocation (all experts' codes and scales).
+  const unsigned char* weight_data() const { return data_; }
+  size_t weight_bytes() const { return bytes_; }
 
  private:
   unsigned char* data_ = nullptr;
+  size_t bytes_ = 0;
   std::vector<qmoe_quant_matrix> fc1_, fc2_;
   qmoe_expert_set* set_ = nullptr;
 };
