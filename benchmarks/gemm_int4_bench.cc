@@ -227,12 +227,13 @@ void gemm_int4_benchmark(benchmark::State& state, const Case& c) {
   }
 }
 
-// The same cold rotation read by the tier's read kernel alone (qmoe_measure_read_bandwidth_over
-// on each matrix's codes, then its scales, through the same context and pool): what streaming
-// these bytes one matrix per call costs without any arithmetic. A GEMM row's frac_of_read_bw
-// over this row's is the kernel's efficiency against a pure read of the same pages in the same
-// pattern; this row's own is what the call pattern (matrix starts, the pool hand-off) leaves of
-// the roof.
+// The same cold rotation read by the tier's read kernel alone: one
+// qmoe_measure_read_bandwidth_over call per matrix over its slot (codes, the padding to the
+// next page, scales: at most 4 KiB more than the GEMM reads), through the same kind of context
+// and pool, so one hand-off per matrix as for qmoe_gemm. What streaming these bytes one matrix
+// per call costs without any arithmetic: a GEMM row's frac_of_read_bw over this row's is the
+// kernel's efficiency against a pure read of the same pages in the same pattern, and this
+// row's own is what the call pattern (matrix starts, the hand-off) leaves of the roof.
 void read_only_benchmark(benchmark::State& state, const Shape* shape, Isa isa, size_t threads) {
   if (table_or_skip(state, isa) == nullptr) return;
   BenchContext context(isa, threads);
@@ -244,13 +245,11 @@ void read_only_benchmark(benchmark::State& state, const Shape* shape, Isa isa, s
   const int all = threads > 1;
   qmoe_status failed = QMOE_STATUS_OK;
   auto read = [&](const qmoe_quant_matrix& w) {
+    const auto* first = static_cast<const unsigned char*>(w.codes);
+    const auto* end = static_cast<const unsigned char*>(w.scales) + pool.scale_bytes();
     double unused = 0.0;
-    qmoe_status s = qmoe_measure_read_bandwidth_over(context.get(), w.codes, pool.codes_bytes(), 1,
-                                                     all, &unused);
-    if (s == QMOE_STATUS_OK) {
-      s = qmoe_measure_read_bandwidth_over(context.get(), w.scales, pool.scale_bytes(), 1, all,
-                                           &unused);
-    }
+    const qmoe_status s = qmoe_measure_read_bandwidth_over(
+        context.get(), first, static_cast<size_t>(end - first), 1, all, &unused);
     if (s != QMOE_STATUS_OK) failed = s;
   };
   for (int i = 0; i < 3; ++i) read(pool.next_cold());  // warm-up, as the GEMM rows do
