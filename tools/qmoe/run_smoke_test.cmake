@@ -2,8 +2,9 @@
 #   add_test(NAME qmoe_run_smoke COMMAND ${CMAKE_COMMAND} -DQMOE=$<TARGET_FILE:qmoe_cli>
 #            -P ${PROJECT_SOURCE_DIR}/tools/qmoe/run_smoke_test.cmake)
 # Checks: a bad option exits 2; one layer, two steps, batch 2 on 1 and on 2 threads both exit
-# 0 with a finite hidden state, 8 distinct experts per layer for each token at most, and the
-# same checksum (the MoE layer's result does not depend on the thread count).
+# 0 with a finite hidden state, 8 distinct experts per layer for each token at most, a read
+# bandwidth measured over the weights, and the same checksum (the MoE layer's result does not
+# depend on the thread count).
 if(NOT QMOE)
   message(FATAL_ERROR "pass -DQMOE=<path of the qmoe tool>")
 endif()
@@ -25,11 +26,17 @@ foreach(threads 1 2)
   string(JSON experts GET "${json}" experts_per_token)
   string(JSON layers GET "${json}" model layers)
   string(JSON checksum GET "${json}" checksum)
+  string(JSON weights_gbps GET "${json}" bandwidth weights_gbps)
+  string(JSON weights_ratio GET "${json}" weights_bandwidth_ratio)
   if(NOT finite STREQUAL "ON" AND NOT finite STREQUAL "true")
     message(FATAL_ERROR "hidden state not finite on ${threads} threads:\n${json}")
   endif()
   if(NOT layers EQUAL 1 OR experts GREATER 8 OR experts LESS 4)
     message(FATAL_ERROR "unexpected model/experts on ${threads} threads:\n${json}")
+  endif()
+  # The read of the weights' own pages (qmoe_measure_read_bandwidth_over) ran and was used.
+  if(NOT weights_gbps GREATER 0 OR NOT weights_ratio GREATER 0)
+    message(FATAL_ERROR "no read bandwidth over the weights on ${threads} threads:\n${json}")
   endif()
   list(APPEND checksums "${checksum}")
 endforeach()
