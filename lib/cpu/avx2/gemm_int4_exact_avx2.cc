@@ -14,12 +14,15 @@
 //
 // Reduction. Each pair's products for a chunk collect in one 8-lane vector per half
 // [2p: 4 partials | 2p+1: 4 partials]; an in-lane unpack tree (reduce_pairs) turns the four
-// pairs into the eight row sums in the order [0 2 4 6 | 1 3 5 7], which multiply the block's
-// scales permuted into that order; the accumulator returns to natural order once per group.
+// pairs into the eight row sums in the order [0 2 4 6 | 1 3 5 7]; the result returns to
+// natural order once per group.
 //
-// M = 1 (exact_single_row) converts in registers and consumes at once. M > 1 (exact_tile)
-// stores a chunk's converted weights once (1 KiB, in the same pair layout) and reuses them
-// for up to four activation rows. docs/benchmarks.md has the measurements.
+// M = 1 (exact_single_row) converts in registers and consumes at once, and keeps one
+// accumulator per pair: the partials multiply [s_2p x4 | s_2p+1 x4] and the tree runs once per
+// group. M > 1 (exact_tile) stores a chunk's converted weights once (1 KiB, in the same pair
+// layout) and reuses them for up to four activation rows; each row's chunk is reduced by the
+// tree and multiplies the block's scales permuted into the reduced order (per-pair accumulators
+// for four rows would not fit the registers). docs/benchmarks.md has the measurements.
 #include <immintrin.h>
 
 #include <cmath>
