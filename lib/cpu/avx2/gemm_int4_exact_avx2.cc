@@ -106,10 +106,12 @@ inline __m256 reduce_pairs(const __m256 t[4]) {
 // complement): per 8 weights vpshufb, vcvtdq2ps and the FMA, without the vpsubd. Every product
 // and sum of a chunk is then exactly 2^28 times the zero-point form's (a power of two commutes
 // with rounding while nothing overflows; products that would be subnormal are only more
-// precise), and add_scaled multiplies each row sum by 2^-28 before its block scale, so the
-// output bits are the zero-point form's. An activation large enough to overflow the scaled
-// sums (|x| above about 2^90) leaves inf or NaN in the row's accumulator, which FMAs and adds
-// keep to the end: finish_row sees it and recomputes the row in the zero-point form.
+// precise); the scaled sums multiply the block scales as they are, so each row's accumulator
+// holds exactly 2^28 times the zero-point form's, and finish_row multiplies it by 2^-28 once:
+// the output bits are the zero-point form's on the same path. A result or an activation large
+// enough to overflow the scaled sums (|x| above about 2^90) leaves inf or NaN in the row's
+// accumulator, which FMAs and adds keep to the end: finish_row sees it and recomputes the row
+// in the zero-point form.
 template <bool kTopNibble>
 struct PairCodes {
   __m256i lo, hi, z_lo, z_hi;
@@ -176,19 +178,19 @@ struct ChunkSums {
   __m256 lo, hi;
 };
 
-// One activation row's part of one chunk: x (the row's 32 values of the chunk) against the
-// eight rows' weights, `pair_weights(p)` giving pair p's weights(h, q). Each half (k 0-15,
-// k 16-31) of a pair is an FMA chain of kChain products (4 or 2; two chains of 2 are added).
-// One row is latency-bound: a chunk's dependency path (load, convert, chain, reduce, scale)
-// keeps the next chunk's conversions waiting, and chains of 2 shorten it (median warm call
-// 1536 x 2048 on Zen 3 about 12% faster). A tile of rows is throughput-bound, and there chains
-// of 4 save the adds (about 4%). A single chain of 8 per pair was slower than two of 4.
 // The unreduced partials of one chunk: per pair p, lo[p] (k 0-31, or k 0-15 for block 16) and
 // hi[p] (k 16-31, block 16 only), each [2p: 4 partials | 2p+1: 4 partials].
 struct PairPartials {
   __m256 lo[4], hi[4];
 };
 
+// One activation row's part of one chunk: x (the row's 32 values of the chunk) against the
+// eight rows' weights, `pair_weights(p)` giving pair p's weights(h, q). Each half (k 0-15,
+// k 16-31) of a pair is an FMA chain of kChain products (4 or 2; two chains of 2 are added).
+// One row is latency-bound: a chunk's dependency path (load, convert, chain, scale) keeps the
+// next chunk's conversions waiting, and chains of 2 shorten it (median warm call 1536 x 2048
+// on Zen 3 about 12% faster). A tile of rows is throughput-bound, and there chains of 4 save
+// the adds (about 4%). A single chain of 8 per pair was slower than two of 4.
 template <bool kBlock16, int kChain, typename PairWeights>
 inline PairPartials chunk_pair_partials(PairWeights&& pair_weights, const float* x) {
   static_assert(kChain == 2 || kChain == 4, "a half is 4 products");
@@ -257,16 +259,10 @@ inline void for_each_chunk(const Int4GroupArgs& a, ChunkBody&& chunk_body) {
   }
 }
 
-// acc + sums * the scales of the chunk's block(s), permuted into the sums' row order. The
-// top-nibble form's sums are first brought back by 2^-28 (exact: see PairCodes).
-template <qmoe_dtype kScale, bool kBlock16, bool kTopNibble>
+// acc + sums * the scales of the chunk's block(s), permuted into the sums' row order.
+template <qmoe_dtype kScale, bool kBlock16>
 inline __m256 add_scaled(const Int4GroupArgs& a, uint32_t block_a, ChunkSums sums, __m256 acc) {
   const __m256i to_reduced = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  if constexpr (kTopNibble) {
-    const __m256 unscale = _mm256_set1_ps(kTopNibbleUnscale);
-    sums.lo = _mm256_mul_ps(sums.lo, unscale);
-    if constexpr (kBlock16) sums.hi = _mm256_mul_ps(sums.hi, unscale);
-  }
   const __m256 scale_a = _mm256_permutevar8x32_ps(
       load_scales<kScale>(a.scales, block_a * a.scale_block_stride), to_reduced);
   acc = _mm256_fmadd_ps(sums.lo, scale_a, acc);
@@ -297,8 +293,7 @@ inline void store_group_row(const Int4GroupArgs& a, __m256 acc, float* y) {
 // amortize). The chunk's pair partials are scaled and accumulated per pair, unreduced
 // ([2p: 4 partials | 2p+1: 4 partials] against [s_2p x4 | s_2p+1 x4]), and reduced once per
 // group: per chunk four permutes and four FMAs instead of the reduction tree, a permute, a
-// multiply and an FMA, and no reduction on the chunk's dependency path. In the top-nibble form
-// the accumulators hold 2^28 times the sums until the one multiply at the end.
+// multiply and an FMA, and no reduction on the chunk's dependency path.
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16, bool kTopNibble>
 __m256 single_row_sums(const Int4GroupArgs& a, const float* x) {
   __m256 acc[4];
@@ -323,13 +318,13 @@ __m256 single_row_sums(const Int4GroupArgs& a, const float* x) {
           }
         }
       });
-  const __m256 sums = reduce_pairs(acc);
-  return kTopNibble ? _mm256_mul_ps(sums, _mm256_set1_ps(kTopNibbleUnscale)) : sums;
+  return reduce_pairs(acc);
 }
 
-// Row sums of activation row m computed in the top-nibble form (when the zero point is the
-// default) -> y: if any lane is inf or NaN, the row is recomputed in the zero-point form, whose
-// result is the reference one (also inf or NaN when X holds them; see PairCodes).
+// Row sums of activation row m -> y. Without a zero-point plane they were computed in the
+// top-nibble form, 2^28 times too large: brought back here, once; or, if any lane is inf or
+// NaN, the row is recomputed in the zero-point form, whose result is the reference one (also
+// inf or NaN when X holds them; see PairCodes).
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
 void finish_row(const Int4GroupArgs& a, uint32_t m, __m256 acc) {
   if constexpr (!kZeros) {
@@ -337,6 +332,8 @@ void finish_row(const Int4GroupArgs& a, uint32_t m, __m256 acc) {
     const __m256 finite = _mm256_cmp_ps(magnitude, _mm256_set1_ps(HUGE_VALF), _CMP_LT_OQ);
     if (__builtin_expect(_mm256_movemask_ps(finite) != 0xFF, 0)) {
       acc = single_row_sums<kScale, kZeros, kBlock16, false>(a, a.x + m * a.ldx);
+    } else {
+      acc = _mm256_mul_ps(acc, _mm256_set1_ps(kTopNibbleUnscale));
     }
   }
   store_group_row(a, acc, a.y + m * a.ldy);
@@ -362,7 +359,7 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
     for (int i = 0; i < kM; ++i) {
       const float* x = a.x + (m0 + i) * a.ldx + c * kChunkCodes;
       const ChunkSums sums = chunk_sums<kBlock16, 4>([&](int p) { return TilePair{&tile, p}; }, x);
-      acc[i] = add_scaled<kScale, kBlock16, kTopNibble>(a, block_a, sums, acc[i]);
+      acc[i] = add_scaled<kScale, kBlock16>(a, block_a, sums, acc[i]);
     }
   });
   for (int i = 0; i < kM; ++i) finish_row<kScale, kZeros, kBlock16>(a, m0 + i, acc[i]);
