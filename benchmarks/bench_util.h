@@ -49,6 +49,11 @@ size_t hardware_threads();
 /// single-threaded host.
 std::vector<size_t> one_and_all_threads();
 
+/// "threads:1" or "threads:all", the name part of a count from one_and_all_threads().
+inline std::string threads_name(size_t threads) {
+  return threads == 1 ? "threads:1" : "threads:all";
+}
+
 /// "fast" or "exact", as benchmark names spell the accuracy level.
 inline const char* level_name(qmoe_accuracy accuracy) {
   return accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact";

@@ -290,7 +290,7 @@ void register_gemm_int4_benchmarks() {
               const std::string name = std::string("gemm_int4/") + shape.name + "/" +
                                        isa_name(isa) + "/" + level_name(accuracy) +
                                        "/m:" + std::to_string(m) + "/" + (cold ? "cold" : "warm") +
-                                       "/threads:" + (threads == 1 ? "1" : "all");
+                                       "/" + threads_name(threads);
               register_timed(name, [c](benchmark::State& state) { gemm_int4_benchmark(state, c); });
             }
           }
@@ -299,7 +299,7 @@ void register_gemm_int4_benchmarks() {
       if (isa == Isa::kScalar || !shape.grouped_scales) continue;
       for (size_t threads : thread_counts) {
         const std::string name = std::string("gemm_int4/") + shape.name + "/" + isa_name(isa) +
-                                 "/read_only/cold/threads:" + (threads == 1 ? "1" : "all");
+                                 "/read_only/cold/" + threads_name(threads);
         const Shape* sp = &shape;
         register_timed(name, [sp, isa, threads](benchmark::State& state) {
           read_only_benchmark(state, sp, isa, threads);

@@ -265,8 +265,8 @@ void register_moe_benchmarks() {
           if (isa == Isa::kScalar && (m != 1 || threads != 1)) continue;
           const Case c{isa, accuracy, m, threads};
           const std::string name = std::string("moe_layer/qwen3/") + isa_name(isa) + "/" +
-                                   level_name(accuracy) + "/m:" + std::to_string(m) +
-                                   "/cold/threads:" + (threads == 1 ? "1" : "all");
+                                   level_name(accuracy) + "/m:" + std::to_string(m) + "/cold/" +
+                                   threads_name(threads);
           register_timed(name, [c](benchmark::State& state) { moe_layer_benchmark(state, c); });
         }
       }
