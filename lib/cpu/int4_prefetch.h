@@ -33,7 +33,16 @@ namespace {
 // into L1, and, when `l2_bytes` is not 0 (Int4GroupArgs::prefetch_l2_bytes, chosen once per
 // process by lib/stream_tuning.h), two lines `l2_bytes` ahead into L2 only. Prefetches never
 // fault, so running past the end of the codes is harmless.
-inline void prefetch_int4_chunk(const uint8_t* codes, uint32_t l2_bytes) {
+//
+// always_inline, because without it GCC 12 (-O3) silently deleted the L2 prefetch: its
+// function splitting moved the `if` body into a `.part` function, the pure-const pass found
+// that function free of side effects (a prefetch does not count) and so marked it const, and
+// the call to a const function returning void was then removed as dead. No kernel contained
+// a prefetcht1 until this was found. tests/check_int4_prefetch.cmake (ctest
+// build.int4_kernels_emit_l2_prefetch) fails if a kernel object again holds L1 prefetches
+// without the L2 ones.
+__attribute__((always_inline)) inline void prefetch_int4_chunk(const uint8_t* codes,
+                                                               uint32_t l2_bytes) {
   _mm_prefetch(reinterpret_cast<const char*>(codes + kInt4PrefetchBytes), _MM_HINT_T0);
   _mm_prefetch(reinterpret_cast<const char*>(codes + kInt4PrefetchBytes + 64), _MM_HINT_T0);
   if (l2_bytes != 0) {

@@ -1,0 +1,36 @@
+# ctest -P script: every function of the INT4 kernel objects that prefetches the code stream
+# into L1 (prefetcht0) also holds the L2 prefetch (prefetcht1) of lib/cpu/int4_prefetch.h.
+# GCC once deleted the L2 prefetch from every kernel without a warning (the header says how);
+# this catches that from the machine code, whatever the compiler decides next.
+# Usage: cmake -DOBJECTS="a.o|b.o" -P check_int4_prefetch.cmake ("|" or ";" between objects)
+string(REPLACE "|" ";" OBJECTS "${OBJECTS}")
+list(REMOVE_ITEM OBJECTS "")
+find_program(OBJDUMP_EXECUTABLE objdump REQUIRED)
+set(checked 0)
+set(missing "")
+foreach(object IN LISTS OBJECTS)
+  execute_process(COMMAND ${OBJDUMP_EXECUTABLE} -d --no-show-raw-insn ${object}
+                  OUTPUT_VARIABLE text RESULT_VARIABLE result)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "objdump failed on ${object}")
+  endif()
+  # One list item per function: objdump starts each with "<address> <symbol>:".
+  string(REGEX REPLACE "\n([0-9a-f]+ <[^>\n]+>:)" ";\\1" functions "${text}")
+  foreach(function IN LISTS functions)
+    if(function MATCHES "prefetcht0")
+      math(EXPR checked "${checked} + 1")
+      if(NOT function MATCHES "prefetcht1")
+        string(REGEX MATCH "<[^>\n]+>" name "${function}")
+        list(APPEND missing "${object}: ${name}")
+      endif()
+    endif()
+  endforeach()
+endforeach()
+if(checked EQUAL 0)
+  message(FATAL_ERROR "no function with an L1 prefetch found in: ${OBJECTS}")
+endif()
+if(missing)
+  list(JOIN missing "\n  " listing)
+  message(FATAL_ERROR "L1 code-stream prefetch without the L2 one in:\n  ${listing}")
+endif()
+message(STATUS "${checked} kernel functions prefetch into L1 and L2")
