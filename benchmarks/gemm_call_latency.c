@@ -9,7 +9,10 @@
  * (C99), like any adopting runtime would.
  *
  *   qmoe_gemm_latency [--n N] [--k K] [--m M] [--accuracy fast|exact] [--threads T]
- *                     [--isa scalar|avx2|avx512] [--calls C]
+ *                     [--isa scalar|avx2|avx512] [--calls C] [--activations f32|f16|bf16]
+ *
+ * --activations f16 or bf16 gives X and Y in that type (qmoe_gemm_typed), to see what the
+ * conversions add to a call.
  *
  * Weights: N x K INT4 codes from a fixed pattern, block 32, FP16 scales in the grouped order
  * (docs/formats.md), no zero points, no bias: the form `qmoe run` uses.
@@ -36,7 +39,8 @@ static int usage(const char* why) {
   fprintf(stderr,
           "qmoe_gemm_latency: %s\n"
           "usage: qmoe_gemm_latency [--n N] [--k K] [--m M] [--accuracy fast|exact]\n"
-          "                         [--threads T] [--isa scalar|avx2|avx512] [--calls C]\n",
+          "                         [--threads T] [--isa scalar|avx2|avx512] [--calls C]\n"
+          "                         [--activations f32|f16|bf16]\n",
           why);
   return 2;
 }
@@ -53,6 +57,7 @@ int main(int argc, char** argv) {
   uint32_t n = 1536, k = 2048, m = 1, threads = 1, calls = 3000;
   qmoe_accuracy accuracy = QMOE_ACCURACY_FAST;
   qmoe_isa isa = QMOE_ISA_DEFAULT;
+  qmoe_dtype activations = QMOE_DTYPE_F32;
   for (int i = 1; i < argc; ++i) {
     const char* flag = argv[i];
     if (i + 1 >= argc) return usage("every option takes a value");
@@ -86,6 +91,16 @@ int main(int argc, char** argv) {
       } else {
         ok = 0;
       }
+    } else if (strcmp(flag, "--activations") == 0) {
+      if (strcmp(value, "f32") == 0) {
+        activations = QMOE_DTYPE_F32;
+      } else if (strcmp(value, "f16") == 0) {
+        activations = QMOE_DTYPE_F16;
+      } else if (strcmp(value, "bf16") == 0) {
+        activations = QMOE_DTYPE_BF16;
+      } else {
+        ok = 0;
+      }
     } else {
       return usage("unknown option");
     }
@@ -110,14 +125,19 @@ int main(int argc, char** argv) {
   uint16_t* scales = malloc(scale_count * sizeof(uint16_t));
   float* x = malloc(sizeof(float) * m * k);
   float* y = malloc(sizeof(float) * m * n);
+  uint16_t* x16 = malloc(sizeof(uint16_t) * m * k);
+  uint16_t* y16 = malloc(sizeof(uint16_t) * m * n);
   double* times = malloc(sizeof(double) * calls);
-  if (codes == NULL || scales == NULL || x == NULL || y == NULL || times == NULL) {
+  if (codes == NULL || scales == NULL || x == NULL || y == NULL || x16 == NULL || y16 == NULL ||
+      times == NULL) {
     fprintf(stderr, "qmoe_gemm_latency: out of memory\n");
     return 1;
   }
   for (size_t i = 0; i < code_bytes; ++i) codes[i] = (uint8_t)((i * 2654435761u) >> 13);
   for (size_t i = 0; i < scale_count; ++i) scales[i] = (uint16_t)(0x2000 + i % 97); /* ~0.008 */
   for (size_t i = 0; i < (size_t)m * k; ++i) x[i] = (float)((int)(i * 7919 % 201) - 100) / 37.0f;
+  if (activations == QMOE_DTYPE_F16) qmoe_convert_f32_to_f16(context, x, x16, (size_t)m * k);
+  if (activations == QMOE_DTYPE_BF16) qmoe_convert_f32_to_bf16(context, x, x16, (size_t)m * k);
 
   qmoe_quant_matrix w;
   memset(&w, 0, sizeof w);
@@ -135,7 +155,11 @@ int main(int argc, char** argv) {
 
   for (uint32_t i = 0; i < calls; ++i) {
     const double start = now_us();
-    if (qmoe_gemm(context, &w, accuracy, m, x, k, y, n, 0, n) != QMOE_STATUS_OK) {
+    const qmoe_status status = activations == QMOE_DTYPE_F32
+                                   ? qmoe_gemm(context, &w, accuracy, m, x, k, y, n, 0, n)
+                                   : qmoe_gemm_typed(context, &w, accuracy, m, activations, x16, k,
+                                                     activations, y16, n, 0, n);
+    if (status != QMOE_STATUS_OK) {
       fprintf(stderr, "qmoe_gemm_latency: %s\n", qmoe_last_error_message());
       return 1;
     }
@@ -149,12 +173,17 @@ int main(int argc, char** argv) {
   qmoe_context_get_num_threads(context, &context_threads);
   const double best = times[0], p10 = times[calls / 10], median = times[calls / 2];
   printf(
-      "n %u k %u m %u %s %s threads %u calls %u: best %.1f us, p10 %.1f us, median %.1f us"
+      "n %u k %u m %u %s %s%s threads %u calls %u: best %.1f us, p10 %.1f us, median %.1f us"
       " (%.2f GB/s of codes at best)\n",
       n, k, m, accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact", qmoe_isa_name(tier),
+      activations == QMOE_DTYPE_F32   ? ""
+      : activations == QMOE_DTYPE_F16 ? " f16"
+                                      : " bf16",
       context_threads, calls, best, p10, median, (double)code_bytes / best / 1e3);
 
   free(times);
+  free(y16);
+  free(x16);
   free(y);
   free(x);
   free(scales);

@@ -82,6 +82,8 @@ int main(void) {
     unsigned char codes[128];
     uint16_t scales[8];
     float x[32], y[8];
+    uint16_t x16[32], y16[8];
+    static const uint16_t bf16_0123[4] = {0x0000, 0x3F80, 0x4000, 0x4040}; /* 0, 1, 2, 3 */
     qmoe_quant_matrix w;
     size_t bytes = 0;
     int i;
@@ -103,6 +105,11 @@ int main(void) {
     CHECK(bytes == sizeof codes);
     CHECK(qmoe_gemm(context, &w, QMOE_ACCURACY_EXACT, 1, x, 32, y, 8, 0, 8) == QMOE_STATUS_OK);
     CHECK(y[0] == 24.0f && y[7] == 24.0f); /* 0.5 * 8 * (0 + 1 + 2 + 3) */
+    /* The same with BF16 X and FP16 Y: 24 is 0x4E00 in FP16. */
+    for (i = 0; i < 32; ++i) x16[i] = bf16_0123[i % 4];
+    CHECK(qmoe_gemm_typed(context, &w, QMOE_ACCURACY_EXACT, 1, QMOE_DTYPE_BF16, x16, 32,
+                          QMOE_DTYPE_F16, y16, 8, 0, 8) == QMOE_STATUS_OK);
+    CHECK(y16[0] == 0x4E00 && y16[7] == 0x4E00);
     w.block_size = 24;
     CHECK(qmoe_gemm(context, &w, QMOE_ACCURACY_EXACT, 1, x, 32, y, 8, 0, 8) ==
           QMOE_STATUS_INVALID_ARGUMENT);

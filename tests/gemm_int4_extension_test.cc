@@ -26,11 +26,6 @@ namespace {
 
 constexpr float kPoison = -12345.678f;
 
-uint64_t fresh_seed() {
-  if (const char* s = std::getenv("QMOE_TEST_SEED")) return std::strtoull(s, nullptr, 0);
-  return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Quantizer: every tier bit-identical to scalar on finite input.
 

@@ -23,11 +23,6 @@ const char* level_name(qmoe_accuracy a) {
   return a == QMOE_ACCURACY_EXACT ? "exact" : "fast";
 }
 
-uint64_t fresh_seed() {
-  if (const char* s = std::getenv("QMOE_TEST_SEED")) return std::strtoull(s, nullptr, 0);
-  return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
-}
-
 // Runs Y = X W^T over [n_begin, n_end) in a poisoned, guard-banded Y with row stride ldy, and
 // checks every written value against the reference and every other word for its poison.
 // Returns the outputs (n_total per row) for parity comparisons.

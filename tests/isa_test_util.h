@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <ostream>
+#include <random>
 #include <string>
 
 #include "lib/dispatch.h"
@@ -20,6 +23,13 @@ inline void PrintTo(Isa isa, std::ostream* os) {
 }  // namespace qmoe
 
 namespace qmoe::testing {
+
+/// The seed of a randomised test: QMOE_TEST_SEED when set (to replay a failure; tests print the
+/// seed they used), a fresh random one otherwise.
+inline uint64_t fresh_seed() {
+  if (const char* s = std::getenv("QMOE_TEST_SEED")) return std::strtoull(s, nullptr, 0);
+  return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+}
 
 inline const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
 

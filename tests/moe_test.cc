@@ -38,11 +38,6 @@ const char* level_name(qmoe_accuracy a) {
   return a == QMOE_ACCURACY_EXACT ? "exact" : "fast";
 }
 
-uint64_t fresh_seed() {
-  if (const char* s = std::getenv("QMOE_TEST_SEED")) return std::strtoull(s, nullptr, 0);
-  return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
-}
-
 // X with a spread of magnitudes; `gain` scales it so FC1 outputs cross gpt-oss's limit of 7.
 std::vector<float> moe_activations(uint32_t m, uint32_t hidden, float gain, std::mt19937_64& rng) {
   std::vector<float> x = random_activations(m, hidden, rng);

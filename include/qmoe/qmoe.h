@@ -306,6 +306,16 @@ QMOE_API qmoe_status qmoe_gemm(qmoe_context* context, const qmoe_quant_matrix* w
                                qmoe_accuracy accuracy, uint32_t m, const float* x, size_t ldx,
                                float* y, size_t ldy, uint32_t n_begin, uint32_t n_end);
 
+/// qmoe_gemm with X and Y in any of F32, F16 and BF16 (x_dtype, y_dtype; ldx and ldy count
+/// elements of those types). X is widened to FP32 (exactly), the product runs as qmoe_gemm's,
+/// and Y is rounded to y_dtype to nearest even: the bits are those of qmoe_convert_*_to_f32 on
+/// X, qmoe_gemm, then qmoe_convert_f32_to_* on the written columns, on the same context. Writes
+/// only columns [n_begin, n_end) of each Y row. An unknown dtype is INVALID_ARGUMENT.
+QMOE_API qmoe_status qmoe_gemm_typed(qmoe_context* context, const qmoe_quant_matrix* weights,
+                                     qmoe_accuracy accuracy, uint32_t m, qmoe_dtype x_dtype,
+                                     const void* x, size_t ldx, qmoe_dtype y_dtype, void* y,
+                                     size_t ldy, uint32_t n_begin, uint32_t n_end);
+
 /// Import ONNX Runtime's MatMulNBits/QMoE INT4 codes: uint8 [N, K/2] rows, byte j of a row
 /// holding k = 2j in its low nibble and k = 2j + 1 in its high nibble. Writes the whole
 /// canonical buffer (padding zeroed); `dst_bytes` must be at least the codes size.
