@@ -1,11 +1,12 @@
 // qmoe_gemm and qmoe_gemm_typed: argument checks, then the shared driver (lib/gemm_driver.h):
 // activations prepared once per call, the output columns split over the context's threads by
-// 8-row groups. A 16-bit X is widened to FP32 row by row before it is prepared, and a 16-bit Y
+// 8-row groups. A 16-bit X is widened to FP32 chunk by chunk as it is prepared, and a 16-bit Y
 // is computed into FP32 staging rows and rounded by each task, so the typed call gives the bits
 // of qmoe_convert_*_to_f32, qmoe_gemm and qmoe_convert_f32_to_* in turn.
 #include <algorithm>
 #include <cstdint>
 
+#include "lib/activation_dtype.h"
 #include "lib/context.h"
 #include "lib/error.h"
 #include "lib/gemm_driver.h"
@@ -46,32 +47,12 @@ struct GemmTask {
                   task->scratch + t * task->scratch_stride);
     if (task->y_dtype == QMOE_DTYPE_F32) return;
     for (uint32_t i = 0; i < task->m; ++i) {
-      const float* src = task->y + i * task->ldy + n0;
-      uint16_t* dst = static_cast<uint16_t*>(task->y_out) + i * task->ldy_out + n0;
-      if (task->y_dtype == QMOE_DTYPE_F16) {
-        task->kernels->convert_f32_to_f16.fn(src, dst, n1 - n0);
-      } else {
-        task->kernels->convert_f32_to_bf16.fn(src, dst, n1 - n0);
-      }
+      narrow_activations(*task->kernels, task->y_dtype, task->y + i * task->ldy + n0,
+                         activation_at(task->y_out, task->y_dtype, i * task->ldy_out + n0),
+                         n1 - n0);
     }
   }
 };
-
-bool is_activation_dtype(qmoe_dtype dtype) {
-  return dtype == QMOE_DTYPE_F32 || dtype == QMOE_DTYPE_F16 || dtype == QMOE_DTYPE_BF16;
-}
-
-// X row `row` (k elements of x_dtype at x + row * ldx elements) widened to FP32 in `dst`.
-// Exact: FP16 and BF16 values are all FP32 values.
-void widen_row(const KernelTable& kernels, qmoe_dtype x_dtype, const void* x, size_t ldx,
-               uint32_t row, uint32_t k, float* dst) {
-  const uint16_t* src = static_cast<const uint16_t*>(x) + row * ldx;
-  if (x_dtype == QMOE_DTYPE_F16) {
-    kernels.convert_f16_to_f32.fn(src, dst, k);
-  } else {
-    kernels.convert_bf16_to_f32.fn(src, dst, k);
-  }
-}
 
 // qmoe_gemm and qmoe_gemm_typed; `function` names the entry point in failure messages.
 qmoe_status gemm(const char* function, qmoe_context* context, const qmoe_quant_matrix* weights,
@@ -125,18 +106,17 @@ qmoe_status gemm(const char* function, qmoe_context* context, const qmoe_quant_m
   constexpr size_t kMinChunksPerTask = 64;  // ~8 KiB of codes: below that, waking costs more
   task.tasks = parallel_task_count(threads, task.group_count, work, kMinChunksPerTask);
 
-  // Scratch of the context: prepared activations (unless FP32 X is used in place), one FP32 row
-  // to widen a 16-bit X into, FP32 staging rows for a 16-bit Y (columns [0, n_end) of each
-  // row; a task writes and rounds only its own), then one panel slice per task.
+  // Scratch of the context: prepared activations (unless FP32 X is used in place), FP32 staging
+  // rows for a 16-bit Y (columns [0, n_end) of each row; a task writes and rounds only its
+  // own), then one panel slice per task.
   const bool x_f32 = x_dtype == QMOE_DTYPE_F32, y_f32 = y_dtype == QMOE_DTYPE_F32;
   const bool direct = accuracy == QMOE_ACCURACY_EXACT && w.k % kChunkCodes == 0 && x_f32;
   const size_t act_bytes = direct ? 0 : activation_rows_bytes(accuracy, w.k, m);
-  const size_t widen_bytes = x_f32 ? 0 : align64(size_t{w.k} * sizeof(float));
   const size_t stage_ldy = m > 1 ? n_end : 0;
   const size_t stage_bytes = y_f32 ? 0 : align64(size_t{m} * n_end * sizeof(float));
   task.scratch_stride = gemm_row_scratch_bytes(plan);
-  const ScratchLease lease = ctx->acquire_scratch(act_bytes + widen_bytes + stage_bytes +
-                                                  task.tasks * task.scratch_stride);
+  const ScratchLease lease =
+      ctx->acquire_scratch(act_bytes + stage_bytes + task.tasks * task.scratch_stride);
   unsigned char* scratch = lease.data();
   if (scratch == nullptr) {
     return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "scratch allocation failed");
@@ -145,15 +125,7 @@ qmoe_status gemm(const char* function, qmoe_context* context, const qmoe_quant_m
     task.acts = direct_activation_view(static_cast<const float*>(x), ldx, w.k);
   } else {
     const ActivationRows rows = carve_activation_rows(accuracy, w.k, m, scratch);
-    if (x_f32) {
-      prepare_activation_rows(ctx->kernels(), rows, 0, m, static_cast<const float*>(x), ldx);
-    } else {
-      auto* widened = reinterpret_cast<float*>(scratch + act_bytes);
-      for (uint32_t i = 0; i < m; ++i) {
-        widen_row(ctx->kernels(), x_dtype, x, ldx, i, w.k, widened);
-        prepare_activation_rows(ctx->kernels(), rows, i, 1, widened, 0);
-      }
-    }
+    prepare_activation_rows_typed(ctx->kernels(), rows, 0, m, x_dtype, x, ldx);
     task.acts = view_of(rows);
   }
   task.plan = &plan;
@@ -164,14 +136,14 @@ qmoe_status gemm(const char* function, qmoe_context* context, const qmoe_quant_m
     task.y = static_cast<float*>(y);
     task.ldy = ldy;
   } else {
-    task.y = reinterpret_cast<float*>(scratch + act_bytes + widen_bytes);
+    task.y = reinterpret_cast<float*>(scratch + act_bytes);
     task.ldy = stage_ldy;
     task.y_out = y;
     task.ldy_out = ldy;
   }
   task.n_begin = n_begin;
   task.n_end = n_end;
-  task.scratch = scratch + act_bytes + widen_bytes + stage_bytes;
+  task.scratch = scratch + act_bytes + stage_bytes;
   ctx->parallel_for(&GemmTask::run, &task, task.tasks);
   return QMOE_STATUS_OK;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <new>
 
+#include "lib/activation_dtype.h"
 #include "lib/quant_matrix.h"
 #include "lib/stream_tuning.h"
 
@@ -104,6 +105,23 @@ void prepare_activation_rows(const KernelTable& kernels, const ActivationRows& r
       kernels.quantize_activations_q8.fn(src, rows.k, rows.q + r * rows.stride,
                                          rows.scale + r * rows.chunks,
                                          rows.sum_q + r * rows.chunks);
+    }
+  }
+}
+
+void prepare_activation_rows_typed(const KernelTable& kernels, const ActivationRows& rows,
+                                   size_t first, uint32_t m, qmoe_dtype dtype, const void* x,
+                                   size_t ldx) {
+  if (dtype == QMOE_DTYPE_F32) {
+    prepare_activation_rows(kernels, rows, first, m, static_cast<const float*>(x), ldx);
+    return;
+  }
+  float values[kChunkCodes];
+  for (uint32_t i = 0; i < m; ++i) {
+    for (uint32_t c = 0; c < rows.chunks; ++c) {
+      const uint32_t k0 = c * kChunkCodes, len = std::min(kChunkCodes, rows.k - k0);
+      widen_activations(kernels, dtype, activation_at(x, dtype, i * ldx + k0), values, len);
+      prepare_activation_chunk(kernels, rows, first + i, c, values, len);
     }
   }
 }

@@ -81,6 +81,13 @@ ActivationView view_of(const ActivationRows& rows);
 void prepare_activation_rows(const KernelTable& kernels, const ActivationRows& rows, size_t first,
                              uint32_t m, const float* x, size_t ldx);
 
+/// prepare_activation_rows from X rows of `dtype` (F32, F16 or BF16) at x + i * ldx elements:
+/// 16-bit rows are widened 32 values at a time and prepared chunk by chunk, which gives the
+/// rows prepared from the widened X (see prepare_activation_chunk).
+void prepare_activation_rows_typed(const KernelTable& kernels, const ActivationRows& rows,
+                                   size_t first, uint32_t m, qmoe_dtype dtype, const void* x,
+                                   size_t ldx);
+
 /// Prepare chunk `chunk` (k in [32 * chunk, 32 * chunk + len), len <= 32 and the rest of the
 /// row) of row `row` from `values`. Chunks of one row are independent: a row written chunk by
 /// chunk equals the row prepared at once.

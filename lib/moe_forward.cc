@@ -1,4 +1,5 @@
-// The MoE layer executor: qmoe_moe_forward, qmoe_moe_forward_logits, qmoe_moe_workspace_size.
+// The MoE layer executor: qmoe_moe_forward, qmoe_moe_forward_typed, qmoe_moe_forward_logits,
+// qmoe_moe_workspace_size.
 //
 // One forward, on the calling thread then in three parallel phases:
 //  0. Routes. Every (token t, slot j) whose expert runs (weight != 0, marked in run_mask) is a
@@ -12,7 +13,10 @@
 //     and their preparation as FC2 activations (fast: quantized per 32 k, which is exactly one
 //     unit, so no unit waits for another).
 //  2. FC2. Units are (expert, 8 output rows).
-//  3. Combine: y[t] = (accumulate ? y[t] : 0) + sum over slots j in order of w[t, j] * out.
+//  3. Combine: y[t] = (accumulate ? y[t] : 0) + sum over slots j in order of w[t, j] * out, in
+//     FP32 and rounded once to the activation dtype. (A 16-bit X is widened chunk by chunk as
+//     it is prepared, so the typed forward gives the bits of widening X, the FP32 forward and
+//     rounding Y.)
 // Phases 1 and 2 split their units, in (expert, unit) order and weighted by the expert's
 // route count, into one contiguous run per task (a few tasks per thread, parallel_task_count,
 // so an idle thread can take a descheduled one's unstarted work): with more experts than tasks
@@ -25,6 +29,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "lib/activation_dtype.h"
 #include "lib/context.h"
 #include "lib/error.h"
 #include "lib/expert_set.h"
@@ -37,13 +42,14 @@ namespace {
 
 constexpr size_t kMinChunksPerTask = 64;          // as qmoe_gemm: ~8 KiB of codes per task
 constexpr size_t kMinCombinePerTask = 16 * 1024;  // multiply-adds per combine task
+constexpr size_t kCombineBlock = 256;             // Y elements summed in FP32 at a time
 
 // Byte offsets of one forward's workspace pieces from its 64-byte aligned base.
 struct Layout {
   size_t counts, offsets, active, route_token, slot_route, ids, weights;
   size_t tokens, gathered, h1, a2, y2, row_scratch;
   size_t total;
-  bool direct_tokens;  // exact level, H % 32 == 0: X rows are read in place
+  bool direct_tokens;  // exact level, H % 32 == 0: FP32 X rows are read in place
 };
 
 // False when the sizes do not fit in size_t.
@@ -73,7 +79,9 @@ bool make_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uint32_
   l.ids = take(routes * sizeof(int32_t));
   l.weights = take(routes * sizeof(float));
   l.direct_tokens = accuracy == QMOE_ACCURACY_EXACT && s.hidden % kChunkCodes == 0;
-  l.tokens = take(l.direct_tokens ? 0 : activation_rows_bytes(accuracy, s.hidden, m));
+  // Reserved even when FP32 rows could be read in place: a 16-bit X is always prepared, and
+  // qmoe_moe_workspace_size does not depend on the activation dtype.
+  l.tokens = take(activation_rows_bytes(accuracy, s.hidden, m));
   l.gathered = take(m > 1 ? activation_rows_bytes(accuracy, s.hidden, routes) : 0);
   l.h1 = take(routes * 2 * i * sizeof(float));
   l.a2 = take(activation_rows_bytes(accuracy, s.intermediate, routes));
@@ -97,7 +105,8 @@ struct MoeCall {
   const KernelTable* kernels;
   uint32_t m, k;
   const float* weights;  // [m, k]
-  float* y;
+  qmoe_dtype dtype;      // of Y (and X)
+  void* y;
   size_t ldy;
   bool accumulate;
   // Routes.
@@ -196,22 +205,33 @@ struct MoeCall {
     });
   }
 
-  // Task t combines elements [M H t / T, M H (t + 1) / T) of Y in row-major order.
+  // Task t combines elements [M H t / T, M H (t + 1) / T) of Y in row-major order, up to
+  // kCombineBlock at a time: the sum is formed in FP32 (from 0, or from y widened) and written
+  // to y once, rounded to the activation dtype.
   static void combine_task(void* state, size_t t) {
     const auto* c = static_cast<const MoeCall*>(state);
     const size_t h = c->set->hidden, total = c->m * h;
     const size_t lo = total * t / c->tasks, hi = total * (t + 1) / c->tasks;
+    float sum[kCombineBlock];
     for (size_t token = lo / h; token * h < hi; ++token) {
       const size_t n0 = std::max(lo, token * h) - token * h;
       const size_t n1 = std::min(hi, (token + 1) * h) - token * h;
-      float* y = c->y + token * c->ldy;
-      if (!c->accumulate) std::fill(y + n0, y + n1, 0.0f);
-      for (uint32_t j = 0; j < c->k; ++j) {
-        const int32_t r = c->slot_route[token * c->k + j];
-        if (r < 0) continue;
-        const float w = c->weights[token * c->k + j];
-        const float* out = c->y2 + static_cast<size_t>(r) * h;
-        for (size_t n = n0; n < n1; ++n) y[n] += w * out[n];
+      for (size_t b0 = n0; b0 < n1; b0 += kCombineBlock) {
+        const size_t len = std::min(kCombineBlock, n1 - b0);
+        void* y = activation_at(c->y, c->dtype, token * c->ldy + b0);
+        if (c->accumulate) {
+          widen_activations(*c->kernels, c->dtype, y, sum, len);
+        } else {
+          std::fill(sum, sum + len, 0.0f);
+        }
+        for (uint32_t j = 0; j < c->k; ++j) {
+          const int32_t r = c->slot_route[token * c->k + j];
+          if (r < 0) continue;
+          const float w = c->weights[token * c->k + j];
+          const float* out = c->y2 + static_cast<size_t>(r) * h + b0;
+          for (size_t n = 0; n < len; ++n) sum[n] += w * out[n];
+        }
+        narrow_activations(*c->kernels, c->dtype, sum, y, len);
       }
     }
   }
@@ -219,9 +239,9 @@ struct MoeCall {
 
 // Run one forward whose arguments have been checked; `base` is the 64-byte aligned workspace.
 void run_forward(Context& ctx, const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m,
-                 const float* x, size_t ldx, const int32_t* ids, const float* weights, uint32_t k,
-                 const uint8_t* run_mask, bool accumulate, float* y, size_t ldy, const Layout& l,
-                 unsigned char* base) {
+                 qmoe_dtype dtype, const void* x, size_t ldx, const int32_t* ids,
+                 const float* weights, uint32_t k, const uint8_t* run_mask, bool accumulate,
+                 void* y, size_t ldy, const Layout& l, unsigned char* base) {
   const KernelTable& kernels = ctx.kernels();
   auto* counts = reinterpret_cast<uint32_t*>(base + l.counts);
   auto* offset = reinterpret_cast<uint32_t*>(base + l.offsets);
@@ -260,6 +280,7 @@ void run_forward(Context& ctx, const ExpertSet& s, qmoe_accuracy accuracy, uint3
   c.m = m;
   c.k = k;
   c.weights = weights;
+  c.dtype = dtype;
   c.y = y;
   c.ldy = ldy;
   c.accumulate = accumulate;
@@ -275,14 +296,15 @@ void run_forward(Context& ctx, const ExpertSet& s, qmoe_accuracy accuracy, uint3
 
   if (routes > 0) {
     // X rows: prepared once per token that has a route, gathered only where needed.
-    if (l.direct_tokens) {
-      c.tokens = direct_activation_view(x, ldx, s.hidden);
+    if (l.direct_tokens && dtype == QMOE_DTYPE_F32) {
+      c.tokens = direct_activation_view(static_cast<const float*>(x), ldx, s.hidden);
     } else {
       const ActivationRows rows = carve_activation_rows(accuracy, s.hidden, m, base + l.tokens);
       for (uint32_t t = 0; t < m; ++t) {
         const int32_t* slot = slot_route + size_t{t} * k;
         if (std::any_of(slot, slot + k, [](int32_t r) { return r >= 0; })) {
-          prepare_activation_rows(kernels, rows, t, 1, x + t * ldx, 0);
+          prepare_activation_rows_typed(kernels, rows, t, 1, dtype,
+                                        activation_at(x, dtype, t * ldx), 0);
         }
       }
       c.tokens = view_of(rows);
@@ -329,18 +351,27 @@ struct Options {
   size_t workspace_bytes = 0;
 };
 
-// Every check of qmoe_moe_forward and qmoe_moe_forward_logits except those of ids and weights.
+// Bytes from the first to the last element of M rows of `hidden` elements, ld apart.
+size_t activation_bytes(qmoe_dtype dtype, uint32_t m, size_t ld, uint32_t hidden) {
+  return (size_t{m - 1} * ld + hidden) * (dtype == QMOE_DTYPE_F32 ? 4 : 2);
+}
+
+// Every check of the forwards except those of the routing (ids and weights, or logits).
 qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* set,
-                          qmoe_accuracy accuracy, uint32_t m, const float* x, size_t ldx,
-                          uint32_t k, const float* y, size_t ldy, const qmoe_moe_options* options,
-                          const char* function, Context** ctx, const ExpertSet** s, Options* o,
-                          Layout* l) {
+                          qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype, const void* x,
+                          size_t ldx, uint32_t k, const void* y, size_t ldy,
+                          const qmoe_moe_options* options, const char* function, Context** ctx,
+                          const ExpertSet** s, Options* o, Layout* l) {
   if (qmoe_status st = resolve_context(context, function, ctx); st != QMOE_STATUS_OK) return st;
   if (qmoe_status st = resolve_expert_set(set, function, s); st != QMOE_STATUS_OK) return st;
   const ExpertSet& es = **s;
   if (accuracy != QMOE_ACCURACY_EXACT && accuracy != QMOE_ACCURACY_FAST) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "accuracy %d is not a qmoe_accuracy",
                 static_cast<int>(accuracy));
+  }
+  if (!is_activation_dtype(dtype)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "dtype %d is not F32, F16 or BF16",
+                static_cast<int>(dtype));
   }
   if (m == 0) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "m is 0");
   if (k == 0 || k > es.num_experts) {
@@ -357,8 +388,8 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
   if (m > 1 && (ldx > SIZE_MAX / sizeof(float) / m || ldy > SIZE_MAX / sizeof(float) / m)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "m * ld overflows");
   }
-  const size_t x_bytes = ((m - 1) * ldx + es.hidden) * sizeof(float);
-  const size_t y_bytes = ((m - 1) * ldy + es.hidden) * sizeof(float);
+  const size_t x_bytes = activation_bytes(dtype, m, ldx, es.hidden);
+  const size_t y_bytes = activation_bytes(dtype, m, ldy, es.hidden);
   const bool in_place = x == y && (m == 1 || ldx == ldy);
   if (!in_place && ranges_overlap(x, x_bytes, y, y_bytes)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
@@ -405,6 +436,55 @@ ScratchLease workspace_base(Context& ctx, const Options& o, const Layout& l) {
   return ScratchLease(static_cast<unsigned char*>(o.workspace) + (align64(address) - address), {});
 }
 
+// qmoe_moe_forward and qmoe_moe_forward_typed: the checks, then one forward.
+qmoe_status forward_routed(const char* function, qmoe_context* context, const qmoe_expert_set* set,
+                           qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype, const void* x,
+                           size_t ldx, const int32_t* ids, const float* weights, uint32_t k,
+                           void* y, size_t ldy, const qmoe_moe_options* options) {
+  Context* ctx = nullptr;
+  const ExpertSet* s = nullptr;
+  Options o;
+  Layout l;
+  if (qmoe_status st = check_forward(context, set, accuracy, m, dtype, x, ldx, k, y, ldy, options,
+                                     function, &ctx, &s, &o, &l);
+      st != QMOE_STATUS_OK) {
+    return st;
+  }
+  if (ids == nullptr || weights == nullptr) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s is NULL",
+                ids == nullptr ? "ids" : "weights");
+  }
+  const size_t slots = size_t{m} * k;
+  const size_t y_bytes = activation_bytes(dtype, m, ldy, s->hidden);
+  if (ranges_overlap(ids, slots * sizeof(int32_t), y, y_bytes) ||
+      ranges_overlap(weights, slots * sizeof(float), y, y_bytes)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "ids or weights overlap y");
+  }
+  if (o.workspace != nullptr &&
+      (ranges_overlap(o.workspace, o.workspace_bytes, ids, slots * 4) ||
+       ranges_overlap(o.workspace, o.workspace_bytes, weights, slots * 4))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "workspace overlaps ids or weights");
+  }
+  for (size_t i = 0; i < slots; ++i) {
+    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= s->num_experts) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "ids[%zu] = %d is outside [0, %u)", i,
+                  ids[i], s->num_experts);
+    }
+    if (!std::isfinite(weights[i])) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "weights[%zu] = %g is not finite", i,
+                  static_cast<double>(weights[i]));
+    }
+  }
+  const ScratchLease lease = workspace_base(*ctx, o, l);
+  unsigned char* base = lease.data();
+  if (base == nullptr) {
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "scratch allocation failed");
+  }
+  run_forward(*ctx, *s, accuracy, m, dtype, x, ldx, ids, weights, k, o.run_mask, o.accumulate, y,
+              ldy, l, base);
+  return QMOE_STATUS_OK;
+}
+
 }  // namespace
 }  // namespace qmoe
 
@@ -445,46 +525,17 @@ QMOE_API qmoe_status qmoe_moe_forward(qmoe_context* context, const qmoe_expert_s
                                       size_t ldx, const int32_t* ids, const float* weights,
                                       uint32_t k, float* y, size_t ldy,
                                       const qmoe_moe_options* options) {
-  using namespace qmoe;
-  Context* ctx = nullptr;
-  const ExpertSet* s = nullptr;
-  Options o;
-  Layout l;
-  if (qmoe_status st = check_forward(context, set, accuracy, m, x, ldx, k, y, ldy, options,
-                                     __func__, &ctx, &s, &o, &l);
-      st != QMOE_STATUS_OK) {
-    return st;
-  }
-  if (ids == nullptr || weights == nullptr) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "%s is NULL", ids == nullptr ? "ids" : "weights");
-  }
-  const size_t slots = size_t{m} * k;
-  const size_t y_bytes = ((m - 1) * ldy + s->hidden) * sizeof(float);
-  if (ranges_overlap(ids, slots * sizeof(int32_t), y, y_bytes) ||
-      ranges_overlap(weights, slots * sizeof(float), y, y_bytes)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "ids or weights overlap y");
-  }
-  if (o.workspace != nullptr &&
-      (ranges_overlap(o.workspace, o.workspace_bytes, ids, slots * 4) ||
-       ranges_overlap(o.workspace, o.workspace_bytes, weights, slots * 4))) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "workspace overlaps ids or weights");
-  }
-  for (size_t i = 0; i < slots; ++i) {
-    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= s->num_experts) {
-      QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "ids[%zu] = %d is outside [0, %u)", i, ids[i],
-                s->num_experts);
-    }
-    if (!std::isfinite(weights[i])) {
-      QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "weights[%zu] = %g is not finite", i,
-                static_cast<double>(weights[i]));
-    }
-  }
-  const ScratchLease lease = workspace_base(*ctx, o, l);
-  unsigned char* base = lease.data();
-  if (base == nullptr) QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "scratch allocation failed");
-  run_forward(*ctx, *s, accuracy, m, x, ldx, ids, weights, k, o.run_mask, o.accumulate, y, ldy, l,
-              base);
-  return QMOE_STATUS_OK;
+  return qmoe::forward_routed(__func__, context, set, accuracy, m, QMOE_DTYPE_F32, x, ldx, ids,
+                              weights, k, y, ldy, options);
+}
+
+QMOE_API qmoe_status qmoe_moe_forward_typed(qmoe_context* context, const qmoe_expert_set* set,
+                                            qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype,
+                                            const void* x, size_t ldx, const int32_t* ids,
+                                            const float* weights, uint32_t k, void* y, size_t ldy,
+                                            const qmoe_moe_options* options) {
+  return qmoe::forward_routed(__func__, context, set, accuracy, m, dtype, x, ldx, ids, weights, k,
+                              y, ldy, options);
 }
 
 QMOE_API qmoe_status qmoe_moe_forward_logits(qmoe_context* context, const qmoe_expert_set* set,
@@ -497,14 +548,14 @@ QMOE_API qmoe_status qmoe_moe_forward_logits(qmoe_context* context, const qmoe_e
   const ExpertSet* s = nullptr;
   Options o;
   Layout l;
-  if (qmoe_status st = check_forward(context, set, accuracy, m, x, ldx, k, y, ldy, options,
-                                     __func__, &ctx, &s, &o, &l);
+  if (qmoe_status st = check_forward(context, set, accuracy, m, QMOE_DTYPE_F32, x, ldx, k, y, ldy,
+                                     options, __func__, &ctx, &s, &o, &l);
       st != QMOE_STATUS_OK) {
     return st;
   }
   if (logits == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "logits is NULL");
   const size_t logit_bytes = size_t{m} * s->num_experts * sizeof(float);
-  const size_t y_bytes = ((m - 1) * ldy + s->hidden) * sizeof(float);
+  const size_t y_bytes = activation_bytes(QMOE_DTYPE_F32, m, ldy, s->hidden);
   if (ranges_overlap(logits, logit_bytes, y, y_bytes)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "logits overlap y");
   }
@@ -522,8 +573,8 @@ QMOE_API qmoe_status qmoe_moe_forward_logits(qmoe_context* context, const qmoe_e
       st != QMOE_STATUS_OK) {
     return st;
   }
-  run_forward(*ctx, *s, accuracy, m, x, ldx, ids, weights, k, o.run_mask, o.accumulate, y, ldy, l,
-              base);
+  run_forward(*ctx, *s, accuracy, m, QMOE_DTYPE_F32, x, ldx, ids, weights, k, o.run_mask,
+              o.accumulate, y, ldy, l, base);
   return QMOE_STATUS_OK;
 }
 

@@ -155,6 +155,8 @@ _SIGNATURES = {
                                 ctypes.POINTER(MoeOptions)]),
     "qmoe_moe_forward_logits": (_INT, [_P, _P, _INT, _U32, _P, _SZ, _P, _U32, _INT, _P, _SZ,
                                        ctypes.POINTER(MoeOptions)]),
+    "qmoe_moe_forward_typed": (_INT, [_P, _P, _INT, _U32, _INT, _P, _SZ, _P, _P, _U32, _P, _SZ,
+                                      ctypes.POINTER(MoeOptions)]),
 }
 
 
@@ -452,6 +454,24 @@ class Library:
                                              x.ctypes.data, x.shape[1], ids.ctypes.data,
                                              weights.ctypes.data, k, y.ctypes.data, y.shape[1],
                                              None), "qmoe_moe_forward")
+        return y
+
+    def moe_forward_typed(self, context, expert_set, accuracy, x, ids, weights):
+        """qmoe_moe_forward_typed for float16 x [m, H] (QMOE_DTYPE_F16) and routing
+        ids/weights [m, k]; returns float16 y."""
+        m, k = ids.shape
+        x = np.asarray(x)
+        if x.dtype != np.float16 or not x.flags.c_contiguous or x.shape != (m, expert_set.hidden):
+            raise ValueError(f"x must be C-contiguous float16 of shape {(m, expert_set.hidden)}, "
+                             f"got {x.dtype} {x.shape}")
+        ids = np.ascontiguousarray(ids, dtype=np.int32)
+        weights = _f32_array(weights, (m, k), "weights")
+        y = np.zeros_like(x)
+        self.check(self.lib.qmoe_moe_forward_typed(context.handle, expert_set.handle, accuracy, m,
+                                                   QMOE_DTYPE_F16, x.ctypes.data, x.shape[1],
+                                                   ids.ctypes.data, weights.ctypes.data, k,
+                                                   y.ctypes.data, y.shape[1], None),
+                   "qmoe_moe_forward_typed")
         return y
 
     def forward_logits_call(self, context, expert_set, accuracy, x, logits, k, y,

@@ -96,10 +96,13 @@ class QMoELayer:
                                             beta=beta, limit=limit, fp16_scales=fp16_scales)
 
 
-def qmoe_model(layers, k, swiglu, accuracy_level):
+def qmoe_model(layers, k, swiglu, accuracy_level, dtype=np.float32):
     """Serialized ONNX model (IR 10; opsets "" 21 and com.microsoft 1) with one QMoE node per
-    layer, all reading inputs X [M, H] and R [M, E] (router logits); node i writes Y<i>."""
+    layer, all reading inputs X [M, H] and R [M, E] (router logits); node i writes Y<i>.
+    `dtype` (np.float32 or np.float16) is QMoE's T: of X, R, Y and the scales (FP16 scales
+    hold the same values, the layer's scales being FP16-representable)."""
     first = layers[0]
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
     alpha, beta, limit = swiglu
     attributes = dict(k=k, activation_type="swiglu", swiglu_fusion=1,
                       normalize_routing_weights=1, expert_weight_bits=4,
@@ -110,16 +113,15 @@ def qmoe_model(layers, k, swiglu, accuracy_level):
     nodes, inits, outputs = [], [], []
     for i, layer in enumerate(layers):
         names = [f"fc1_{i}", f"fc1_scales_{i}", f"fc2_{i}", f"fc2_scales_{i}"]
-        for name, array in zip(names, (layer.fc1, layer.fc1_scales, layer.fc2,
-                                       layer.fc2_scales)):
+        for name, array in zip(names, (layer.fc1, layer.fc1_scales.astype(dtype), layer.fc2,
+                                       layer.fc2_scales.astype(dtype))):
             inits.append(numpy_helper.from_array(array, name))
         nodes.append(helper.make_node(
             "QMoE", ["X", "R", names[0], names[1], "", names[2], names[3]], [f"Y{i}"],
             domain="com.microsoft", name=f"qmoe_{i}", **attributes))
-        outputs.append(helper.make_tensor_value_info(f"Y{i}", TensorProto.FLOAT,
-                                                     ["M", first.hidden]))
-    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["M", first.hidden]),
-              helper.make_tensor_value_info("R", TensorProto.FLOAT, ["M", first.experts])]
+        outputs.append(helper.make_tensor_value_info(f"Y{i}", elem, ["M", first.hidden]))
+    inputs = [helper.make_tensor_value_info("X", elem, ["M", first.hidden]),
+              helper.make_tensor_value_info("R", elem, ["M", first.experts])]
     graph = helper.make_graph(nodes, "qmoe", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
                                                     helper.make_opsetid("com.microsoft", 1)])
@@ -148,10 +150,10 @@ class QMoERunner:
         self.binding = None
 
     def bind(self, x, logits):
-        """Bind float32 x [M, H] and logits [M, E] (shared with ORT, not copied); outputs go
-        to self.ys[i] [M, H]."""
+        """Bind x [M, H] and logits [M, E] (float32, or float16 for a float16 model; shared
+        with ORT, not copied); outputs go to self.ys[i] [M, H], of x's type."""
         self.x, self.logits = x, logits
-        self.ys = [np.zeros((x.shape[0], self.hidden), dtype=np.float32)
+        self.ys = [np.zeros((x.shape[0], self.hidden), dtype=x.dtype)
                    for _ in range(self.num_layers)]
         binding = self.session.io_binding()
         binding.bind_ortvalue_input("X", ort.OrtValue.ortvalue_from_numpy(x))

@@ -10,48 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/activation_dtype_util.h"
 #include "tests/int4_reference.h"
 #include "tests/isa_test_util.h"
 
 namespace qmoe::testing {
 namespace {
-
-size_t element_size(qmoe_dtype d) {
-  return d == QMOE_DTYPE_F32 ? 4 : 2;
-}
-
-const char* dtype_name(qmoe_dtype d) {
-  return d == QMOE_DTYPE_F32 ? "f32" : d == QMOE_DTYPE_F16 ? "f16" : "bf16";
-}
-
-// FP32 values -> elements of `d` (raw bytes), through the ABI's own conversions.
-std::vector<unsigned char> narrow(qmoe_context* ctx, qmoe_dtype d, const float* src, size_t n) {
-  std::vector<unsigned char> out(n * element_size(d));
-  if (d == QMOE_DTYPE_F32) {
-    std::memcpy(out.data(), src, n * sizeof(float));
-  } else {
-    auto* dst = reinterpret_cast<uint16_t*>(out.data());
-    const qmoe_status s = d == QMOE_DTYPE_F16 ? qmoe_convert_f32_to_f16(ctx, src, dst, n)
-                                              : qmoe_convert_f32_to_bf16(ctx, src, dst, n);
-    EXPECT_EQ(s, QMOE_STATUS_OK);
-  }
-  return out;
-}
-
-// Elements of `d` -> FP32 values.
-std::vector<float> widen(qmoe_context* ctx, qmoe_dtype d, const std::vector<unsigned char>& src) {
-  const size_t n = src.size() / element_size(d);
-  std::vector<float> out(n);
-  if (d == QMOE_DTYPE_F32) {
-    std::memcpy(out.data(), src.data(), n * sizeof(float));
-  } else {
-    const auto* bits = reinterpret_cast<const uint16_t*>(src.data());
-    const qmoe_status s = d == QMOE_DTYPE_F16 ? qmoe_convert_f16_to_f32(ctx, bits, out.data(), n)
-                                              : qmoe_convert_bf16_to_f32(ctx, bits, out.data(), n);
-    EXPECT_EQ(s, QMOE_STATUS_OK);
-  }
-  return out;
-}
 
 struct TypedCase {
   Int4Options w;

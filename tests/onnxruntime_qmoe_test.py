@@ -25,6 +25,14 @@ libqmoe fast against ORT level 4 within the sum of their bounds plus the distanc
 FP64 references. Also: qmoe_moe_route_topk picks the reference's experts, and
 qmoe_moe_forward on those routes equals qmoe_moe_forward_logits bit for bit.
 
+FP16 activations (block 32, both SwiGLUs, M = 1 and 4): ORT's QMoE with T = float16 (X, router
+logits, scales and Y in FP16; its CPU kernel has no BF16) against qmoe_moe_forward_typed with
+QMOE_DTYPE_F16 on the same FP16 X, routed by qmoe_moe_route_topk on the FP16 logits widened.
+Each must be within the exact bound of the FP64 reference (on the widened X) plus the rounding
+of Y to FP16 (2^-11 of |y| and the bound, or 2^-25 below FP16's normal range), the pair within
+the sum of both, and libqmoe's FP16 Y must equal its FP32 forward on the widened X rounded to
+FP16, bit for bit.
+
 Logits are drawn without ties at the top-k boundary: there ORT's CPU kernel ranks equal logits
 higher id first and libqmoe lower id first (docs/abi.md), the one documented difference.
 
@@ -59,6 +67,38 @@ FC1_EXPONENTS = {"qwen3": (-8.0, -5.0), "gpt-oss": (-6.0, -3.0)}
 # The inputs python/ort_qmoe.py passes, in the order this onnxruntime's schema must have.
 EXPECTED_INPUTS = ["input", "router_probs", "fc1_experts_weights", "fc1_scales",
                    "fc1_experts_bias", "fc2_experts_weights", "fc2_scales"]
+
+
+def check_fp16(library, context, layer, swiglu, swiglu_name, threads, rng):
+    """The FP16 cases of the docstring for one layer; returns the failures."""
+    failures = []
+    runner = ort_qmoe.QMoERunner(ort_qmoe.qmoe_model([layer], K, swiglu, 0, np.float16),
+                                 threads, 1, HIDDEN)
+    with layer.expert_set(library, swiglu) as expert_set:
+        for m in TOKENS:
+            case = f"block {layer.block}, {swiglu_name}, M={m}, FP16"
+            x16 = rng.uniform(-1.0, 1.0, size=(m, HIDDEN)).astype(np.float16)
+            logits16 = qmoe_parity.draw_logits(rng, m, EXPERTS, K).astype(np.float16)
+            x32, logits32 = x16.astype(np.float32), logits16.astype(np.float32)
+            ids, weights = library.route_topk(logits32, K)
+            ours = library.moe_forward_typed(context, expert_set, libqmoe.QMOE_ACCURACY_EXACT,
+                                             x16, ids, weights)
+            ort16 = runner.forward(x16, logits16)[0]
+            fp32 = library.moe_forward(context, expert_set, libqmoe.QMOE_ACCURACY_EXACT, x32,
+                                       ids, weights)
+            if not np.array_equal(ours.view(np.uint16), fp32.astype(np.float16).view(np.uint16)):
+                failures.append(f"{case}: qmoe_moe_forward_typed differs from the FP32 forward "
+                                "rounded to FP16")
+            ref = qmoe_parity.reference(layer, swiglu, x32, logits32, K, "fp32")
+            tol16 = ref.tol + 2.0**-11 * (np.abs(ref.y) + ref.tol) + 2.0**-25
+            results = [("qmoe FP16 vs FP64", qmoe_parity.worst_ratio(ours, ref.y, tol16)),
+                       ("ORT FP16 vs FP64", qmoe_parity.worst_ratio(ort16, ref.y, tol16)),
+                       ("qmoe FP16 vs ORT FP16", qmoe_parity.worst_ratio(ours, ort16, 2 * tol16))]
+            print(f"{case}: worst error / bound: " +
+                  ", ".join(f"{name} {ratio:.2g}" for name, ratio in results))
+            failures += [f"{case}: {name}: worst error is {ratio:.3g} x the bound"
+                         for name, ratio in results if not ratio <= 1.0]
+    return failures
 
 
 def main():
@@ -129,6 +169,9 @@ def main():
                           ", ".join(f"{name} {ratio:.2g}" for name, ratio in results))
                     failures += [f"{case}: {name}: worst error is {ratio:.3g} x the bound"
                                  for name, ratio in results if not ratio <= 1.0]
+            if block == 32:
+                failures += check_fp16(library, context, layer, swiglu, swiglu_name, threads,
+                                       rng)
             if swiglu[2] != float("inf") and clamped == 0:
                 failures.append(f"block {block}, {swiglu_name}: no SwiGLU input reached the "
                                 "limit; the case does not test the clamp")

@@ -478,7 +478,7 @@ typedef struct qmoe_moe_options {
 /// Fill `options` with the defaults (struct_size set, all experts, y = result, no workspace).
 QMOE_API void qmoe_moe_options_init(qmoe_moe_options* options);
 
-/// Bytes of workspace qmoe_moe_forward and qmoe_moe_forward_logits need for M tokens with k
+/// Bytes of workspace qmoe_moe_forward, _typed (any dtype) and _logits need for M tokens with k
 /// slots on this context (its thread count sizes per-thread scratch).
 QMOE_API qmoe_status qmoe_moe_workspace_size(const qmoe_context* context,
                                              const qmoe_expert_set* set, qmoe_accuracy accuracy,
@@ -497,6 +497,18 @@ QMOE_API qmoe_status qmoe_moe_forward(qmoe_context* context, const qmoe_expert_s
                                       size_t ldx, const int32_t* ids, const float* weights,
                                       uint32_t k, float* y, size_t ldy,
                                       const qmoe_moe_options* options);
+
+/// qmoe_moe_forward with X and Y in `dtype`: F32, F16 or BF16 (ldx and ldy count elements).
+/// X rows are widened to FP32 (exactly) as they are prepared, the layer runs as
+/// qmoe_moe_forward's, and each Y element is rounded to dtype once, to nearest even (with
+/// options->accumulate, from y widened plus the FP32 sum): the bits are those of
+/// qmoe_convert_*_to_f32 on X (and Y), qmoe_moe_forward, then qmoe_convert_f32_to_* on Y. In
+/// place (y == x, ldy == ldx) as qmoe_moe_forward. An unknown dtype is INVALID_ARGUMENT.
+QMOE_API qmoe_status qmoe_moe_forward_typed(qmoe_context* context, const qmoe_expert_set* set,
+                                            qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype,
+                                            const void* x, size_t ldx, const int32_t* ids,
+                                            const float* weights, uint32_t k, void* y, size_t ldy,
+                                            const qmoe_moe_options* options);
 
 /// qmoe_moe_route_topk on router logits [M, E], then qmoe_moe_forward with the result (the
 /// routing lives in the workspace).
