@@ -33,6 +33,7 @@ struct RunOptions {
   uint32_t tokens = 64;
   uint32_t batch = 1;
   qmoe_accuracy accuracy = QMOE_ACCURACY_FAST;
+  qmoe_dtype activations = QMOE_DTYPE_F32;  // of the hidden state x, in and out of each layer
   qmoe_isa isa = QMOE_ISA_DEFAULT;
   uint32_t threads = 0;
   uint64_t seed = 1;
@@ -55,6 +56,8 @@ void print_usage(std::FILE* out) {
       "  --batch M             tokens per step (default 1)\n"
       "  --format int4         weight format (only int4)\n"
       "  --accuracy exact|fast dequant-GEMM level (default fast)\n"
+      "  --activations f32|f16|bf16  type of the hidden state each layer reads and writes\n"
+      "                        (default f32; f16/bf16 use qmoe_moe_forward_typed)\n"
       "  --isa scalar|avx2|avx512  highest tier (default: the process default)\n"
       "  --threads N           threads (default 0 = one per physical core)\n"
       "  --seed S              seed of weights and router logits (default 1)\n"
@@ -116,6 +119,17 @@ int parse_options(int argc, char** argv, RunOptions* o, bool* help) {
       } else {
         return bad("takes exact or fast");
       }
+    } else if (std::strcmp(arg, "--activations") == 0) {
+      const char* names[] = {"f32", "f16", "bf16"};
+      const qmoe_dtype types[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
+      bool found = false;
+      for (int t = 0; t < 3; ++t) {
+        if (value != nullptr && std::strcmp(value, names[t]) == 0) {
+          o->activations = types[t];
+          found = true;
+        }
+      }
+      if (!found) return bad("takes f32, f16 or bf16");
     } else if (std::strcmp(arg, "--isa") == 0) {
       bool found = false;
       for (qmoe_isa isa : {QMOE_ISA_SCALAR, QMOE_ISA_AVX2, QMOE_ISA_AVX512}) {
@@ -256,6 +270,9 @@ int run_run_command(int argc, char** argv) {
   QMOE_CHECK(
       qmoe_context_get_kernel_name(context.get(), QMOE_KERNEL_READ_BANDWIDTH, &bandwidth_kernel));
   const char* accuracy_name = o.accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact";
+  const char* activations_name = o.activations == QMOE_DTYPE_F32   ? "f32"
+                                 : o.activations == QMOE_DTYPE_F16 ? "f16"
+                                                                   : "bf16";
 
   std::fprintf(out, "qmoe run: libqmoe %s, synthetic Qwen3-30B-A3B-shaped MoE decode\n",
                qmoe_version_string());
@@ -266,6 +283,9 @@ int run_run_command(int argc, char** argv) {
   std::fprintf(out, "  %-24s %s: %s\n", "gemm kernel", accuracy_name, gemm_kernel);
   if (o.accuracy == QMOE_ACCURACY_FAST)
     std::fprintf(out, "  %-24s %s\n", "activation quantizer", quant_kernel);
+  std::fprintf(out, "  %-24s %s hidden state in and out of each layer%s\n", "activations",
+               activations_name,
+               o.activations == QMOE_DTYPE_F32 ? "" : " (qmoe_moe_forward_typed)");
   std::fprintf(out,
                "  %-24s %u layers x %u experts (top-%u), hidden %u, intermediate %u\n"
                "  %-24s INT4 block %u, FP16 scales [K/%u, N], no zero points, swiglu "
@@ -359,6 +379,22 @@ int run_run_command(int argc, char** argv) {
   SplitMix64 rng(o.seed ^ 0xD1B54A32D192ED03ull);
   for (float& v : x) v = rng.normalish();
   rms_normalize(x.data(), m, h);
+  // With 16-bit activations the hidden state lives in x16 between layers, as in a runtime that
+  // keeps FP16 or BF16 activations: each layer reads and writes it in place, and the tool
+  // widens it for its RMS rescale and rounds it back (tool time, not the layer's).
+  const bool typed = o.activations != QMOE_DTYPE_F32;
+  std::vector<uint16_t> x16(typed ? x.size() : 0);
+  const auto round_state = [&]() {
+    return o.activations == QMOE_DTYPE_F16
+               ? qmoe_convert_f32_to_f16(context.get(), x.data(), x16.data(), x.size())
+               : qmoe_convert_f32_to_bf16(context.get(), x.data(), x16.data(), x.size());
+  };
+  const auto widen_state = [&]() {
+    return o.activations == QMOE_DTYPE_F16
+               ? qmoe_convert_f16_to_f32(context.get(), x16.data(), x.data(), x.size())
+               : qmoe_convert_bf16_to_f32(context.get(), x16.data(), x.data(), x.size());
+  };
+  if (typed) QMOE_CHECK(round_state());
 
   size_t workspace_bytes = 0;
   QMOE_CHECK(
@@ -391,10 +427,18 @@ int run_run_command(int argc, char** argv) {
         QMOE_CHECK(
             qmoe_moe_route_topk(logits.data(), m, e_count, k, 1, ids.data(), weights.data()));
         auto t2 = Clock::now();
-        QMOE_CHECK(qmoe_moe_forward(context.get(), layers[l]->set(), o.accuracy, m, x.data(), h,
-                                    ids.data(), weights.data(), k, x.data(), h, &mopts));
+        if (typed) {
+          QMOE_CHECK(qmoe_moe_forward_typed(context.get(), layers[l]->set(), o.accuracy, m,
+                                            o.activations, x16.data(), h, ids.data(),
+                                            weights.data(), k, x16.data(), h, &mopts));
+        } else {
+          QMOE_CHECK(qmoe_moe_forward(context.get(), layers[l]->set(), o.accuracy, m, x.data(), h,
+                                      ids.data(), weights.data(), k, x.data(), h, &mopts));
+        }
         auto t3 = Clock::now();
+        if (typed) QMOE_CHECK(widen_state());
         rms_normalize(x.data(), m, h);
+        if (typed) QMOE_CHECK(round_state());
         std::fill(seen.begin(), seen.end(), 0);
         uint32_t distinct = 0;
         for (size_t s = 0; s < ids.size(); ++s) {
@@ -417,7 +461,8 @@ int run_run_command(int argc, char** argv) {
   }
   const double decode_s = seconds_since(timed_start);
   const double total_s = seconds_since(run_start);
-  const uint64_t checksum = fnv1a(x.data(), x.size() * sizeof(float));
+  const uint64_t checksum = typed ? fnv1a(x16.data(), x16.size() * sizeof(uint16_t))
+                                  : fnv1a(x.data(), x.size() * sizeof(float));
   float x_max = 0.0f;
   bool finite = true;
   for (float v : x) {
@@ -494,7 +539,8 @@ int run_run_command(int argc, char** argv) {
     std::printf(
         "{\"command\": \"run\", \"library_version\": \"%s\",\n"
         " \"cpu\": \"%s\", \"tier\": \"%s\", \"threads\": %u,\n"
-        " \"accuracy\": \"%s\", \"gemm_kernel\": \"%s\", \"quantize_kernel\": \"%s\",\n"
+        " \"accuracy\": \"%s\", \"activations\": \"%s\", \"gemm_kernel\": \"%s\", "
+        "\"quantize_kernel\": \"%s\",\n"
         " \"model\": {\"layers\": %u, \"experts\": %u, \"top_k\": %u, \"hidden\": %u, "
         "\"intermediate\": %u, \"format\": \"int4\", \"block_size\": %u, \"scale_dtype\": "
         "\"f16\", \"bytes_per_expert\": %zu, \"weight_bytes_total\": %.0f, "
@@ -516,14 +562,14 @@ int run_run_command(int argc, char** argv) {
         "%.4f, \"weights_bandwidth_ratio\": %.4f,\n"
         " \"checksum\": \"%016" PRIx64 "\", \"max_abs_x\": %.6g, \"finite\": %s}\n",
         qmoe_version_string(), json_escape(host.cpu_brand).c_str(), qmoe_isa_name(tier), threads,
-        accuracy_name, gemm_kernel, quant_kernel, shape.layers, shape.experts, k, h,
-        shape.intermediate, shape.block_size, bytes_per_expert, weight_bytes_total, huge_page_bytes,
-        o.tokens, m, o.seed, bandwidth_buffer, bw_one * 1e-9, bw_all * 1e-9, bw_reference * 1e-9,
-        bw_weights * 1e-9, bw_weights_bytes, generate_s, bandwidth_s, decode_s, moe_s, route_s,
-        tool_s, other_s, decode_s * 1e3 / o.tokens, step_min_ms, step_median_ms, step_max_ms,
-        decode_s * 1e3 / token_count, moe_s * 1e3 / layer_calls, total_s, experts_computed,
-        experts_per_token, experts_per_step_layer, bytes_read, bytes_per_token, achieved * 1e-9,
-        achieved_end_to_end * 1e-9, ratio, ratio_weights, checksum, x_max,
+        accuracy_name, activations_name, gemm_kernel, quant_kernel, shape.layers, shape.experts, k,
+        h, shape.intermediate, shape.block_size, bytes_per_expert, weight_bytes_total,
+        huge_page_bytes, o.tokens, m, o.seed, bandwidth_buffer, bw_one * 1e-9, bw_all * 1e-9,
+        bw_reference * 1e-9, bw_weights * 1e-9, bw_weights_bytes, generate_s, bandwidth_s, decode_s,
+        moe_s, route_s, tool_s, other_s, decode_s * 1e3 / o.tokens, step_min_ms, step_median_ms,
+        step_max_ms, decode_s * 1e3 / token_count, moe_s * 1e3 / layer_calls, total_s,
+        experts_computed, experts_per_token, experts_per_step_layer, bytes_read, bytes_per_token,
+        achieved * 1e-9, achieved_end_to_end * 1e-9, ratio, ratio_weights, checksum, x_max,
         finite ? "true" : "false");
   }
   if (!finite) {
