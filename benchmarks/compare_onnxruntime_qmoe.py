@@ -27,6 +27,11 @@ to the number of hardware threads, the script
 Pairing: libqmoe exact with ORT accuracy_level 0 (FP32 activations), libqmoe fast with ORT
 accuracy_level 4 (int8 activations per 32 k on both sides at block 32).
 
+--activations f16 runs the layer on FP16 activations: ORT's QMoE with T = float16 (X, router
+logits, scales and Y in FP16), libqmoe's qmoe_moe_forward_typed (QMOE_DTYPE_F16) after
+qmoe_moe_route_topk on the same logits widened to FP32 (two ctypes calls per layer instead of
+one); the checks add the rounding of Y to FP16 to every bound.
+
 Usage:
   pip install onnxruntime onnx numpy
   python3 benchmarks/compare_onnxruntime_qmoe.py build/lib/libqmoe.so [--quick] [--gate] ...
@@ -66,13 +71,16 @@ def parse_threads(text, all_threads):
     return [int(t) for t in text.split(",")]
 
 
-def fresh_logits(logits, seed):
+def fresh_logits(logits, seed, widened=None):
     """A prepare() that writes the next router logits of a fixed random sequence into
-    `logits` in place (the same sequence for every side measured with the same seed)."""
+    `logits` in place (the same sequence for every side measured with the same seed), and
+    their FP32 values into `widened` when `logits` is FP16."""
     stream = np.random.default_rng(seed)
 
     def prepare():
         logits[...] = 2.0 * stream.standard_normal(logits.shape)
+        if widened is not None:
+            widened[...] = logits
     return prepare
 
 
@@ -92,6 +100,8 @@ def main():
                         help="libqmoe's weights: FP16 scales in the grouped order with codes in "
                              "huge-page weight memory (default; what qmoe run uses), FP16 "
                              "[K/32, N] planes, or ORT's own FP32 [N, K/32] planes in place")
+    parser.add_argument("--activations", choices=("f32", "f16"), default="f32",
+                        help="type of X, the router logits and Y on both sides (default f32)")
     parser.add_argument("--quick", action="store_true",
                         help="5 runs, 1 round: a smoke test with rough figures")
     args = parser.parse_args()
@@ -122,11 +132,24 @@ def main():
           f"{l3_bytes() >> 20} MiB); fresh router logits before every run; median of "
           f"{args.runs} runs x {args.rounds} round(s)")
 
-    # Shared input buffers: ORT binds them without copying, libqmoe reads them in place.
-    xs = {m: rng.uniform(-1.0, 1.0, size=(m, HIDDEN)).astype(np.float32) for m in ms}
-    logits = {m: np.zeros((m, EXPERTS), dtype=np.float32) for m in ms}
-    check_logits = {m: qmoe_parity.draw_logits(rng, m, EXPERTS, TOP_K) for m in ms}
-    models = {level: ort_qmoe.qmoe_model(layers, TOP_K, SWIGLU, level) for level in (0, 4)}
+    # Shared input buffers: ORT binds them without copying, libqmoe reads them in place (with
+    # FP16 activations libqmoe routes on the logits' FP32 values, kept beside them).
+    fp16 = args.activations == "f16"
+    dtype = np.float16 if fp16 else np.float32
+    print(f"activations {args.activations}" + (" (ORT QMoE T = float16, libqmoe "
+                                               "qmoe_moe_forward_typed)" if fp16 else ""))
+    xs = {m: rng.uniform(-1.0, 1.0, size=(m, HIDDEN)).astype(dtype) for m in ms}
+    logits = {m: np.zeros((m, EXPERTS), dtype=dtype) for m in ms}
+    logits32 = {m: np.zeros((m, EXPERTS), dtype=np.float32) for m in ms}
+    check_logits = {m: qmoe_parity.draw_logits(rng, m, EXPERTS, TOP_K).astype(dtype) for m in ms}
+    models = {level: ort_qmoe.qmoe_model(layers, TOP_K, SWIGLU, level, dtype) for level in (0, 4)}
+
+    def qmoe_forward(ctx, expert_set, accuracy, x, lg):
+        """libqmoe on the check inputs: routed by logits, FP32 or FP16 as the run."""
+        if not fp16:
+            return qmoe.moe_forward_logits(ctx, expert_set, accuracy, x, lg, TOP_K)
+        ids, weights = qmoe.route_topk(lg.astype(np.float32), TOP_K)
+        return qmoe.moe_forward_typed(ctx, expert_set, accuracy, x, ids, weights)
 
     rows = []
     checked = False
@@ -140,14 +163,16 @@ def main():
             for m in ms:
                 x, lg = xs[m], check_logits[m]
                 outputs = {
-                    qmoe_parity.QMOE_EXACT: qmoe.moe_forward_logits(
-                        ctx, sets[0], libqmoe.QMOE_ACCURACY_EXACT, x, lg, TOP_K),
-                    qmoe_parity.QMOE_FAST: qmoe.moe_forward_logits(
-                        ctx, sets[0], libqmoe.QMOE_ACCURACY_FAST, x, lg, TOP_K),
+                    qmoe_parity.QMOE_EXACT: qmoe_forward(
+                        ctx, sets[0], libqmoe.QMOE_ACCURACY_EXACT, x, lg),
+                    qmoe_parity.QMOE_FAST: qmoe_forward(
+                        ctx, sets[0], libqmoe.QMOE_ACCURACY_FAST, x, lg),
                     qmoe_parity.ORT_LEVEL0: runners[0].forward(x, lg)[0],
                     qmoe_parity.ORT_LEVEL4: runners[4].forward(x, lg)[0],
                 }
-                results, _ = qmoe_parity.check_outputs(first, SWIGLU, x, lg, TOP_K, outputs)
+                results, _ = qmoe_parity.check_outputs(
+                    first, SWIGLU, x.astype(np.float32), lg.astype(np.float32), TOP_K, outputs,
+                    fp16=fp16)
                 print(f"  check M={m}: worst error / bound: " +
                       ", ".join(f"{name} {ratio:.2g}" for name, ratio in results))
                 bad = [f"{name}: {ratio:.3g} x the bound" for name, ratio in results
@@ -159,24 +184,29 @@ def main():
         samples = {}
         for _ in range(args.rounds):
             for m in ms:
-                x, lg = xs[m], logits[m]
+                x, lg, lg32 = xs[m], logits[m], logits32[m]
                 per_run = count * m
                 for level in (0, 4):
                     runners[level].bind(x, lg)
                     samples.setdefault((m, f"ort{level}"), []).append(gate.measure(
                         lambda: median_time(runners[level].run, 0.0, args.runs, per_run,
-                                            fresh_logits(lg, m))))
+                                            fresh_logits(lg, m, lg32 if fp16 else None))))
                 time.sleep(0.02)  # let ORT's spinning workers park
                 for acc in (libqmoe.QMOE_ACCURACY_EXACT, libqmoe.QMOE_ACCURACY_FAST):
-                    calls = [qmoe.forward_logits_call(ctx, s, acc, x, lg, TOP_K,
-                                                      np.zeros_like(x)) for s in sets]
+                    if fp16:
+                        calls = [qmoe.forward_typed_call(ctx, s, acc, x, lg32, TOP_K,
+                                                         np.zeros_like(x)) for s in sets]
+                    else:
+                        calls = [qmoe.forward_logits_call(ctx, s, acc, x, lg, TOP_K,
+                                                          np.zeros_like(x)) for s in sets]
 
                     def rotation():
                         for call in calls:
                             call()
                     samples.setdefault((m, libqmoe.ACCURACY_NAMES[acc]), []).append(
-                        gate.measure(lambda: median_time(rotation, 0.0, args.runs, per_run,
-                                                         fresh_logits(lg, m))))
+                        gate.measure(lambda: median_time(
+                            rotation, 0.0, args.runs, per_run,
+                            fresh_logits(lg, m, lg32 if fp16 else None))))
                 time.sleep(0.05)  # and libqmoe's pool workers
         for m in ms:
             rows.append((m, t, {key: statistics.median(v) for (mm, key), v in samples.items()

@@ -122,6 +122,14 @@ def _f32_array(a, shape, name):
     return a
 
 
+def _f16_array(a, shape, name):
+    a = np.asarray(a)
+    if a.dtype != np.float16 or not a.flags.c_contiguous or a.shape != shape:
+        raise ValueError(f"{name} must be C-contiguous float16 of shape {shape}, "
+                         f"got {a.dtype} {a.shape}")
+    return a
+
+
 _P = ctypes.c_void_p
 _U32 = ctypes.c_uint32
 _SZ = ctypes.c_size_t
@@ -460,10 +468,7 @@ class Library:
         """qmoe_moe_forward_typed for float16 x [m, H] (QMOE_DTYPE_F16) and routing
         ids/weights [m, k]; returns float16 y."""
         m, k = ids.shape
-        x = np.asarray(x)
-        if x.dtype != np.float16 or not x.flags.c_contiguous or x.shape != (m, expert_set.hidden):
-            raise ValueError(f"x must be C-contiguous float16 of shape {(m, expert_set.hidden)}, "
-                             f"got {x.dtype} {x.shape}")
+        x = _f16_array(x, (m, expert_set.hidden), "x")
         ids = np.ascontiguousarray(ids, dtype=np.int32)
         weights = _f32_array(weights, (m, k), "weights")
         y = np.zeros_like(x)
@@ -473,6 +478,34 @@ class Library:
                                                    y.ctypes.data, y.shape[1], None),
                    "qmoe_moe_forward_typed")
         return y
+
+    def forward_typed_call(self, context, expert_set, accuracy, x, logits, k, y):
+        """A no-argument callable that routes float32 logits [m, E] (qmoe_moe_route_topk, top-k
+        renormalised) and runs qmoe_moe_forward_typed on float16 x into float16 y: two bare
+        ctypes calls per run, for timing loops; the arrays are read at each call."""
+        m = x.shape[0]
+        x = _f16_array(x, (m, expert_set.hidden), "x")
+        logits = _f32_array(logits, (m, expert_set.num_experts), "logits")
+        y = _f16_array(y, x.shape, "y")
+        ids = np.zeros((m, k), dtype=np.int32)
+        weights = np.zeros((m, k), dtype=np.float32)
+        route, forward, check = (self.lib.qmoe_moe_route_topk, self.lib.qmoe_moe_forward_typed,
+                                 self.check)
+        route_args = (logits.ctypes.data, m, expert_set.num_experts, k, 1, ids.ctypes.data,
+                      weights.ctypes.data)
+        forward_args = (context.handle, expert_set.handle, accuracy, m, QMOE_DTYPE_F16,
+                        x.ctypes.data, x.shape[1], ids.ctypes.data, weights.ctypes.data, k,
+                        y.ctypes.data, y.shape[1], None)
+
+        def call():
+            status = route(*route_args)
+            if status != QMOE_STATUS_OK:
+                check(status, "qmoe_moe_route_topk")
+            status = forward(*forward_args)
+            if status != QMOE_STATUS_OK:
+                check(status, "qmoe_moe_forward_typed")
+        call.keep = (x, logits, y, ids, weights)
+        return call
 
     def forward_logits_call(self, context, expert_set, accuracy, x, logits, k, y,
                             renormalize=True):

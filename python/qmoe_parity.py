@@ -29,6 +29,8 @@ Three activation models:
                within 1e-4 of a step of a rounding boundary may differ by one step.
 Pairs are compared within the sum of their two bounds plus the distance between their FP64
 references (which differ when the two sides quantize activations in different chunks).
+FP16 outputs (libqmoe's typed forward, ORT's QMoE with T = float16) add their rounding to
+FP16: 2^-11 (|y| + bound), and 2^-25 absolute below FP16's normal range (fp16_rounding()).
 """
 
 import math
@@ -171,6 +173,13 @@ def reference(layer, swiglu, x, logits, k, activations, chunk=32):
     return Reference(y, tol + 1e-6 * magnitude + routing + 1e-30, clamped)
 
 
+def fp16_rounding(ref):
+    """`ref` with its bound widened by the rounding of the output to FP16 (round to nearest:
+    half a step, 2^-11 relative in the normal range, 2^-25 absolute below it)."""
+    return Reference(ref.y, ref.tol + 2.0 ** -11 * (np.abs(ref.y) + ref.tol) + 2.0 ** -25,
+                     ref.clamped)
+
+
 def worst_ratio(got, want, tol):
     """Largest |got - want| / tol over the outputs (<= 1: within the bound)."""
     return float((np.abs(got.astype(np.float64) - want) / tol).max())
@@ -181,16 +190,19 @@ QMOE_EXACT, QMOE_FAST, ORT_LEVEL0, ORT_LEVEL4 = ("qmoe exact", "qmoe fast", "ORT
                                                  "ORT level 4")
 
 
-def check_outputs(layer, swiglu, x, logits, k, outputs):
-    """Every check that applies to `outputs` (name -> float32 y [M, H], names above): each
-    output against its FP64 reference within its bound ("fp32" for qmoe exact and ORT level 0,
+def check_outputs(layer, swiglu, x, logits, k, outputs, fp16=False):
+    """Every check that applies to `outputs` (name -> y [M, H], names above): each output
+    against its FP64 reference within its bound ("fp32" for qmoe exact and ORT level 0,
     "qmoe_fast" for qmoe fast, "int8" per weight block for ORT level 4), and qmoe exact against
     ORT level 0, qmoe fast against ORT level 4, within the sum of the two sides' bounds plus
-    the distance between their references. Returns (description, worst error / bound) per
-    check, a ratio above 1 being a failure, and the number of clamped SwiGLU inputs."""
-    fp32 = reference(layer, swiglu, x, logits, k, "fp32")
-    fast = reference(layer, swiglu, x, logits, k, "qmoe_fast")
-    int8 = reference(layer, swiglu, x, logits, k, "int8", chunk=layer.block)
+    the distance between their references. `fp16`: the outputs are FP16 (x and logits being
+    the FP32 values of FP16 inputs), and every bound adds the rounding to FP16. Returns
+    (description, worst error / bound) per check, a ratio above 1 being a failure, and the
+    number of clamped SwiGLU inputs."""
+    widen = fp16_rounding if fp16 else (lambda ref: ref)
+    fp32 = widen(reference(layer, swiglu, x, logits, k, "fp32"))
+    fast = widen(reference(layer, swiglu, x, logits, k, "qmoe_fast"))
+    int8 = widen(reference(layer, swiglu, x, logits, k, "int8", chunk=layer.block))
     results = []
     # (libqmoe level, its reference), (the ORT level it pairs with, that level's reference).
     for (qmoe, qmoe_ref), (ort, ort_ref) in (((QMOE_EXACT, fp32), (ORT_LEVEL0, fp32)),

@@ -26,12 +26,11 @@ FP64 references. Also: qmoe_moe_route_topk picks the reference's experts, and
 qmoe_moe_forward on those routes equals qmoe_moe_forward_logits bit for bit.
 
 FP16 activations (block 32, both SwiGLUs, M = 1 and 4): ORT's QMoE with T = float16 (X, router
-logits, scales and Y in FP16; its CPU kernel has no BF16) against qmoe_moe_forward_typed with
-QMOE_DTYPE_F16 on the same FP16 X, routed by qmoe_moe_route_topk on the FP16 logits widened.
-Each must be within the exact bound of the FP64 reference (on the widened X) plus the rounding
-of Y to FP16 (2^-11 of |y| and the bound, or 2^-25 below FP16's normal range), the pair within
-the sum of both, and libqmoe's FP16 Y must equal its FP32 forward on the widened X rounded to
-FP16, bit for bit.
+logits, scales and Y in FP16; its CPU kernel has no BF16), accuracy_level 0 and 4, against
+qmoe_moe_forward_typed with QMOE_DTYPE_F16 at the exact and fast levels on the same FP16 X,
+routed by qmoe_moe_route_topk on the FP16 logits widened. The same checks as above on the
+widened X, every bound plus the rounding of Y to FP16 (python/qmoe_parity.py fp16_rounding),
+and libqmoe's FP16 Y must equal its FP32 forward on the widened X rounded to FP16, bit for bit.
 
 Logits are drawn without ties at the top-k boundary: there ORT's CPU kernel ranks equal logits
 higher id first and libqmoe lower id first (docs/abi.md), the one documented difference.
@@ -72,8 +71,9 @@ EXPECTED_INPUTS = ["input", "router_probs", "fc1_experts_weights", "fc1_scales",
 def check_fp16(library, context, layer, swiglu, swiglu_name, threads, rng):
     """The FP16 cases of the docstring for one layer; returns the failures."""
     failures = []
-    runner = ort_qmoe.QMoERunner(ort_qmoe.qmoe_model([layer], K, swiglu, 0, np.float16),
-                                 threads, 1, HIDDEN)
+    runners = {level: ort_qmoe.QMoERunner(ort_qmoe.qmoe_model([layer], K, swiglu, level,
+                                                              np.float16), threads, 1, HIDDEN)
+               for level in (0, 4)}
     with layer.expert_set(library, swiglu) as expert_set:
         for m in TOKENS:
             case = f"block {layer.block}, {swiglu_name}, M={m}, FP16"
@@ -81,19 +81,20 @@ def check_fp16(library, context, layer, swiglu, swiglu_name, threads, rng):
             logits16 = qmoe_parity.draw_logits(rng, m, EXPERTS, K).astype(np.float16)
             x32, logits32 = x16.astype(np.float32), logits16.astype(np.float32)
             ids, weights = library.route_topk(logits32, K)
-            ours = library.moe_forward_typed(context, expert_set, libqmoe.QMOE_ACCURACY_EXACT,
-                                             x16, ids, weights)
-            ort16 = runner.forward(x16, logits16)[0]
-            fp32 = library.moe_forward(context, expert_set, libqmoe.QMOE_ACCURACY_EXACT, x32,
-                                       ids, weights)
-            if not np.array_equal(ours.view(np.uint16), fp32.astype(np.float16).view(np.uint16)):
-                failures.append(f"{case}: qmoe_moe_forward_typed differs from the FP32 forward "
-                                "rounded to FP16")
-            ref = qmoe_parity.reference(layer, swiglu, x32, logits32, K, "fp32")
-            tol16 = ref.tol + 2.0**-11 * (np.abs(ref.y) + ref.tol) + 2.0**-25
-            results = [("qmoe FP16 vs FP64", qmoe_parity.worst_ratio(ours, ref.y, tol16)),
-                       ("ORT FP16 vs FP64", qmoe_parity.worst_ratio(ort16, ref.y, tol16)),
-                       ("qmoe FP16 vs ORT FP16", qmoe_parity.worst_ratio(ours, ort16, 2 * tol16))]
+            outputs = {}
+            for level, name in ((libqmoe.QMOE_ACCURACY_EXACT, qmoe_parity.QMOE_EXACT),
+                                (libqmoe.QMOE_ACCURACY_FAST, qmoe_parity.QMOE_FAST)):
+                outputs[name] = library.moe_forward_typed(context, expert_set, level, x16, ids,
+                                                          weights)
+                fp32 = library.moe_forward(context, expert_set, level, x32, ids, weights)
+                if not np.array_equal(outputs[name].view(np.uint16),
+                                      fp32.astype(np.float16).view(np.uint16)):
+                    failures.append(f"{case}: {name}: qmoe_moe_forward_typed differs from the "
+                                    "FP32 forward rounded to FP16")
+            outputs[qmoe_parity.ORT_LEVEL0] = runners[0].forward(x16, logits16)[0]
+            outputs[qmoe_parity.ORT_LEVEL4] = runners[4].forward(x16, logits16)[0]
+            results, _ = qmoe_parity.check_outputs(layer, swiglu, x32, logits32, K, outputs,
+                                                   fp16=True)
             print(f"{case}: worst error / bound: " +
                   ", ".join(f"{name} {ratio:.2g}" for name, ratio in results))
             failures += [f"{case}: {name}: worst error is {ratio:.3g} x the bound"
