@@ -28,9 +28,8 @@ Pairing: libqmoe exact with ORT accuracy_level 0 (FP32 activations), libqmoe fas
 accuracy_level 4 (int8 activations per 32 k on both sides at block 32).
 
 --activations f16 runs the layer on FP16 activations: ORT's QMoE with T = float16 (X, router
-logits, scales and Y in FP16), libqmoe's qmoe_moe_forward_typed (QMOE_DTYPE_F16) after
-qmoe_moe_route_topk on the same logits widened to FP32 (two ctypes calls per layer instead of
-one); the checks add the rounding of Y to FP16 to every bound.
+logits, scales and Y in FP16), libqmoe's qmoe_moe_forward_logits_typed (QMOE_DTYPE_F16) on the
+same FP16 buffers; the checks add the rounding of Y to FP16 to every bound.
 
 Usage:
   pip install onnxruntime onnx numpy
@@ -71,16 +70,13 @@ def parse_threads(text, all_threads):
     return [int(t) for t in text.split(",")]
 
 
-def fresh_logits(logits, seed, widened=None):
+def fresh_logits(logits, seed):
     """A prepare() that writes the next router logits of a fixed random sequence into
-    `logits` in place (the same sequence for every side measured with the same seed), and
-    their FP32 values into `widened` when `logits` is FP16."""
+    `logits` in place (the same sequence for every side measured with the same seed)."""
     stream = np.random.default_rng(seed)
 
     def prepare():
         logits[...] = 2.0 * stream.standard_normal(logits.shape)
-        if widened is not None:
-            widened[...] = logits
     return prepare
 
 
@@ -132,24 +128,22 @@ def main():
           f"{l3_bytes() >> 20} MiB); fresh router logits before every run; median of "
           f"{args.runs} runs x {args.rounds} round(s)")
 
-    # Shared input buffers: ORT binds them without copying, libqmoe reads them in place (with
-    # FP16 activations libqmoe routes on the logits' FP32 values, kept beside them).
+    # Shared input buffers: ORT binds them without copying, libqmoe reads them in place.
     fp16 = args.activations == "f16"
     dtype = np.float16 if fp16 else np.float32
     print(f"activations {args.activations}" + (" (ORT QMoE T = float16, libqmoe "
-                                               "qmoe_moe_forward_typed)" if fp16 else ""))
+                                               "qmoe_moe_forward_logits_typed)" if fp16 else ""))
     xs = {m: rng.uniform(-1.0, 1.0, size=(m, HIDDEN)).astype(dtype) for m in ms}
     logits = {m: np.zeros((m, EXPERTS), dtype=dtype) for m in ms}
-    logits32 = {m: np.zeros((m, EXPERTS), dtype=np.float32) for m in ms}
     check_logits = {m: qmoe_parity.draw_logits(rng, m, EXPERTS, TOP_K).astype(dtype) for m in ms}
     models = {level: ort_qmoe.qmoe_model(layers, TOP_K, SWIGLU, level, dtype) for level in (0, 4)}
 
+    forward = qmoe.moe_forward_logits_typed if fp16 else qmoe.moe_forward_logits
+    forward_call = qmoe.forward_logits_typed_call if fp16 else qmoe.forward_logits_call
+
     def qmoe_forward(ctx, expert_set, accuracy, x, lg):
-        """libqmoe on the check inputs: routed by logits, FP32 or FP16 as the run."""
-        if not fp16:
-            return qmoe.moe_forward_logits(ctx, expert_set, accuracy, x, lg, TOP_K)
-        ids, weights = qmoe.route_topk(lg.astype(np.float32), TOP_K)
-        return qmoe.moe_forward_typed(ctx, expert_set, accuracy, x, ids, weights)
+        """libqmoe on the check inputs, FP32 or FP16 as the run."""
+        return forward(ctx, expert_set, accuracy, x, lg, TOP_K)
 
     rows = []
     checked = False
@@ -184,29 +178,24 @@ def main():
         samples = {}
         for _ in range(args.rounds):
             for m in ms:
-                x, lg, lg32 = xs[m], logits[m], logits32[m]
+                x, lg = xs[m], logits[m]
                 per_run = count * m
                 for level in (0, 4):
                     runners[level].bind(x, lg)
                     samples.setdefault((m, f"ort{level}"), []).append(gate.measure(
                         lambda: median_time(runners[level].run, 0.0, args.runs, per_run,
-                                            fresh_logits(lg, m, lg32 if fp16 else None))))
+                                            fresh_logits(lg, m))))
                 time.sleep(0.02)  # let ORT's spinning workers park
                 for acc in (libqmoe.QMOE_ACCURACY_EXACT, libqmoe.QMOE_ACCURACY_FAST):
-                    if fp16:
-                        calls = [qmoe.forward_typed_call(ctx, s, acc, x, lg32, TOP_K,
-                                                         np.zeros_like(x)) for s in sets]
-                    else:
-                        calls = [qmoe.forward_logits_call(ctx, s, acc, x, lg, TOP_K,
-                                                          np.zeros_like(x)) for s in sets]
+                    calls = [forward_call(ctx, s, acc, x, lg, TOP_K, np.zeros_like(x))
+                             for s in sets]
 
                     def rotation():
                         for call in calls:
                             call()
                     samples.setdefault((m, libqmoe.ACCURACY_NAMES[acc]), []).append(
-                        gate.measure(lambda: median_time(
-                            rotation, 0.0, args.runs, per_run,
-                            fresh_logits(lg, m, lg32 if fp16 else None))))
+                        gate.measure(lambda: median_time(rotation, 0.0, args.runs, per_run,
+                                                         fresh_logits(lg, m))))
                 time.sleep(0.05)  # and libqmoe's pool workers
         for m in ms:
             rows.append((m, t, {key: statistics.median(v) for (mm, key), v in samples.items()

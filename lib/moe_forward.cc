@@ -1,5 +1,5 @@
-// The MoE layer executor: qmoe_moe_forward, qmoe_moe_forward_typed, qmoe_moe_forward_logits,
-// qmoe_moe_workspace_size.
+// The MoE layer executor: qmoe_moe_forward, qmoe_moe_forward_logits, their _typed variants
+// (FP32, FP16 or BF16 activations), and qmoe_moe_workspace_size.
 //
 // One forward, on the calling thread then in three parallel phases:
 //  0. Routes. Every (token t, slot j) whose expert runs (weight != 0, marked in run_mask) is a
@@ -46,7 +46,7 @@ constexpr size_t kCombineBlock = 256;             // Y elements summed in FP32 a
 
 // Byte offsets of one forward's workspace pieces from its 64-byte aligned base.
 struct Layout {
-  size_t counts, offsets, active, route_token, slot_route, ids, weights;
+  size_t counts, offsets, active, route_token, slot_route, ids, weights, logits;
   size_t tokens, gathered, h1, a2, y2, row_scratch;
   size_t total;
   bool direct_tokens;  // exact level, H % 32 == 0: FP32 X rows are read in place
@@ -60,7 +60,7 @@ bool make_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uint32_
   // Bound every per-route piece (padded rows, both levels) before multiplying.
   const size_t per_route = 4 * ((h + 32) * 2 + 2 * i + (i + 32) + 2 * (h / 32 + i / 32 + 2)) + 64;
   if (routes > INT32_MAX || routes > (SIZE_MAX / 4) / per_route ||
-      s.num_experts > (SIZE_MAX / 64) / 16 ||
+      s.num_experts > (SIZE_MAX / 64) / 16 || size_t{m} > (SIZE_MAX / 8) / s.num_experts ||
       max_parallel_tasks(threads) > (SIZE_MAX / 4) / s.row_scratch_bytes) {
     return false;
   }
@@ -78,6 +78,9 @@ bool make_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uint32_
   l.slot_route = take(routes * sizeof(int32_t));
   l.ids = take(routes * sizeof(int32_t));
   l.weights = take(routes * sizeof(float));
+  // 16-bit router logits widened for the routing (FP32 ones are read in place); reserved
+  // whatever the dtype, as the X rows below are.
+  l.logits = take(size_t{m} * s.num_experts * sizeof(float));
   l.direct_tokens = accuracy == QMOE_ACCURACY_EXACT && s.hidden % kChunkCodes == 0;
   // Reserved even when FP32 rows could be read in place: a 16-bit X is always prepared, and
   // qmoe_moe_workspace_size does not depend on the activation dtype.
@@ -485,6 +488,55 @@ qmoe_status forward_routed(const char* function, qmoe_context* context, const qm
   return QMOE_STATUS_OK;
 }
 
+// qmoe_moe_forward_logits and qmoe_moe_forward_logits_typed: the checks, the routing (from
+// 16-bit logits widened into the workspace first), then one forward.
+qmoe_status forward_logits(const char* function, qmoe_context* context, const qmoe_expert_set* set,
+                           qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype, const void* x,
+                           size_t ldx, const void* logits, uint32_t k, int renormalize, void* y,
+                           size_t ldy, const qmoe_moe_options* options) {
+  Context* ctx = nullptr;
+  const ExpertSet* s = nullptr;
+  Options o;
+  Layout l;
+  if (qmoe_status st = check_forward(context, set, accuracy, m, dtype, x, ldx, k, y, ldy, options,
+                                     function, &ctx, &s, &o, &l);
+      st != QMOE_STATUS_OK) {
+    return st;
+  }
+  if (logits == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "logits is NULL");
+  const size_t logit_count = size_t{m} * s->num_experts;
+  const size_t logit_bytes = logit_count * (dtype == QMOE_DTYPE_F32 ? 4 : 2);
+  const size_t y_bytes = activation_bytes(dtype, m, ldy, s->hidden);
+  if (ranges_overlap(logits, logit_bytes, y, y_bytes)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "logits overlap y");
+  }
+  if (o.workspace != nullptr &&
+      ranges_overlap(o.workspace, o.workspace_bytes, logits, logit_bytes)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "workspace overlaps logits");
+  }
+  const ScratchLease lease = workspace_base(*ctx, o, l);
+  unsigned char* base = lease.data();
+  if (base == nullptr) {
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "scratch allocation failed");
+  }
+  const float* logits32 = static_cast<const float*>(logits);
+  if (dtype != QMOE_DTYPE_F32) {
+    auto* widened = reinterpret_cast<float*>(base + l.logits);
+    widen_activations(ctx->kernels(), dtype, logits, widened, logit_count);
+    logits32 = widened;
+  }
+  auto* ids = reinterpret_cast<int32_t*>(base + l.ids);
+  auto* weights = reinterpret_cast<float*>(base + l.weights);
+  if (qmoe_status st =
+          route_topk(logits32, m, s->num_experts, k, renormalize != 0, ids, weights, function);
+      st != QMOE_STATUS_OK) {
+    return st;
+  }
+  run_forward(*ctx, *s, accuracy, m, dtype, x, ldx, ids, weights, k, o.run_mask, o.accumulate, y,
+              ldy, l, base);
+  return QMOE_STATUS_OK;
+}
+
 }  // namespace
 }  // namespace qmoe
 
@@ -543,39 +595,16 @@ QMOE_API qmoe_status qmoe_moe_forward_logits(qmoe_context* context, const qmoe_e
                                              size_t ldx, const float* logits, uint32_t k,
                                              int renormalize, float* y, size_t ldy,
                                              const qmoe_moe_options* options) {
-  using namespace qmoe;
-  Context* ctx = nullptr;
-  const ExpertSet* s = nullptr;
-  Options o;
-  Layout l;
-  if (qmoe_status st = check_forward(context, set, accuracy, m, QMOE_DTYPE_F32, x, ldx, k, y, ldy,
-                                     options, __func__, &ctx, &s, &o, &l);
-      st != QMOE_STATUS_OK) {
-    return st;
-  }
-  if (logits == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "logits is NULL");
-  const size_t logit_bytes = size_t{m} * s->num_experts * sizeof(float);
-  const size_t y_bytes = activation_bytes(QMOE_DTYPE_F32, m, ldy, s->hidden);
-  if (ranges_overlap(logits, logit_bytes, y, y_bytes)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "logits overlap y");
-  }
-  if (o.workspace != nullptr &&
-      ranges_overlap(o.workspace, o.workspace_bytes, logits, logit_bytes)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "workspace overlaps logits");
-  }
-  const ScratchLease lease = workspace_base(*ctx, o, l);
-  unsigned char* base = lease.data();
-  if (base == nullptr) QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "scratch allocation failed");
-  auto* ids = reinterpret_cast<int32_t*>(base + l.ids);
-  auto* weights = reinterpret_cast<float*>(base + l.weights);
-  if (qmoe_status st =
-          route_topk(logits, m, s->num_experts, k, renormalize != 0, ids, weights, __func__);
-      st != QMOE_STATUS_OK) {
-    return st;
-  }
-  run_forward(*ctx, *s, accuracy, m, QMOE_DTYPE_F32, x, ldx, ids, weights, k, o.run_mask,
-              o.accumulate, y, ldy, l, base);
-  return QMOE_STATUS_OK;
+  return qmoe::forward_logits(__func__, context, set, accuracy, m, QMOE_DTYPE_F32, x, ldx, logits,
+                              k, renormalize, y, ldy, options);
+}
+
+QMOE_API qmoe_status qmoe_moe_forward_logits_typed(
+    qmoe_context* context, const qmoe_expert_set* set, qmoe_accuracy accuracy, uint32_t m,
+    qmoe_dtype dtype, const void* x, size_t ldx, const void* logits, uint32_t k, int renormalize,
+    void* y, size_t ldy, const qmoe_moe_options* options) {
+  return qmoe::forward_logits(__func__, context, set, accuracy, m, dtype, x, ldx, logits, k,
+                              renormalize, y, ldy, options);
 }
 
 }  // extern "C"

@@ -165,6 +165,8 @@ _SIGNATURES = {
                                        ctypes.POINTER(MoeOptions)]),
     "qmoe_moe_forward_typed": (_INT, [_P, _P, _INT, _U32, _INT, _P, _SZ, _P, _P, _U32, _P, _SZ,
                                       ctypes.POINTER(MoeOptions)]),
+    "qmoe_moe_forward_logits_typed": (_INT, [_P, _P, _INT, _U32, _INT, _P, _SZ, _P, _U32, _INT,
+                                             _P, _SZ, ctypes.POINTER(MoeOptions)]),
 }
 
 
@@ -479,33 +481,31 @@ class Library:
                    "qmoe_moe_forward_typed")
         return y
 
-    def forward_typed_call(self, context, expert_set, accuracy, x, logits, k, y):
-        """A no-argument callable that routes float32 logits [m, E] (qmoe_moe_route_topk, top-k
-        renormalised) and runs qmoe_moe_forward_typed on float16 x into float16 y: two bare
-        ctypes calls per run, for timing loops; the arrays are read at each call."""
+    def forward_logits_typed_call(self, context, expert_set, accuracy, x, logits, k, y):
+        """A no-argument callable that runs qmoe_moe_forward_logits_typed (QMOE_DTYPE_F16,
+        top-k renormalised) on float16 x [m, H] and float16 logits [m, E] into float16 y: one
+        bare ctypes call per run, for timing loops; the arrays are read at each call."""
         m = x.shape[0]
         x = _f16_array(x, (m, expert_set.hidden), "x")
-        logits = _f32_array(logits, (m, expert_set.num_experts), "logits")
+        logits = _f16_array(logits, (m, expert_set.num_experts), "logits")
         y = _f16_array(y, x.shape, "y")
-        ids = np.zeros((m, k), dtype=np.int32)
-        weights = np.zeros((m, k), dtype=np.float32)
-        route, forward, check = (self.lib.qmoe_moe_route_topk, self.lib.qmoe_moe_forward_typed,
-                                 self.check)
-        route_args = (logits.ctypes.data, m, expert_set.num_experts, k, 1, ids.ctypes.data,
-                      weights.ctypes.data)
-        forward_args = (context.handle, expert_set.handle, accuracy, m, QMOE_DTYPE_F16,
-                        x.ctypes.data, x.shape[1], ids.ctypes.data, weights.ctypes.data, k,
-                        y.ctypes.data, y.shape[1], None)
+        function, check = self.lib.qmoe_moe_forward_logits_typed, self.check
+        args = (context.handle, expert_set.handle, accuracy, m, QMOE_DTYPE_F16, x.ctypes.data,
+                x.shape[1], logits.ctypes.data, k, 1, y.ctypes.data, y.shape[1], None)
 
         def call():
-            status = route(*route_args)
+            status = function(*args)
             if status != QMOE_STATUS_OK:
-                check(status, "qmoe_moe_route_topk")
-            status = forward(*forward_args)
-            if status != QMOE_STATUS_OK:
-                check(status, "qmoe_moe_forward_typed")
-        call.keep = (x, logits, y, ids, weights)
+                check(status, "qmoe_moe_forward_logits_typed")
+        call.keep = (x, logits, y)
         return call
+
+    def moe_forward_logits_typed(self, context, expert_set, accuracy, x, logits, k):
+        """qmoe_moe_forward_logits_typed on float16 x [m, H] and float16 logits [m, E]; returns
+        float16 y [m, H]."""
+        y = np.zeros_like(x, dtype=np.float16)
+        self.forward_logits_typed_call(context, expert_set, accuracy, x, logits, k, y)()
+        return y
 
     def forward_logits_call(self, context, expert_set, accuracy, x, logits, k, y,
                             renormalize=True):

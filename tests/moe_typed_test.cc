@@ -2,7 +2,8 @@
 // dtype, with and without accumulate, on 1 and 3 threads, the typed forward must give exactly
 // the bits of the FP32 forward wrapped in the library's conversions (X and the initial Y
 // widened, Y rounded once), write only the M x H outputs (poisoned 16-bit buffers with guard
-// elements and row gaps), work in place, and fit the workspace qmoe_moe_workspace_size reports.
+// elements and row gaps), work in place, and fit the workspace qmoe_moe_workspace_size reports;
+// qmoe_moe_forward_logits_typed must be the routing on the widened logits followed by it.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -145,6 +146,62 @@ TEST_P(MoeTyped, MatchesTheConversionsAroundTheFp32Forward) {
   }
 }
 
+// qmoe_moe_forward_logits_typed is qmoe_moe_route_topk on the widened logits followed by
+// qmoe_moe_forward_typed, bit for bit, for every dtype, level and accumulate mode; with FP32 it
+// is qmoe_moe_forward_logits.
+TEST_P(MoeTyped, ForwardLogitsTypedIsRouteThenForwardTyped) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const Layer layer = make_layer(80, 16, rng);
+  const uint32_t m = 3, k = 2, hidden = 80, experts = layer.model->options.experts;
+  ContextPtr ctx = make_context(GetParam(), 2);
+  const std::vector<float> x_values = random_activations(m, hidden, rng);
+  const std::vector<float> y0_values = random_activations(m, hidden, rng);
+  std::vector<float> logit_values(m * experts);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (float& v : logit_values) v = normal(rng);
+  for (qmoe_dtype d : {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16}) {
+    for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+      for (int accumulate : {0, 1}) {
+        const std::string where =
+            std::string(dtype_name(d)) + " " + (level == QMOE_ACCURACY_EXACT ? "exact" : "fast") +
+            (accumulate ? " accumulate" : "") + " seed=" + std::to_string(seed);
+        qmoe_moe_options opt;
+        qmoe_moe_options_init(&opt);
+        opt.accumulate = accumulate;
+        const std::vector<unsigned char> x = narrow(ctx.get(), d, x_values.data(), m * hidden);
+        const std::vector<unsigned char> logits =
+            narrow(ctx.get(), d, logit_values.data(), m * experts);
+        const std::vector<float> logits32 = widen(ctx.get(), d, logits);
+        std::vector<int32_t> ids(m * k);
+        std::vector<float> weights(m * k);
+        ASSERT_EQ(
+            qmoe_moe_route_topk(logits32.data(), m, experts, k, 1, ids.data(), weights.data()),
+            QMOE_STATUS_OK);
+        std::vector<unsigned char> want = narrow(ctx.get(), d, y0_values.data(), m * hidden);
+        std::vector<unsigned char> got = want;
+        ASSERT_EQ(qmoe_moe_forward_typed(ctx.get(), layer.set.get(), level, m, d, x.data(), hidden,
+                                         ids.data(), weights.data(), k, want.data(), hidden, &opt),
+                  QMOE_STATUS_OK)
+            << where << ": " << qmoe_last_error_message();
+        ASSERT_EQ(
+            qmoe_moe_forward_logits_typed(ctx.get(), layer.set.get(), level, m, d, x.data(), hidden,
+                                          logits.data(), k, 1, got.data(), hidden, &opt),
+            QMOE_STATUS_OK)
+            << where << ": " << qmoe_last_error_message();
+        EXPECT_EQ(got, want) << where;
+        if (d != QMOE_DTYPE_F32) continue;
+        std::vector<float> plain(y0_values.begin(), y0_values.end());
+        ASSERT_EQ(
+            qmoe_moe_forward_logits(ctx.get(), layer.set.get(), level, m, x_values.data(), hidden,
+                                    logit_values.data(), k, 1, plain.data(), hidden, &opt),
+            QMOE_STATUS_OK);
+        EXPECT_EQ(std::memcmp(plain.data(), got.data(), got.size()), 0) << where;
+      }
+    }
+  }
+}
+
 // The workspace qmoe_moe_workspace_size reports also fits a 16-bit forward where the FP32 one
 // would read X in place (exact level, H % 32 == 0), and the typed forward checks its dtype and
 // the byte extent of 16-bit X and Y.
@@ -179,6 +236,28 @@ TEST_P(MoeTyped, WorkspaceAndBadInput) {
                                    y_own.data(), hidden, nullptr),
             QMOE_STATUS_OK);
   EXPECT_EQ(y, y_own);  // the caller's workspace and the context's give the same bits
+  // With BF16 router logits too (widened into the same workspace).
+  std::vector<float> logit_values(m * 6);
+  for (size_t i = 0; i < logit_values.size(); ++i)
+    logit_values[i] = 0.25f * static_cast<float>(i % 7);
+  const std::vector<unsigned char> logits =
+      narrow(ctx.get(), QMOE_DTYPE_BF16, logit_values.data(), logit_values.size());
+  ASSERT_EQ(qmoe_moe_forward_logits_typed(ctx.get(), layer.set.get(), QMOE_ACCURACY_EXACT, m,
+                                          QMOE_DTYPE_BF16, x.data(), hidden, logits.data(), k, 1,
+                                          y.data(), hidden, &opt),
+            QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+  EXPECT_EQ(qmoe_moe_forward_logits_typed(ctx.get(), layer.set.get(), QMOE_ACCURACY_EXACT, m,
+                                          QMOE_DTYPE_BF16, x.data(), hidden, nullptr, k, 1,
+                                          y.data(), hidden, nullptr),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  // Logits whose last BF16 element is Y's first: an overlap, counted in 2-byte elements.
+  std::vector<uint16_t> logits_then_y(m * 6 + m * hidden, 0x3F80);
+  EXPECT_EQ(qmoe_moe_forward_logits_typed(ctx.get(), layer.set.get(), QMOE_ACCURACY_EXACT, m,
+                                          QMOE_DTYPE_BF16, x.data(), hidden, logits_then_y.data(),
+                                          k, 1, logits_then_y.data() + m * 6 - 1, hidden, nullptr),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("logits overlap y"), std::string::npos);
 
   std::vector<uint16_t> untouched(m * hidden, 0xA5A5);
   EXPECT_EQ(qmoe_moe_forward_typed(ctx.get(), layer.set.get(), QMOE_ACCURACY_FAST, m,

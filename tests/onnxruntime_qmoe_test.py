@@ -29,8 +29,9 @@ FP16 activations (block 32, both SwiGLUs, M = 1 and 4): ORT's QMoE with T = floa
 logits, scales and Y in FP16; its CPU kernel has no BF16), accuracy_level 0 and 4, against
 qmoe_moe_forward_typed with QMOE_DTYPE_F16 at the exact and fast levels on the same FP16 X,
 routed by qmoe_moe_route_topk on the FP16 logits widened. The same checks as above on the
-widened X, every bound plus the rounding of Y to FP16 (python/qmoe_parity.py fp16_rounding),
-and libqmoe's FP16 Y must equal its FP32 forward on the widened X rounded to FP16, bit for bit.
+widened X, every bound plus the rounding of Y to FP16 (python/qmoe_parity.py fp16_rounding);
+libqmoe's FP16 Y must equal its FP32 forward on the widened X rounded to FP16, and
+qmoe_moe_forward_logits_typed on the FP16 logits themselves, bit for bit.
 
 Logits are drawn without ties at the top-k boundary: there ORT's CPU kernel ranks equal logits
 higher id first and libqmoe lower id first (docs/abi.md), the one documented difference.
@@ -91,6 +92,12 @@ def check_fp16(library, context, layer, swiglu, swiglu_name, threads, rng):
                                       fp32.astype(np.float16).view(np.uint16)):
                     failures.append(f"{case}: {name}: qmoe_moe_forward_typed differs from the "
                                     "FP32 forward rounded to FP16")
+                via_logits = library.moe_forward_logits_typed(context, expert_set, level, x16,
+                                                              logits16, K)
+                if not np.array_equal(via_logits.view(np.uint16),
+                                      outputs[name].view(np.uint16)):
+                    failures.append(f"{case}: {name}: qmoe_moe_forward_logits_typed on the FP16 "
+                                    "logits differs from route-then-forward")
             outputs[qmoe_parity.ORT_LEVEL0] = runners[0].forward(x16, logits16)[0]
             outputs[qmoe_parity.ORT_LEVEL4] = runners[4].forward(x16, logits16)[0]
             results, _ = qmoe_parity.check_outputs(layer, swiglu, x32, logits32, K, outputs,

@@ -478,8 +478,9 @@ typedef struct qmoe_moe_options {
 /// Fill `options` with the defaults (struct_size set, all experts, y = result, no workspace).
 QMOE_API void qmoe_moe_options_init(qmoe_moe_options* options);
 
-/// Bytes of workspace qmoe_moe_forward, _typed (any dtype) and _logits need for M tokens with k
-/// slots on this context (its thread count sizes per-thread scratch).
+/// Bytes of workspace qmoe_moe_forward, qmoe_moe_forward_logits and their _typed variants (any
+/// dtype) need for M tokens with k slots on this context (its thread count sizes per-thread
+/// scratch).
 QMOE_API qmoe_status qmoe_moe_workspace_size(const qmoe_context* context,
                                              const qmoe_expert_set* set, qmoe_accuracy accuracy,
                                              uint32_t m, uint32_t k, size_t* bytes);
@@ -517,6 +518,16 @@ QMOE_API qmoe_status qmoe_moe_forward_logits(qmoe_context* context, const qmoe_e
                                              size_t ldx, const float* logits, uint32_t k,
                                              int renormalize, float* y, size_t ldy,
                                              const qmoe_moe_options* options);
+
+/// qmoe_moe_forward_logits with X, the router logits and Y in `dtype` (F32, F16 or BF16, as
+/// ONNX Runtime's QMoE takes one type T for its input, router_probs and output): the logits
+/// are widened to FP32 (exactly) in the workspace and routed as qmoe_moe_route_topk, then the
+/// layer runs as qmoe_moe_forward_typed. The bits are those of qmoe_moe_route_topk on the
+/// widened logits followed by qmoe_moe_forward_typed.
+QMOE_API qmoe_status qmoe_moe_forward_logits_typed(
+    qmoe_context* context, const qmoe_expert_set* set, qmoe_accuracy accuracy, uint32_t m,
+    qmoe_dtype dtype, const void* x, size_t ldx, const void* logits, uint32_t k, int renormalize,
+    void* y, size_t ldy, const qmoe_moe_options* options);
 
 #ifdef __cplusplus
 } /* extern "C" */
