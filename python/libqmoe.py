@@ -114,20 +114,22 @@ def aligned_empty(nbytes, dtype=np.uint8, alignment=64):
     return raw[offset:offset + nbytes].view(dtype)
 
 
-def _f32_array(a, shape, name):
+def _checked_array(a, dtype, shape, name):
+    """`a` itself, if it is a C-contiguous array of `dtype` and `shape` (the library reads and
+    writes it in place, so nothing is converted or copied); ValueError otherwise."""
     a = np.asarray(a)
-    if a.dtype != np.float32 or not a.flags.c_contiguous or a.shape != shape:
-        raise ValueError(f"{name} must be C-contiguous float32 of shape {shape}, "
+    if a.dtype != dtype or not a.flags.c_contiguous or a.shape != shape:
+        raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name} of shape {shape}, "
                          f"got {a.dtype} {a.shape}")
     return a
+
+
+def _f32_array(a, shape, name):
+    return _checked_array(a, np.float32, shape, name)
 
 
 def _f16_array(a, shape, name):
-    a = np.asarray(a)
-    if a.dtype != np.float16 or not a.flags.c_contiguous or a.shape != shape:
-        raise ValueError(f"{name} must be C-contiguous float16 of shape {shape}, "
-                         f"got {a.dtype} {a.shape}")
-    return a
+    return _checked_array(a, np.float16, shape, name)
 
 
 _P = ctypes.c_void_p
