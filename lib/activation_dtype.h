@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "lib/kernel_table.h"
+#include "lib/quant_matrix.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -24,10 +25,10 @@ void narrow_activations(const KernelTable& kernels, qmoe_dtype dtype, const floa
 
 /// Address of element `index` of an array of `dtype` elements.
 inline const void* activation_at(const void* base, qmoe_dtype dtype, size_t index) {
-  return static_cast<const unsigned char*>(base) + index * (dtype == QMOE_DTYPE_F32 ? 4 : 2);
+  return static_cast<const unsigned char*>(base) + index * dtype_size(dtype);
 }
 inline void* activation_at(void* base, qmoe_dtype dtype, size_t index) {
-  return static_cast<unsigned char*>(base) + index * (dtype == QMOE_DTYPE_F32 ? 4 : 2);
+  return static_cast<unsigned char*>(base) + index * dtype_size(dtype);
 }
 
 }  // namespace qmoe

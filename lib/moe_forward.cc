@@ -356,7 +356,7 @@ struct Options {
 
 // Bytes from the first to the last element of M rows of `hidden` elements, ld apart.
 size_t activation_bytes(qmoe_dtype dtype, uint32_t m, size_t ld, uint32_t hidden) {
-  return (size_t{m - 1} * ld + hidden) * (dtype == QMOE_DTYPE_F32 ? 4 : 2);
+  return (size_t{m - 1} * ld + hidden) * dtype_size(dtype);
 }
 
 // Every check of the forwards except those of the routing (ids and weights, or logits).
@@ -505,7 +505,7 @@ qmoe_status forward_logits(const char* function, qmoe_context* context, const qm
   }
   if (logits == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "logits is NULL");
   const size_t logit_count = size_t{m} * s->num_experts;
-  const size_t logit_bytes = logit_count * (dtype == QMOE_DTYPE_F32 ? 4 : 2);
+  const size_t logit_bytes = logit_count * dtype_size(dtype);
   const size_t y_bytes = activation_bytes(dtype, m, ldy, s->hidden);
   if (ranges_overlap(logits, logit_bytes, y, y_bytes)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "logits overlap y");
