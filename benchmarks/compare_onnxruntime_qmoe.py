@@ -138,12 +138,7 @@ def main():
     check_logits = {m: qmoe_parity.draw_logits(rng, m, EXPERTS, TOP_K).astype(dtype) for m in ms}
     models = {level: ort_qmoe.qmoe_model(layers, TOP_K, SWIGLU, level, dtype) for level in (0, 4)}
 
-    forward = qmoe.moe_forward_logits_typed if fp16 else qmoe.moe_forward_logits
-    forward_call = qmoe.forward_logits_typed_call if fp16 else qmoe.forward_logits_call
 
-    def qmoe_forward(ctx, expert_set, accuracy, x, lg):
-        """libqmoe on the check inputs, FP32 or FP16 as the run."""
-        return forward(ctx, expert_set, accuracy, x, lg, TOP_K)
 
     rows = []
     checked = False
@@ -157,10 +152,10 @@ def main():
             for m in ms:
                 x, lg = xs[m], check_logits[m]
                 outputs = {
-                    qmoe_parity.QMOE_EXACT: qmoe_forward(
-                        ctx, sets[0], libqmoe.QMOE_ACCURACY_EXACT, x, lg),
-                    qmoe_parity.QMOE_FAST: qmoe_forward(
-                        ctx, sets[0], libqmoe.QMOE_ACCURACY_FAST, x, lg),
+                    qmoe_parity.QMOE_EXACT: qmoe.moe_forward_logits(
+                        ctx, sets[0], libqmoe.QMOE_ACCURACY_EXACT, x, lg, TOP_K),
+                    qmoe_parity.QMOE_FAST: qmoe.moe_forward_logits(
+                        ctx, sets[0], libqmoe.QMOE_ACCURACY_FAST, x, lg, TOP_K),
                     qmoe_parity.ORT_LEVEL0: runners[0].forward(x, lg)[0],
                     qmoe_parity.ORT_LEVEL4: runners[4].forward(x, lg)[0],
                 }
@@ -187,8 +182,8 @@ def main():
                                             fresh_logits(lg, m))))
                 time.sleep(0.02)  # let ORT's spinning workers park
                 for acc in (libqmoe.QMOE_ACCURACY_EXACT, libqmoe.QMOE_ACCURACY_FAST):
-                    calls = [forward_call(ctx, s, acc, x, lg, TOP_K, np.zeros_like(x))
-                             for s in sets]
+                    calls = [qmoe.forward_logits_call(ctx, s, acc, x, lg, TOP_K,
+                                                      np.zeros_like(x)) for s in sets]
 
                     def rotation():
                         for call in calls:

@@ -128,8 +128,13 @@ def _f32_array(a, shape, name):
     return _checked_array(a, np.float32, shape, name)
 
 
-def _f16_array(a, shape, name):
-    return _checked_array(a, np.float16, shape, name)
+def _activation_dtype(x):
+    """float32 or float16: the activation types the wrappers below pass (as QMOE_DTYPE_F32
+    through the plain entry points, QMOE_DTYPE_F16 through the _typed ones)."""
+    dtype = np.asarray(x).dtype
+    if dtype not in (np.float32, np.float16):
+        raise ValueError(f"activations must be float32 or float16, got {dtype}")
+    return dtype.type
 
 
 _P = ctypes.c_void_p
@@ -454,85 +459,58 @@ class Library:
         return ids, weights
 
     def moe_forward(self, context, expert_set, accuracy, x, ids, weights, y=None):
-        """qmoe_moe_forward for float32 x [m, H] and routing ids/weights [m, k]; returns y."""
+        """qmoe_moe_forward for float32 x [m, H], or qmoe_moe_forward_typed (QMOE_DTYPE_F16)
+        for float16 x, with routing ids/weights [m, k]; returns y of x's type."""
         m, k = ids.shape
-        x = _f32_array(x, (m, expert_set.hidden), "x")
+        dtype = _activation_dtype(x)
+        x = _checked_array(x, dtype, (m, expert_set.hidden), "x")
         ids = np.ascontiguousarray(ids, dtype=np.int32)
         weights = _f32_array(weights, (m, k), "weights")
         if y is None:
             y = np.zeros_like(x)
-        y = _f32_array(y, x.shape, "y")
-        self.check(self.lib.qmoe_moe_forward(context.handle, expert_set.handle, accuracy, m,
-                                             x.ctypes.data, x.shape[1], ids.ctypes.data,
-                                             weights.ctypes.data, k, y.ctypes.data, y.shape[1],
-                                             None), "qmoe_moe_forward")
-        return y
-
-    def moe_forward_typed(self, context, expert_set, accuracy, x, ids, weights):
-        """qmoe_moe_forward_typed for float16 x [m, H] (QMOE_DTYPE_F16) and routing
-        ids/weights [m, k]; returns float16 y."""
-        m, k = ids.shape
-        x = _f16_array(x, (m, expert_set.hidden), "x")
-        ids = np.ascontiguousarray(ids, dtype=np.int32)
-        weights = _f32_array(weights, (m, k), "weights")
-        y = np.zeros_like(x)
-        self.check(self.lib.qmoe_moe_forward_typed(context.handle, expert_set.handle, accuracy, m,
-                                                   QMOE_DTYPE_F16, x.ctypes.data, x.shape[1],
-                                                   ids.ctypes.data, weights.ctypes.data, k,
-                                                   y.ctypes.data, y.shape[1], None),
-                   "qmoe_moe_forward_typed")
-        return y
-
-    def forward_logits_typed_call(self, context, expert_set, accuracy, x, logits, k, y):
-        """A no-argument callable that runs qmoe_moe_forward_logits_typed (QMOE_DTYPE_F16,
-        top-k renormalised) on float16 x [m, H] and float16 logits [m, E] into float16 y: one
-        bare ctypes call per run, for timing loops; the arrays are read at each call."""
-        m = x.shape[0]
-        x = _f16_array(x, (m, expert_set.hidden), "x")
-        logits = _f16_array(logits, (m, expert_set.num_experts), "logits")
-        y = _f16_array(y, x.shape, "y")
-        function, check = self.lib.qmoe_moe_forward_logits_typed, self.check
-        args = (context.handle, expert_set.handle, accuracy, m, QMOE_DTYPE_F16, x.ctypes.data,
-                x.shape[1], logits.ctypes.data, k, 1, y.ctypes.data, y.shape[1], None)
-
-        def call():
-            status = function(*args)
-            if status != QMOE_STATUS_OK:
-                check(status, "qmoe_moe_forward_logits_typed")
-        call.keep = (x, logits, y)
-        return call
-
-    def moe_forward_logits_typed(self, context, expert_set, accuracy, x, logits, k):
-        """qmoe_moe_forward_logits_typed on float16 x [m, H] and float16 logits [m, E]; returns
-        float16 y [m, H]."""
-        y = np.zeros_like(x, dtype=np.float16)
-        self.forward_logits_typed_call(context, expert_set, accuracy, x, logits, k, y)()
+        y = _checked_array(y, dtype, x.shape, "y")
+        if dtype == np.float32:
+            name, typed = "qmoe_moe_forward", ()
+        else:
+            name, typed = "qmoe_moe_forward_typed", (QMOE_DTYPE_F16,)
+        self.check(getattr(self.lib, name)(context.handle, expert_set.handle, accuracy, m, *typed,
+                                           x.ctypes.data, x.shape[1], ids.ctypes.data,
+                                           weights.ctypes.data, k, y.ctypes.data, y.shape[1],
+                                           None), name)
         return y
 
     def forward_logits_call(self, context, expert_set, accuracy, x, logits, k, y,
                             renormalize=True):
-        """A no-argument callable that runs qmoe_moe_forward_logits(x, logits) into y, with
+        """A no-argument callable that runs qmoe_moe_forward_logits(x, logits) into y (all
+        float32), or qmoe_moe_forward_logits_typed with QMOE_DTYPE_F16 (all float16), with
         every argument converted once (one bare ctypes call per run, for timing loops; the
         arrays are read at each call, so their contents may change between calls)."""
         m = x.shape[0]
-        x = _f32_array(x, (m, expert_set.hidden), "x")
-        logits = _f32_array(logits, (m, expert_set.num_experts), "logits")
-        y = _f32_array(y, x.shape, "y")
-        function, check = self.lib.qmoe_moe_forward_logits, self.check
-        args = (context.handle, expert_set.handle, accuracy, m, x.ctypes.data, x.shape[1],
-                logits.ctypes.data, k, int(renormalize), y.ctypes.data, y.shape[1], None)
+        dtype = _activation_dtype(x)
+        x = _checked_array(x, dtype, (m, expert_set.hidden), "x")
+        logits = _checked_array(logits, dtype, (m, expert_set.num_experts), "logits")
+        y = _checked_array(y, dtype, x.shape, "y")
+        if dtype == np.float32:
+            name, typed = "qmoe_moe_forward_logits", ()
+        else:
+            name, typed = "qmoe_moe_forward_logits_typed", (QMOE_DTYPE_F16,)
+        function, check = getattr(self.lib, name), self.check
+        args = (context.handle, expert_set.handle, accuracy, m, *typed, x.ctypes.data,
+                x.shape[1], logits.ctypes.data, k, int(renormalize), y.ctypes.data, y.shape[1],
+                None)
 
         def call():
             status = function(*args)
             if status != QMOE_STATUS_OK:
-                check(status, "qmoe_moe_forward_logits")
+                check(status, name)
         call.keep = (x, logits, y)
         return call
 
     def moe_forward_logits(self, context, expert_set, accuracy, x, logits, k,
                            renormalize=True):
-        """qmoe_moe_forward_logits: route float32 logits [m, E] (top-k, softmax, renormalised
-        unless told otherwise) and run the layer on float32 x [m, H]; returns y [m, H]."""
-        y = np.zeros_like(x, dtype=np.float32)
+        """qmoe_moe_forward_logits: route logits [m, E] (top-k, softmax, renormalised unless
+        told otherwise) and run the layer on x [m, H], all float32, or all float16 through
+        qmoe_moe_forward_logits_typed; returns y [m, H] of x's type."""
+        y = np.zeros_like(x)
         self.forward_logits_call(context, expert_set, accuracy, x, logits, k, y, renormalize)()
         return y

@@ -85,15 +85,15 @@ def check_fp16(library, context, layer, swiglu, swiglu_name, threads, rng):
             outputs = {}
             for level, name in ((libqmoe.QMOE_ACCURACY_EXACT, qmoe_parity.QMOE_EXACT),
                                 (libqmoe.QMOE_ACCURACY_FAST, qmoe_parity.QMOE_FAST)):
-                outputs[name] = library.moe_forward_typed(context, expert_set, level, x16, ids,
-                                                          weights)
+                outputs[name] = library.moe_forward(context, expert_set, level, x16, ids,
+                                                    weights)
                 fp32 = library.moe_forward(context, expert_set, level, x32, ids, weights)
                 if not np.array_equal(outputs[name].view(np.uint16),
                                       fp32.astype(np.float16).view(np.uint16)):
                     failures.append(f"{case}: {name}: qmoe_moe_forward_typed differs from the "
                                     "FP32 forward rounded to FP16")
-                via_logits = library.moe_forward_logits_typed(context, expert_set, level, x16,
-                                                              logits16, K)
+                via_logits = library.moe_forward_logits(context, expert_set, level, x16,
+                                                        logits16, K)
                 if not np.array_equal(via_logits.view(np.uint16),
                                       outputs[name].view(np.uint16)):
                     failures.append(f"{case}: {name}: qmoe_moe_forward_logits_typed on the FP16 "
