@@ -53,6 +53,18 @@ static int parse_u32(const char* text, unsigned long max, uint32_t* out) {
   return 1;
 }
 
+/* values[j] for the names[j] that equals text; 0 when none does. */
+static int parse_choice(const char* text, const char* const* names, const int* values, int count,
+                        int* out) {
+  for (int j = 0; j < count; ++j) {
+    if (strcmp(text, names[j]) == 0) {
+      *out = values[j];
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   uint32_t n = 1536, k = 2048, m = 1, threads = 1, calls = 3000;
   qmoe_accuracy accuracy = QMOE_ACCURACY_FAST;
@@ -74,33 +86,23 @@ int main(int argc, char** argv) {
     } else if (strcmp(flag, "--calls") == 0) {
       ok = parse_u32(value, 10000000, &calls) && calls > 0;
     } else if (strcmp(flag, "--accuracy") == 0) {
-      if (strcmp(value, "fast") == 0) {
-        accuracy = QMOE_ACCURACY_FAST;
-      } else if (strcmp(value, "exact") == 0) {
-        accuracy = QMOE_ACCURACY_EXACT;
-      } else {
-        ok = 0;
-      }
+      static const char* const names[] = {"fast", "exact"};
+      static const int values[] = {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT};
+      int choice = 0;
+      ok = parse_choice(value, names, values, 2, &choice);
+      if (ok) accuracy = (qmoe_accuracy)choice;
     } else if (strcmp(flag, "--isa") == 0) {
-      if (strcmp(value, "scalar") == 0) {
-        isa = QMOE_ISA_SCALAR;
-      } else if (strcmp(value, "avx2") == 0) {
-        isa = QMOE_ISA_AVX2;
-      } else if (strcmp(value, "avx512") == 0) {
-        isa = QMOE_ISA_AVX512;
-      } else {
-        ok = 0;
-      }
+      static const char* const names[] = {"scalar", "avx2", "avx512"};
+      static const int values[] = {QMOE_ISA_SCALAR, QMOE_ISA_AVX2, QMOE_ISA_AVX512};
+      int choice = 0;
+      ok = parse_choice(value, names, values, 3, &choice);
+      if (ok) isa = (qmoe_isa)choice;
     } else if (strcmp(flag, "--activations") == 0) {
-      if (strcmp(value, "f32") == 0) {
-        activations = QMOE_DTYPE_F32;
-      } else if (strcmp(value, "f16") == 0) {
-        activations = QMOE_DTYPE_F16;
-      } else if (strcmp(value, "bf16") == 0) {
-        activations = QMOE_DTYPE_BF16;
-      } else {
-        ok = 0;
-      }
+      static const char* const names[] = {"f32", "f16", "bf16"};
+      static const int values[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
+      int choice = 0;
+      ok = parse_choice(value, names, values, 3, &choice);
+      if (ok) activations = (qmoe_dtype)choice;
     } else {
       return usage("unknown option");
     }
