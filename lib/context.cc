@@ -63,20 +63,60 @@ void Context::parallel_for(qmoe_parallel_task_fn task, void* task_state, size_t 
   }
 }
 
-ScratchLease Context::acquire_scratch(size_t bytes) {
-  std::unique_lock<std::mutex> hold(scratch_mutex_, std::try_to_lock);
-  if (!hold.owns_lock()) return ScratchLease(thread_scratch(bytes), {});
-  if (bytes > scratch_capacity_ || scratch_ == nullptr) {
-    scratch_.reset();
-    scratch_capacity_ = 0;
-    if (bytes > SIZE_MAX - 64) return ScratchLease(nullptr, {});
-    // Grown by whole allocations (no copy: contents are scratch).
-    scratch_.reset(new (std::nothrow) unsigned char[bytes + 64]);
-    if (scratch_ == nullptr) return ScratchLease(nullptr, {});
-    scratch_capacity_ = bytes;
+namespace {
+
+// `buffer` grown to at least `bytes` (+ 64 for the alignment), by a whole new allocation (no
+// copy: contents are scratch); its 64-byte aligned start, or nullptr when that fails.
+unsigned char* grow_scratch(std::unique_ptr<unsigned char[]>* buffer, size_t* capacity,
+                            size_t bytes) {
+  if (bytes > *capacity || *buffer == nullptr) {
+    buffer->reset();
+    *capacity = 0;
+    if (bytes > SIZE_MAX - 64) return nullptr;
+    buffer->reset(new (std::nothrow) unsigned char[bytes + 64]);
+    if (*buffer == nullptr) return nullptr;
+    *capacity = bytes;
   }
-  const auto address = reinterpret_cast<uintptr_t>(scratch_.get());
-  return ScratchLease(scratch_.get() + (align64(address) - address), std::move(hold));
+  const auto address = reinterpret_cast<uintptr_t>(buffer->get());
+  return buffer->get() + (align64(address) - address);
+}
+
+// Scratch for a call that found its context's buffer held: the calling thread's own buffer
+// (kept until the thread exits), or, when a call on this thread already holds that one (a call
+// nested inside a caller's parallel-for), a buffer of the lease's own, freed with it.
+ScratchLease thread_scratch_lease(size_t bytes) {
+  struct ThreadScratch {
+    std::unique_ptr<unsigned char[]> buffer;
+    size_t capacity = 0;
+    std::atomic<bool> busy{false};  // only this thread reads or writes it
+  };
+  thread_local ThreadScratch mine;
+  if (!mine.busy.load(std::memory_order_relaxed)) {
+    unsigned char* data = grow_scratch(&mine.buffer, &mine.capacity, bytes);
+    if (data == nullptr) return ScratchLease(nullptr, nullptr);
+    mine.busy.store(true, std::memory_order_relaxed);
+    return ScratchLease(data, &mine.busy);
+  }
+  std::unique_ptr<unsigned char[]> own;
+  size_t capacity = 0;
+  unsigned char* data = grow_scratch(&own, &capacity, bytes);
+  return ScratchLease(data, nullptr, std::move(own));
+}
+
+}  // namespace
+
+ScratchLease Context::acquire_scratch(size_t bytes) {
+  bool expected = false;
+  if (!scratch_busy_.compare_exchange_strong(expected, true, std::memory_order_acquire,
+                                             std::memory_order_relaxed)) {
+    return thread_scratch_lease(bytes);
+  }
+  unsigned char* data = grow_scratch(&scratch_, &scratch_capacity_, bytes);
+  if (data == nullptr) {
+    scratch_busy_.store(false, std::memory_order_release);
+    return ScratchLease(nullptr, nullptr);
+  }
+  return ScratchLease(data, &scratch_busy_);
 }
 
 qmoe_status resolve_context(const qmoe_context* handle, const char* function, Context** context) {
@@ -147,6 +187,12 @@ QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
   }
 
   uint32_t threads = opts.num_threads;
+  // pthreadpool_create does not fail when it cannot start its workers: it waits for them
+  // forever. Thousands of threads is no sensible request, and a cap keeps it from happening.
+  if (threads > QMOE_MAX_THREADS) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "options->num_threads = %u exceeds %u", threads,
+              QMOE_MAX_THREADS);
+  }
   pthreadpool_t pool = nullptr;
   if (opts.parallel_for == nullptr) {
     if (threads == 0) threads = default_thread_count();

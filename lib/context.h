@@ -10,27 +10,42 @@
 
 #include <pthreadpool.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 
 #include "lib/kernel_table.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
 
-/// Scratch for one call, from Context::acquire_scratch; releases the context's buffer (if it
-/// holds it) when destroyed. data() is nullptr when the allocation failed.
+/// Scratch for one call, from Context::acquire_scratch (or a caller's workspace). While it
+/// lives it holds one of: the context's buffer (its busy flag set), the calling thread's buffer
+/// (that flag set), a buffer of its own, or nothing (caller memory); destroying it clears the
+/// flag or frees its buffer. data() is nullptr when an allocation failed. Move-only.
 class ScratchLease {
  public:
-  ScratchLease(unsigned char* data, std::unique_lock<std::mutex> hold)
-      : data_(data), hold_(std::move(hold)) {}
+  ScratchLease(unsigned char* data, std::atomic<bool>* busy,
+               std::unique_ptr<unsigned char[]> owned = nullptr)
+      : data_(data), busy_(busy), owned_(std::move(owned)) {}
+  ScratchLease(ScratchLease&& other) noexcept
+      : data_(other.data_), busy_(other.busy_), owned_(std::move(other.owned_)) {
+    other.busy_ = nullptr;
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  ScratchLease& operator=(ScratchLease&&) = delete;
+  ~ScratchLease() {
+    // Release: the next holder's acquire (a compare-exchange) sees this call's writes done.
+    if (busy_ != nullptr) busy_->store(false, std::memory_order_release);
+  }
   unsigned char* data() const { return data_; }
 
  private:
   unsigned char* data_;
-  std::unique_lock<std::mutex> hold_;  // owns the context's scratch mutex, or nothing
+  std::atomic<bool>* busy_;                 // the flag of the buffer held, or nullptr
+  std::unique_ptr<unsigned char[]> owned_;  // a buffer private to this call, or nullptr
 };
 
 class Context {
@@ -64,7 +79,11 @@ class Context {
   pthreadpool_t pool_;  // owned; nullptr when parallel_for_ is set or num_threads_ == 1
   qmoe_parallel_for_fn parallel_for_;
   void* parallel_for_state_;
-  std::mutex scratch_mutex_;  // guards scratch_ and scratch_capacity_
+  // Set while a call holds scratch_ (taken by compare-exchange, never waited on): guards
+  // scratch_ and scratch_capacity_. A flag rather than a mutex, because a nested call on the
+  // thread that holds it (a caller's parallel-for may run other work while it waits) must see
+  // "busy", and try_lock on a mutex the thread owns is undefined.
+  std::atomic<bool> scratch_busy_{false};
   std::unique_ptr<unsigned char[]> scratch_;
   size_t scratch_capacity_ = 0;
 };

@@ -10,6 +10,7 @@
 #include "lib/abi_enum.h"
 #include "lib/error.h"
 #include "lib/handle_pool.h"
+#include "lib/quant_matrix.h"
 
 struct qmoe_expert_set {
   // kLiveMagic while the set exists, kDeadMagic after destroy. Atomic only so that a caller's
@@ -37,7 +38,49 @@ qmoe_status plan_projection(const qmoe_quant_matrix* in, uint32_t expert, const 
   return QMOE_STATUS_OK;
 }
 
+// ExpertSet::weight_ranges from every plan: each span as [begin, end) (ends saturate at the top
+// of the address space), sorted, touching or overlapping ranges merged. Throws bad_alloc.
+void collect_weight_ranges(ExpertSet* set) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  ranges.reserve(size_t{set->num_experts} * 8);
+  for (const std::vector<GemmPlan>* plans : {&set->fc1, &set->fc2}) {
+    for (const GemmPlan& plan : *plans) {
+      MemorySpan spans[4];
+      const size_t count = matrix_spans(plan.w, spans);
+      for (size_t i = 0; i < count; ++i) {
+        const auto begin = reinterpret_cast<uintptr_t>(spans[i].data);
+        const uintptr_t end =
+            spans[i].bytes > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + spans[i].bytes;
+        if (spans[i].bytes != 0) ranges.emplace_back(begin, end);
+      }
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<uintptr_t, uintptr_t>> merged;
+  for (const auto& r : ranges) {
+    if (!merged.empty() && r.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, r.second);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  merged.shrink_to_fit();
+  set->weight_ranges = std::move(merged);
+}
+
 }  // namespace
+
+bool ExpertSet::overlaps_weights(const void* p, size_t bytes) const {
+  if (bytes == 0) return false;
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = bytes > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + bytes;
+  // The first merged range that ends after `begin`; it overlaps when it starts before `end`.
+  const auto it = std::upper_bound(weight_ranges.begin(), weight_ranges.end(), begin,
+                                   [](uintptr_t address, const std::pair<uintptr_t, uintptr_t>& r) {
+                                     return address < r.second;
+                                   });
+  return it != weight_ranges.end() && it->first < end;
+}
 
 qmoe_status resolve_expert_set(const qmoe_expert_set* handle, const char* function,
                                const ExpertSet** set) {
@@ -144,6 +187,12 @@ QMOE_API qmoe_status qmoe_expert_set_create(const qmoe_expert_set_desc* desc,
         {scratch, gemm_row_scratch_bytes(impl->fc1[e]), gemm_row_scratch_bytes(impl->fc2[e])});
   }
   impl->row_scratch_bytes = scratch;
+  try {
+    collect_weight_ranges(impl);
+  } catch (const std::bad_alloc&) {
+    delete impl;
+    QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "allocating the weight ranges failed");
+  }
 
   qmoe_expert_set* shell = HandlePool<qmoe_expert_set>::acquire();
   if (shell == nullptr) {

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "lib/gemm_driver.h"
@@ -30,6 +31,12 @@ struct ExpertSet {
   std::vector<GemmPlan> fc1;  // [2I, H] per expert
   std::vector<GemmPlan> fc2;  // [H, I] per expert
   size_t row_scratch_bytes;   // max gemm_row_scratch_bytes over every plan
+  // Every byte range the plans read (codes, planes, biases of all experts), as [begin, end)
+  // address pairs sorted and merged: a forward checks its outputs against them in O(log).
+  std::vector<std::pair<uintptr_t, uintptr_t>> weight_ranges;
+
+  /// Whether [p, p + bytes) shares a byte with any weight of the set.
+  bool overlaps_weights(const void* p, size_t bytes) const;
 };
 
 /// The live ExpertSet behind a handle, or INVALID_ARGUMENT (message names `function`).

@@ -95,6 +95,11 @@ qmoe_status gemm(const char* function, qmoe_context* context, const qmoe_quant_m
                      (y_elems - n_begin) * y_size)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "x and y overlap");
   }
+  if (matrix_overlaps(w, static_cast<unsigned char*>(y) + n_begin * y_size,
+                      (y_elems - n_begin) * y_size)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "y overlaps the weights (codes, scales, zero points or bias)");
+  }
 
   // A few tasks per thread (parallel_task_count), each a contiguous run of groups; small
   // problems stay on one thread.

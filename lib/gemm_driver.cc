@@ -223,20 +223,4 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
   }
 }
 
-unsigned char* thread_scratch(size_t bytes) {
-  // Freed when the thread exits. Grown by whole allocations (no copy: contents are scratch).
-  thread_local std::unique_ptr<unsigned char[]> buffer;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity || buffer == nullptr) {
-    if (bytes > SIZE_MAX - 64) return nullptr;
-    buffer.reset();
-    capacity = 0;
-    buffer.reset(new (std::nothrow) unsigned char[bytes + 64]);
-    if (buffer == nullptr) return nullptr;
-    capacity = bytes;
-  }
-  const auto address = reinterpret_cast<uintptr_t>(buffer.get());
-  return buffer.get() + (align64(address) - address);
-}
-
 }  // namespace qmoe

@@ -106,11 +106,6 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
                    size_t first, uint32_t m, float* y, size_t ldy, uint32_t n_begin, uint32_t n_end,
                    unsigned char* scratch);
 
-/// Scratch private to the calling thread, at least `bytes` long and 64-byte aligned; grows to
-/// the largest request and is reused (no allocation in steady state). Valid until the thread's
-/// next call; nullptr when the allocation fails.
-unsigned char* thread_scratch(size_t bytes);
-
 /// With more than one thread, parallel phases split into up to this many tasks per thread:
 /// the pool hands unstarted tasks to whichever thread is free (pthreadpool steals work), so a
 /// worker the OS has descheduled (an oversubscribed host) delays a call by one small task, not

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "lib/error.h"
+#include "lib/memory_ranges.h"
 #include "lib/quant_layout.h"
 #include "lib/quant_matrix.h"
 
@@ -47,6 +48,10 @@ QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint3
   if (qmoe_status s = check_dst(__func__, n, k, dst, dst_bytes); s != QMOE_STATUS_OK) return s;
   if (src == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src is NULL");
   if (k % 2 != 0) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "k = %u is odd", k);
+  // dst is cleared before src is read: an import in place would read zeros.
+  if (ranges_overlap(src, size_t{n} * (k / 2), dst, int4_codes_size(n, k))) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
+  }
   const uint32_t chunks = (k + kChunkCodes - 1) / kChunkCodes;
   auto* out = static_cast<uint8_t*>(dst);
   std::memset(out, 0, int4_codes_size(n, k));
@@ -83,6 +88,10 @@ QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint3
               dst_row_stride, dst_block_stride);
   }
   const size_t src_row_bytes = (blocks + 1) / 2;
+  if (ranges_overlap(src, n * src_row_bytes, dst,
+                     plane_extent(n, blocks, dst_row_stride, dst_block_stride, 0))) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
+  }
   for (uint32_t row = 0; row < n; ++row) {
     for (uint32_t b = 0; b < blocks; ++b) {
       const uint8_t byte = src[row * src_row_bytes + b / 2];
@@ -112,6 +121,15 @@ QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t
   // block_q4_0: { uint16_t d (FP16); uint8_t qs[16]; } = 18 bytes, no padding. Byte j of qs
   // holds code j (low nibble) and code j + 16 (high nibble): the canonical chunk-row bytes.
   constexpr size_t kBlockBytes = 2 + kChunkRowBytes;
+  const size_t src_bytes = size_t{n} * blocks * kBlockBytes;
+  const size_t codes_bytes = int4_codes_size(n, k);
+  const size_t scale_bytes =
+      plane_extent(n, blocks, scale_row_stride, scale_block_stride, 0) * sizeof(uint16_t);
+  if (ranges_overlap(src, src_bytes, dst_codes, codes_bytes) ||
+      ranges_overlap(src, src_bytes, scales, scale_bytes) ||
+      ranges_overlap(dst_codes, codes_bytes, scales, scale_bytes)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src, dst_codes and scales must not overlap");
+  }
   auto* out = static_cast<uint8_t*>(dst_codes);
   std::memset(out, 0, int4_codes_size(n, k));
   const auto* in = static_cast<const uint8_t*>(src);

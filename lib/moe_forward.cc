@@ -85,7 +85,9 @@ bool make_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uint32_
   // Reserved even when FP32 rows could be read in place: a 16-bit X is always prepared, and
   // qmoe_moe_workspace_size does not depend on the activation dtype.
   l.tokens = take(activation_rows_bytes(accuracy, s.hidden, m));
-  l.gathered = take(m > 1 ? activation_rows_bytes(accuracy, s.hidden, routes) : 0);
+  // Rows of experts whose tokens are not consecutive: at M > 1 any expert's, at M = 1 an expert
+  // that a token lists twice (its routes are token 0 twice).
+  l.gathered = take(activation_rows_bytes(accuracy, s.hidden, routes));
   l.h1 = take(routes * 2 * i * sizeof(float));
   l.a2 = take(activation_rows_bytes(accuracy, s.intermediate, routes));
   l.y2 = take(routes * h * sizeof(float));
@@ -312,18 +314,18 @@ void run_forward(Context& ctx, const ExpertSet& s, qmoe_accuracy accuracy, uint3
       }
       c.tokens = view_of(rows);
     }
-    if (m > 1) {
-      const ActivationRows rows =
-          carve_activation_rows(accuracy, s.hidden, slots, base + l.gathered);
-      for (uint32_t a = 0; a < num_active; ++a) {
-        const uint32_t r0 = offset[a], count = offset[a + 1] - r0;
-        if (consecutive(route_token + r0, count)) continue;
-        for (uint32_t r = r0; r < r0 + count; ++r) {
-          copy_activation_row(c.tokens, route_token[r], rows, r);
-        }
+    // Experts whose tokens are not consecutive read gathered rows, in route order (at M = 1
+    // only an expert that the token lists twice).
+    const ActivationRows gathered =
+        carve_activation_rows(accuracy, s.hidden, slots, base + l.gathered);
+    for (uint32_t a = 0; a < num_active; ++a) {
+      const uint32_t r0 = offset[a], count = offset[a + 1] - r0;
+      if (consecutive(route_token + r0, count)) continue;
+      for (uint32_t r = r0; r < r0 + count; ++r) {
+        copy_activation_row(c.tokens, route_token[r], gathered, r);
       }
-      c.gathered = view_of(rows);
     }
+    c.gathered = view_of(gathered);
     c.h1 = reinterpret_cast<float*>(base + l.h1);
     c.a2 = carve_activation_rows(accuracy, s.intermediate, slots, base + l.a2);
     c.y2 = reinterpret_cast<float*>(base + l.y2);
@@ -398,6 +400,9 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "x and y overlap (only y == x with ldy == ldx is allowed)");
   }
+  if (es.overlaps_weights(y, y_bytes)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "y overlaps the expert set's weights");
+  }
   if (options != nullptr) {
     constexpr size_t kRequired = offsetof(qmoe_moe_options, run_mask) + sizeof(options->run_mask);
     if (options->struct_size < kRequired || options->struct_size > (1u << 16)) {
@@ -418,6 +423,11 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
                 k);
   }
   if (o->workspace != nullptr) {
+    if (range_wraps(o->workspace, o->workspace_bytes)) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                  "workspace + workspace_bytes (%zu) runs past the end of the address space",
+                  o->workspace_bytes);
+    }
     if (o->workspace_bytes < l->total + 64) {
       return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                   "workspace_bytes = %zu, qmoe_moe_workspace_size gives %zu", o->workspace_bytes,
@@ -427,6 +437,20 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
         ranges_overlap(o->workspace, o->workspace_bytes, y, y_bytes)) {
       return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "workspace overlaps x or y");
     }
+    if (es.overlaps_weights(o->workspace, o->workspace_bytes)) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                  "workspace overlaps the expert set's weights");
+    }
+  }
+  // The mask is read while the workspace's route tables are written, and y must not alias
+  // any input but x.
+  if (o->run_mask != nullptr &&
+      (ranges_overlap(o->run_mask, es.num_experts, y, y_bytes) ||
+       (o->workspace != nullptr &&
+        ranges_overlap(o->workspace, o->workspace_bytes, o->run_mask, es.num_experts)))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "options->run_mask overlaps y or the "
+                "workspace");
   }
   return QMOE_STATUS_OK;
 }
@@ -436,7 +460,8 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
 ScratchLease workspace_base(Context& ctx, const Options& o, const Layout& l) {
   if (o.workspace == nullptr) return ctx.acquire_scratch(l.total);
   const auto address = reinterpret_cast<uintptr_t>(o.workspace);
-  return ScratchLease(static_cast<unsigned char*>(o.workspace) + (align64(address) - address), {});
+  return ScratchLease(static_cast<unsigned char*>(o.workspace) + (align64(address) - address),
+                      nullptr);
 }
 
 // qmoe_moe_forward and qmoe_moe_forward_typed: the checks, then one forward.

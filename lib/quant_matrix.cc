@@ -5,6 +5,7 @@
 
 #include "lib/abi_enum.h"
 #include "lib/error.h"
+#include "lib/memory_ranges.h"
 #include "lib/quant_layout.h"
 
 namespace qmoe {
@@ -38,6 +39,38 @@ bool grouped_plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, s
   const size_t extent = (group_rows - 1) * row_stride + size_t{blocks - 1} * block_stride + 1;
   const size_t groups = (size_t{n} + kGroupRows - 1) / kGroupRows;
   return group_stride >= extent && groups <= (size_t{1} << 62) / group_stride;
+}
+
+size_t plane_extent(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride,
+                    size_t group_stride) {
+  // The largest offset is the last row's last block: row offsets grow with n (a group stride
+  // covers a whole group), and block offsets with b.
+  return plane_row_offset(n - 1, row_stride, group_stride) + size_t{blocks - 1} * block_stride + 1;
+}
+
+size_t matrix_spans(const qmoe_quant_matrix& w, MemorySpan spans[4]) {
+  const uint32_t blocks = w.k / w.block_size;
+  size_t count = 0;
+  spans[count++] = {w.codes, int4_codes_size(w.n, w.k)};
+  spans[count++] = {w.scales, plane_extent(w.n, blocks, w.scale_row_stride, w.scale_block_stride,
+                                           w.scale_group_stride) *
+                                  dtype_size(w.scale_dtype)};
+  if (w.zero_points != nullptr) {
+    spans[count++] = {w.zero_points,
+                      plane_extent(w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride,
+                                   w.zero_point_group_stride)};
+  }
+  if (w.bias != nullptr) spans[count++] = {w.bias, w.n * dtype_size(w.bias_dtype)};
+  return count;
+}
+
+bool matrix_overlaps(const qmoe_quant_matrix& w, const void* p, size_t bytes) {
+  MemorySpan spans[4];
+  const size_t count = matrix_spans(w, spans);
+  for (size_t i = 0; i < count; ++i) {
+    if (ranges_overlap(p, bytes, spans[i].data, spans[i].bytes)) return true;
+  }
+  return false;
 }
 
 namespace {

@@ -30,6 +30,24 @@ bool plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t bl
 bool grouped_plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride,
                                size_t group_stride);
 
+/// Elements from a plane's first to its last element, inclusive (strides as checked by
+/// grouped_plane_strides_fit, so nothing overflows): the extent an aliasing check compares.
+size_t plane_extent(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride,
+                    size_t group_stride);
+
+/// One piece of caller memory a matrix reads.
+struct MemorySpan {
+  const void* data;
+  size_t bytes;
+};
+
+/// The memory a validated matrix reads: its codes, scale plane, and zero-point plane and bias
+/// where it has them (2 to 4 spans, written to `spans`; the count is returned).
+size_t matrix_spans(const qmoe_quant_matrix& w, MemorySpan spans[4]);
+
+/// Whether [p, p + bytes) shares a byte with any span of matrix_spans(w).
+bool matrix_overlaps(const qmoe_quant_matrix& w, const void* p, size_t bytes);
+
 /// Element offset of row n's block 0 in a plane (group_stride 0: n * row_stride).
 inline size_t plane_row_offset(uint32_t n, size_t row_stride, size_t group_stride) {
   return group_stride == 0 ? size_t{n} * row_stride

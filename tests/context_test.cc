@@ -148,6 +148,15 @@ TEST(Context, RejectsBadOptions) {
   o.struct_size = size_t{1} << 40;
   EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(qmoe_context_create(&o, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  // More threads than the cap: refused before a pool is asked for them (pthreadpool would wait
+  // forever for workers it could not start).
+  o = options_for(QMOE_ISA_DEFAULT);
+  o.num_threads = QMOE_MAX_THREADS + 1;
+  EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("num_threads"), std::string::npos);
+  EXPECT_EQ(ctx, nullptr);
+  o.num_threads = UINT32_MAX;
+  EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_INVALID_ARGUMENT);
 }
 
 TEST(Context, AcceptsAnOlderSmallerOptionsStruct) {

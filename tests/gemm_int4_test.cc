@@ -319,6 +319,21 @@ TEST(GemmInt4Api, BadInputGetsAStatus) {
   EXPECT_EQ(
       qmoe_gemm(ctx.get(), &w.desc, QMOE_ACCURACY_EXACT, 1, y.data(), o.k, y.data(), o.n, 0, 16),
       QMOE_STATUS_INVALID_ARGUMENT);
+  // y over the weights: the codes, the scale plane, or the bias.
+  {
+    Int4Options ob = o;
+    ob.bias = true;
+    Int4Matrix wb = make_int4_matrix(ob, rng);
+    auto* codes = static_cast<float*>(const_cast<void*>(wb.desc.codes));
+    auto* scales = static_cast<float*>(const_cast<void*>(wb.desc.scales));
+    auto* bias = static_cast<float*>(const_cast<void*>(wb.desc.bias));
+    for (float* target : {codes + 3, scales, bias + 1}) {
+      EXPECT_EQ(
+          qmoe_gemm(ctx.get(), &wb.desc, QMOE_ACCURACY_FAST, 1, x.data(), o.k, target, o.n, 0, 4),
+          QMOE_STATUS_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(qmoe_last_error_message()).find("weights"), std::string::npos);
+    }
+  }
 
   auto with = [&](auto&& edit) {
     qmoe_quant_matrix d = w.desc;
@@ -405,6 +420,73 @@ TEST(GemmInt4Api, BadInputGetsAStatus) {
             QMOE_STATUS_UNSUPPORTED_FORMAT);
   EXPECT_EQ(qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, 0, 96, &bytes),
             QMOE_STATUS_INVALID_ARGUMENT);
+}
+
+// A caller's parallel-for may run other work on a thread while it waits, libqmoe calls
+// included. Here each level of the caller's parallel-for first runs a larger GEMM on the same
+// context, on the same thread, two levels deep: the outer call holds the context's scratch, the
+// first nested call the thread's, the second a buffer of its own. No level may free or share
+// another's (this was a use-after-free once: the innermost call regrew the thread's buffer
+// under the level above). Every level's result must be the bits a plain context gives.
+struct NestingPool {
+  qmoe_context* ctx = nullptr;
+  const qmoe_quant_matrix* w = nullptr;
+  uint32_t k = 0, n = 0, depth = 0;
+  std::vector<std::vector<float>> x, y;  // per nesting level
+
+  static void parallel_for(void* state, qmoe_parallel_task_fn task, void* task_state,
+                           size_t range) {
+    auto* pool = static_cast<NestingPool*>(state);
+    if (pool->depth < 2) {
+      const uint32_t level = ++pool->depth;
+      const uint32_t m = static_cast<uint32_t>(pool->x[level].size() / pool->k);
+      EXPECT_EQ(qmoe_gemm(pool->ctx, pool->w, QMOE_ACCURACY_FAST, m, pool->x[level].data(), pool->k,
+                          pool->y[level].data(), pool->n, 0, pool->n),
+                QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+      --pool->depth;
+    }
+    for (size_t i = 0; i < range; ++i) task(task_state, i);
+  }
+};
+
+TEST(GemmInt4Api, CallsNestedInACallerParallelForKeepTheirScratch) {
+  std::mt19937_64 rng(fresh_seed());
+  Int4Options o{256, 512, 32};
+  Int4Matrix w = make_int4_matrix(o, rng);
+  NestingPool pool;
+  pool.w = &w.desc;
+  pool.k = o.k;
+  pool.n = o.n;
+  const uint32_t rows[3] = {1, 4, 16};  // each level needs more scratch than the one above
+  for (uint32_t m : rows) {
+    std::vector<float> x(size_t{m} * o.k);
+    for (float& v : x) v = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    pool.x.push_back(std::move(x));
+    pool.y.emplace_back(size_t{m} * o.n, kPoison);
+  }
+  qmoe_context_options co;
+  qmoe_context_options_init(&co);
+  co.num_threads = 2;
+  co.parallel_for = &NestingPool::parallel_for;
+  co.parallel_for_state = &pool;
+  qmoe_context* raw = nullptr;
+  ASSERT_EQ(qmoe_context_create(&co, &raw), QMOE_STATUS_OK);
+  ContextPtr nesting(raw);
+  pool.ctx = nesting.get();
+  ASSERT_EQ(qmoe_gemm(pool.ctx, &w.desc, QMOE_ACCURACY_FAST, rows[0], pool.x[0].data(), o.k,
+                      pool.y[0].data(), o.n, 0, o.n),
+            QMOE_STATUS_OK);
+  ContextPtr plain = make_context(default_isa(), 1);
+  for (size_t level = 0; level < 3; ++level) {
+    std::vector<float> expected(size_t{rows[level]} * o.n, kPoison);
+    ASSERT_EQ(qmoe_gemm(plain.get(), &w.desc, QMOE_ACCURACY_FAST, rows[level], pool.x[level].data(),
+                        o.k, expected.data(), o.n, 0, o.n),
+              QMOE_STATUS_OK);
+    EXPECT_EQ(std::memcmp(expected.data(), pool.y[level].data(), expected.size() * sizeof(float)),
+              0)
+        << "nesting level " << level;
+  }
 }
 
 }  // namespace

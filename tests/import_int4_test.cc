@@ -210,6 +210,28 @@ TEST(ImportInt4, BadInputGetsAStatus) {
             QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(qmoe_import_int4_q4_0(src, 2, 64, dst.data(), dst.size(), scales, 0, 0),
             QMOE_STATUS_INVALID_ARGUMENT);
+  // Overlapping source and destination: the destination is cleared before the source is read,
+  // so an import in place would be silently wrong.
+  std::vector<uint8_t> both(512, 0x5A);
+  EXPECT_EQ(qmoe_import_int4_onnx(both.data(), 1, 32, both.data(), 256),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(both[0], 0x5A);
+  EXPECT_EQ(qmoe_import_int4_onnx(both.data() + 100, 1, 32, both.data(), 128),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_onnx_zero_points(both.data(), 2, 96, 32, both.data() + 1, 3, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_q4_0(both.data(), 1, 32, both.data() + 4, 256, scales, 1, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  auto* scales_in_codes = reinterpret_cast<uint16_t*>(dst.data() + 16);
+  EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 32, dst.data(), dst.size(), scales_in_codes, 1, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 32, dst.data(), dst.size(),
+                                  reinterpret_cast<uint16_t*>(src + 8), 1, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  // Disjoint buffers still work.
+  EXPECT_EQ(qmoe_import_int4_onnx(both.data() + 256, 1, 32, both.data(), 128), QMOE_STATUS_OK);
+  EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 32, dst.data(), dst.size(), scales, 1, 1),
+            QMOE_STATUS_OK);
 }
 
 }  // namespace

@@ -222,6 +222,30 @@ TEST_F(MoeApi, DestroyedSetIsRejected) {
   EXPECT_TRUE(poisoned(y));
 }
 
+// One token that lists the same expert twice runs it twice: at M = 1 its two routes read the
+// token's row from the gathered rows, which M = 1 otherwise never needs (this crashed once).
+TEST_F(MoeApi, OneTokenListingAnExpertTwiceRunsItTwice) {
+  qmoe_expert_set* raw = nullptr;
+  ASSERT_EQ(qmoe_expert_set_create(&model_->desc, &raw), QMOE_STATUS_OK);
+  SetPtr set(raw);
+  const uint32_t h = 64;
+  std::vector<float> x(h);
+  for (uint32_t i = 0; i < h; ++i) x[i] = std::cos(0.21f * i);
+  const std::vector<int32_t> ids = {2, 2};
+  const std::vector<float> weights = {0.25f, 0.5f};
+  for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+    std::vector<float> y(h, kPoison);
+    ASSERT_EQ(qmoe_moe_forward(ctx_, set.get(), level, 1, x.data(), h, ids.data(), weights.data(),
+                               2, y.data(), h, nullptr),
+              QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    const MoeReference ref = reference_moe(*model_, level, x, 1, ids, weights, 2, nullptr, {});
+    for (uint32_t i = 0; i < h; ++i) {
+      EXPECT_LE(std::fabs(y[i] - ref.y[i]), ref.tol[i]) << "level " << level << " i " << i;
+    }
+  }
+}
+
 // Without a workspace the forward borrows the context's scratch; calls that overlap on one
 // context (a caller's threads, no pool serialising them) must each get their own scratch and the
 // same bits as a call alone.
@@ -368,6 +392,42 @@ TEST_F(MoeApi, ForwardRejectsBadInputAndWritesNothing) {
               c.y = huge.data() + 8;
             }),
             QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_TRUE(poisoned(y));
+  // The run mask inside y, or inside the workspace.
+  qmoe_moe_options_init(&opt);
+  opt.run_mask = reinterpret_cast<const uint8_t*>(y.data() + 1);
+  EXPECT_EQ(with([&](Call& c) { c.options = &opt; }), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("run_mask"), std::string::npos);
+  opt.workspace = workspace.data();
+  opt.workspace_bytes = bytes;
+  opt.run_mask = workspace.data() + bytes / 2;
+  EXPECT_EQ(with([&](Call& c) { c.options = &opt; }), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_TRUE(poisoned(y));
+  // A workspace size that runs past the end of the address space (so that an end computed
+  // from it would wrap below x), around x.
+  qmoe_moe_options_init(&opt);
+  opt.workspace = big.data();
+  opt.workspace_bytes = SIZE_MAX - 8;
+  EXPECT_EQ(with([&](Call& c) {
+              c.options = &opt;
+              c.x = big.data() + 2 * h;
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  // y, or the workspace, over an expert's weights (its codes, its scales).
+  auto* fc2_codes = static_cast<float*>(const_cast<void*>(model_->fc2[3].desc.codes));
+  auto* fc1_scales = static_cast<float*>(const_cast<void*>(model_->fc1[0].desc.scales));
+  for (float* target : {fc2_codes, fc1_scales}) {
+    EXPECT_EQ(with([&](Call& c) {
+                c.m = 1;
+                c.y = target;
+              }),
+              QMOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qmoe_last_error_message()).find("weights"), std::string::npos);
+  }
+  opt.workspace = fc2_codes;
+  opt.workspace_bytes = bytes;
+  EXPECT_EQ(with([&](Call& c) { c.options = &opt; }), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("weights"), std::string::npos);
   EXPECT_TRUE(poisoned(y));
 
   // The logits entry point: bad logits are reported before anything is written.

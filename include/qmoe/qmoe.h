@@ -64,7 +64,7 @@ typedef enum qmoe_status {
   QMOE_STATUS_INVALID_CONTEXT = 5,
   /** A CUDA runtime call failed; the message names it. */
   QMOE_STATUS_CUDA_ERROR = 6,
-  /** The build has no CUDA support. */
+  /** No CUDA: the build has no CUDA support, or there is no device or usable driver. */
   QMOE_STATUS_CUDA_UNAVAILABLE = 7,
   /** A wait exceeded its deadline. */
   QMOE_STATUS_TIMEOUT = 8,
@@ -144,6 +144,9 @@ QMOE_API qmoe_status qmoe_get_host_info(qmoe_host_info* info);
 
 typedef struct qmoe_context qmoe_context;
 
+/** The most threads a context accepts (qmoe_context_options.num_threads). */
+#define QMOE_MAX_THREADS 1024u
+
 /** One unit of parallel work: run item `index` of a range. */
 typedef void (*qmoe_parallel_task_fn)(void* task_state, size_t index);
 /** A host runtime's parallel-for: call task(task_state, i) once for every i in [0, range),
@@ -156,9 +159,9 @@ typedef struct qmoe_context_options {
   /** Highest tier this context may use. QMOE_ISA_DEFAULT takes the process default; a tier
    * the host cannot run makes qmoe_context_create fail with UNSUPPORTED_HARDWARE. */
   qmoe_isa max_isa;
-  /** Threads for the context's own pool; 0 = one per physical core. Ignored when
-   * parallel_for is set (then it is the number of workers the callback brings, 0 = unknown,
-   * used only to size work splits). */
+  /** Threads for the context's own pool; 0 = one per physical core; at most
+   * QMOE_MAX_THREADS. Ignored when parallel_for is set (then it is the number of workers the
+   * callback brings, 0 = unknown, used only to size work splits). */
   uint32_t num_threads;
   /** Optional: run parallel work on the caller's pool instead of an owned pthreadpool. */
   qmoe_parallel_for_fn parallel_for;
@@ -194,7 +197,7 @@ typedef enum qmoe_kernel_slot {
 QMOE_API uint32_t qmoe_kernel_slot_count(void);
 /// Name of a slot ("convert_f16_to_f32", ...); NULL for an unknown slot.
 QMOE_API const char* qmoe_kernel_slot_name(qmoe_kernel_slot slot);
-/// Name of the kernel behind `slot` in this context's table, e.g. "qmoe_convert_f16_f32__avx2".
+/// Name of the kernel behind `slot` in this context's table, e.g. "qmoe_convert_f16_to_f32__avx2".
 QMOE_API qmoe_status qmoe_context_get_kernel_name(const qmoe_context* context,
                                                   qmoe_kernel_slot slot, const char** name);
 
@@ -318,13 +321,14 @@ QMOE_API qmoe_status qmoe_gemm_typed(qmoe_context* context, const qmoe_quant_mat
 
 /// Import ONNX Runtime's MatMulNBits/QMoE INT4 codes: uint8 [N, K/2] rows, byte j of a row
 /// holding k = 2j in its low nibble and k = 2j + 1 in its high nibble. Writes the whole
-/// canonical buffer (padding zeroed); `dst_bytes` must be at least the codes size.
+/// canonical buffer (padding zeroed); `dst_bytes` must be at least the codes size. src and dst
+/// must not overlap (INVALID_ARGUMENT).
 QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
                                            size_t dst_bytes);
 
 /// Import ONNX Runtime's packed INT4 zero points: uint8 [N, ceil(K/block / 2)] rows, block 2j
 /// in the low nibble and 2j + 1 in the high nibble, into one byte per (n, b) at
-/// dst[n * dst_row_stride + b * dst_block_stride].
+/// dst[n * dst_row_stride + b * dst_block_stride]; src and dst must not overlap.
 QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint32_t n, uint32_t k,
                                                        uint32_t block_size, uint8_t* dst,
                                                        size_t dst_row_stride,
@@ -333,7 +337,8 @@ QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint3
 /// Import ggml Q4_0 rows (per 32 k: FP16 scale d, then 16 bytes; byte j holds code j in its
 /// low nibble and code j + 16 in its high nibble; value (code - 8) * d), N rows of K / 32
 /// blocks, 18 bytes each, contiguous. Writes canonical codes (block size 32, zero point 8) and
-/// FP16 scales at scales[n * scale_row_stride + b * scale_block_stride].
+/// FP16 scales at scales[n * scale_row_stride + b * scale_block_stride]. src, dst_codes and
+/// the scale plane must not overlap (INVALID_ARGUMENT).
 QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t k, void* dst_codes,
                                            size_t dst_bytes, uint16_t* scales,
                                            size_t scale_row_stride, size_t scale_block_stride);
@@ -491,8 +496,9 @@ QMOE_API qmoe_status qmoe_moe_workspace_size(const qmoe_context* context,
 /// options->run_mask leaves out, are skipped (a token with none gets 0, or keeps y). Tokens
 /// are grouped by expert; FC1, SwiGLU and FC2 run with `accuracy` on the context's threads,
 /// and the result does not depend on the thread count. y may be x itself (same pointer and
-/// ldy == ldx: x is read before y is written); any other overlap is INVALID_ARGUMENT, as are
-/// ids outside [0, E), non-finite weights, k = 0 or k > E.
+/// ldy == ldx: x is read before y is written); y overlapping any other input, the run mask,
+/// the workspace or the set's weights is INVALID_ARGUMENT, as are ids outside [0, E),
+/// non-finite weights, k = 0 or k > E.
 QMOE_API qmoe_status qmoe_moe_forward(qmoe_context* context, const qmoe_expert_set* set,
                                       qmoe_accuracy accuracy, uint32_t m, const float* x,
                                       size_t ldx, const int32_t* ids, const float* weights,
