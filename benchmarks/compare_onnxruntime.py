@@ -9,8 +9,8 @@ For each expert shape (Qwen3-30B-A3B FC1 and FC2, a gpt-oss-20b-like 2880 x 2880
     random uint8 B [N, K/32, 16] (code k of a row: byte k/2, low nibble for even k) and FP16-
     representable scales [N, K/32];
   * imports the SAME bytes into libqmoe's canonical layout (qmoe_import_int4_onnx through
-    ctypes, python/libqmoe.py) with the same scales as FP16 in [K/32, N] order (the layout
-    bench gemm_int4 uses; --qmoe-scales f32 passes the float32 [N, K/32] plane ORT reads
+    ctypes, python/libqmoe.py) with the same scales as FP16 in [K/32, N] order (the order of
+    the qwen3_fc1_kn_scales rows of qmoe_bench; --qmoe-scales f32 passes the float32 [N, K/32] plane ORT reads
     instead), and runs qmoe_gemm at the exact and fast levels;
   * times both the same way: warm = one matrix called again and again, median of per-call
     times; cold = a rotation through R distinct weight sets, R x bytes >= 4 x L3, so that every
@@ -74,7 +74,7 @@ BLOCK = 32
 def import_matrix(qmoe, weights, scale_mode):
     """A libqmoe Matrix over canonical codes imported from ORT's B, and its scale plane."""
     n, k = weights.n, weights.k
-    if scale_mode == "f16":  # [K/32, N] FP16: the plane gemm_int4 benchmarks
+    if scale_mode == "f16":  # [K/32, N] FP16, as the qwen3_fc1_kn_scales rows
         return qmoe.import_onnx_matrix(weights.b, n, k, BLOCK,
                                        np.ascontiguousarray(weights.scales_f16.T),
                                        libqmoe.QMOE_DTYPE_F16, 1, n)

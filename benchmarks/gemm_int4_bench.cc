@@ -72,7 +72,8 @@ size_t round_up(size_t value, size_t multiple) {
 }
 
 // The weights of one shape: R cold matrices plus one warm matrix, each a page-aligned slot of
-// canonical codes followed by its FP16 scale plane ([K/32, N]). Random codes (every nibble
+// canonical codes followed by its FP16 scale plane (the grouped order, or [K/32, N] for the
+// shapes that ask for it). Random codes (every nibble
 // 0..15) and scales of weight-like magnitude (2^-8 .. 2^-5, random sign). Kept for the
 // consecutive benchmarks of one shape; the next shape's pool replaces it.
 class WeightPool {

@@ -288,8 +288,8 @@ int run_run_command(int argc, char** argv) {
                o.activations == QMOE_DTYPE_F32 ? "" : " (qmoe_moe_forward_typed)");
   std::fprintf(out,
                "  %-24s %u layers x %u experts (top-%u), hidden %u, intermediate %u\n"
-               "  %-24s INT4 block %u, FP16 scales [K/%u, N], no zero points, swiglu "
-               "interleaved\n",
+               "  %-24s INT4 block %u, FP16 scales in the grouped order (K/%u x 8 per row "
+               "group), no zero points, swiglu interleaved\n",
                "model", shape.layers, shape.experts, shape.top_k, shape.hidden, shape.intermediate,
                "weights", shape.block_size, shape.block_size);
   std::fprintf(out, "  %-24s %.2f MB (fc1 %zu + %zu, fc2 %zu + %zu bytes of codes + scales)\n",
