@@ -424,11 +424,47 @@ TEST_F(MoeApi, ForwardRejectsBadInputAndWritesNothing) {
               QMOE_STATUS_INVALID_ARGUMENT);
     EXPECT_NE(std::string(qmoe_last_error_message()).find("weights"), std::string::npos);
   }
+  // A workspace that starts in an expert's codes. It is larger than those codes, so where the
+  // heap put x or y right after them the x/y check may speak first: any overlap message.
   opt.workspace = fc2_codes;
   opt.workspace_bytes = bytes;
   EXPECT_EQ(with([&](Call& c) { c.options = &opt; }), QMOE_STATUS_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(qmoe_last_error_message()).find("weights"), std::string::npos);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("overlaps"), std::string::npos);
   EXPECT_TRUE(poisoned(y));
+  // Deterministically: expert 3's FC2 codes copied to the start of an arena that also holds
+  // the whole workspace, so the workspace can overlap nothing but those codes.
+  {
+    std::vector<unsigned char> arena(bytes + 4096);
+    const size_t codes_bytes = model_->fc2[3].codes.size();
+    std::memcpy(arena.data(), model_->fc2[3].codes.data(), codes_bytes);
+    qmoe_quant_matrix moved = model_->fc2[3].desc;
+    moved.codes = arena.data();
+    std::vector<const qmoe_quant_matrix*> fc2_moved = model_->fc2_desc;
+    fc2_moved[3] = &moved;
+    qmoe_expert_set_desc desc = model_->desc;
+    desc.fc2 = fc2_moved.data();
+    qmoe_expert_set* raw_moved = nullptr;
+    ASSERT_EQ(qmoe_expert_set_create(&desc, &raw_moved), QMOE_STATUS_OK);
+    SetPtr moved_set(raw_moved);
+    qmoe_moe_options_init(&opt);
+    opt.workspace = arena.data();
+    opt.workspace_bytes = bytes;
+    EXPECT_EQ(with([&](Call& c) {
+                c.set = moved_set.get();
+                c.options = &opt;
+              }),
+              QMOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qmoe_last_error_message()).find("weights"), std::string::npos);
+    opt.workspace = arena.data() + 2048;  // past the codes (at most 1 KiB here): accepted
+    ASSERT_LE(codes_bytes, 2048u);
+    EXPECT_EQ(with([&](Call& c) {
+                c.set = moved_set.get();
+                c.options = &opt;
+              }),
+              QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    std::fill(y.begin(), y.end(), kPoison);
+  }
 
   // The logits entry point: bad logits are reported before anything is written.
   std::vector<float> logits = {0.1f, 0.2f, std::nanf(""), 0.4f, 0.0f, 0.0f, 0.0f, 0.0f};
