@@ -12,6 +12,7 @@
 #include "lib/error.h"
 #include "lib/gemm_driver.h"
 #include "lib/handle_pool.h"
+#include "lib/struct_size.h"
 
 struct qmoe_context {
   // kLiveMagic while the context exists, kDeadMagic after destroy. Atomic only so that a
@@ -155,10 +156,13 @@ QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
   qmoe_context_options opts;
   qmoe_context_options_init(&opts);
   if (options != nullptr) {
-    if (options->struct_size < offsetof(qmoe_context_options, num_threads) ||
-        options->struct_size > (1u << 16)) {
+    using O = qmoe_context_options;
+    static constexpr FieldSpan kFields[] = {QMOE_FIELD(O, num_threads), QMOE_FIELD(O, parallel_for),
+                                            QMOE_FIELD(O, parallel_for_state)};
+    if (!struct_size_ok(options->struct_size, offsetof(O, num_threads), kFields)) {
       QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-                "options->struct_size is %zu; set it to sizeof(qmoe_context_options) (%zu)",
+                "options->struct_size is %zu, not the size of any version of the struct; set it "
+                "to sizeof(qmoe_context_options) (%zu)",
                 options->struct_size, sizeof(qmoe_context_options));
     }
     const size_t n = options->struct_size < sizeof(opts) ? options->struct_size : sizeof(opts);

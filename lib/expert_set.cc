@@ -11,6 +11,7 @@
 #include "lib/error.h"
 #include "lib/handle_pool.h"
 #include "lib/quant_matrix.h"
+#include "lib/struct_size.h"
 
 struct qmoe_expert_set {
   // kLiveMagic while the set exists, kDeadMagic after destroy. Atomic only so that a caller's
@@ -117,10 +118,14 @@ QMOE_API qmoe_status qmoe_expert_set_create(const qmoe_expert_set_desc* desc,
   *set = nullptr;
   if (desc == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "desc is NULL");
   // Read only the fields the caller's struct has; alpha, beta and limit keep their defaults.
-  constexpr size_t kRequired = offsetof(qmoe_expert_set_desc, fc2) + sizeof(desc->fc2);
-  if (desc->struct_size < kRequired || desc->struct_size > (1u << 16)) {
+  using D = qmoe_expert_set_desc;
+  constexpr size_t kRequired = offsetof(D, fc2) + sizeof(desc->fc2);
+  static constexpr FieldSpan kFields[] = {QMOE_FIELD(D, swiglu_alpha), QMOE_FIELD(D, swiglu_beta),
+                                          QMOE_FIELD(D, swiglu_limit)};
+  if (!struct_size_ok(desc->struct_size, kRequired, kFields)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-              "desc->struct_size is %zu; set it to sizeof(qmoe_expert_set_desc) (%zu)",
+              "desc->struct_size is %zu, not the size of any version of the struct; set it to "
+              "sizeof(qmoe_expert_set_desc) (%zu)",
               desc->struct_size, sizeof(qmoe_expert_set_desc));
   }
   qmoe_expert_set_desc d;

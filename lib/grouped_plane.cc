@@ -42,10 +42,15 @@ QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t bloc
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "dst_bytes = %zu, the grouped plane needs %zu x %zu",
               dst_bytes, elements, element_bytes);
   }
-  // plane_strides_fit bounds the strides by 2^48, so the extent does not overflow.
-  const size_t src_extent =
-      ((size_t{n} - 1) * src_row_stride + (size_t{blocks} - 1) * src_block_stride + 1) *
-      element_bytes;
+  // plane_strides_fit bounds each stride by 2^48, not a stride times up to 2^32 rows.
+  size_t src_extent = 0;
+  if (!plane_bytes(src, n, blocks, src_row_stride, src_block_stride, 0, element_bytes,
+                   &src_extent)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "src strides (row %zu, block %zu) for %u rows run past the end of the address "
+              "space",
+              src_row_stride, src_block_stride, n);
+  }
   if (ranges_overlap(src, src_extent, dst, elements * element_bytes)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
   }

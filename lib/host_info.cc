@@ -7,6 +7,7 @@
 #include "lib/cpu_features.h"
 #include "lib/dispatch.h"
 #include "lib/error.h"
+#include "lib/struct_size.h"
 
 extern "C" {
 
@@ -14,10 +15,16 @@ QMOE_API qmoe_status qmoe_get_host_info(qmoe_host_info* info) {
   using namespace qmoe;
   if (info == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "info is NULL");
   const size_t caller_size = info->struct_size;
-  if (caller_size < offsetof(qmoe_host_info, logical_processors) || caller_size > (1u << 16)) {
+  using H = qmoe_host_info;
+  static constexpr FieldSpan kFields[] = {
+      QMOE_FIELD(H, logical_processors), QMOE_FIELD(H, physical_cores),
+      QMOE_FIELD(H, l1d_cache_bytes),    QMOE_FIELD(H, l2_cache_bytes),
+      QMOE_FIELD(H, l3_cache_bytes),     QMOE_FIELD(H, l3_cache_instances)};
+  if (!struct_size_ok(caller_size, offsetof(H, logical_processors), kFields)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-              "info->struct_size is %zu; set it to sizeof(qmoe_host_info) (%zu)", caller_size,
-              sizeof(qmoe_host_info));
+              "info->struct_size is %zu, not the size of any version of the struct; set it to "
+              "sizeof(qmoe_host_info) (%zu)",
+              caller_size, sizeof(qmoe_host_info));
   }
   qmoe_host_info out{};
   out.struct_size = caller_size;

@@ -1,6 +1,7 @@
 // Importers into the canonical INT4 layout from ONNX Runtime's MatMulNBits/QMoE layout and
 // from ggml's Q4_0 blocks. Both are bit-exact: every code keeps its value, the canonical
 // padding is zero. Import runs once per weight load, so clarity wins over speed here.
+#include <cstdint>
 #include <cstring>
 
 #include "lib/error.h"
@@ -88,8 +89,13 @@ QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint3
               dst_row_stride, dst_block_stride);
   }
   const size_t src_row_bytes = (blocks + 1) / 2;
-  if (ranges_overlap(src, n * src_row_bytes, dst,
-                     plane_extent(n, blocks, dst_row_stride, dst_block_stride, 0))) {
+  size_t dst_extent = 0;
+  if (!plane_bytes(dst, n, blocks, dst_row_stride, dst_block_stride, 0, 1, &dst_extent)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "dst strides (row %zu, block %zu) run past the end of the address space",
+              dst_row_stride, dst_block_stride);
+  }
+  if (ranges_overlap(src, n * src_row_bytes, dst, dst_extent)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
   }
   for (uint32_t row = 0; row < n; ++row) {
@@ -123,8 +129,16 @@ QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t
   constexpr size_t kBlockBytes = 2 + kChunkRowBytes;
   const size_t src_bytes = size_t{n} * blocks * kBlockBytes;
   const size_t codes_bytes = int4_codes_size(n, k);
-  const size_t scale_bytes =
-      plane_extent(n, blocks, scale_row_stride, scale_block_stride, 0) * sizeof(uint16_t);
+  if (reinterpret_cast<uintptr_t>(scales) % alignof(uint16_t) != 0) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "scales is not aligned to 2 bytes");
+  }
+  size_t scale_bytes = 0;
+  if (!plane_bytes(scales, n, blocks, scale_row_stride, scale_block_stride, 0, sizeof(uint16_t),
+                   &scale_bytes)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "scale strides (row %zu, block %zu) run past the end of the address space",
+              scale_row_stride, scale_block_stride);
+  }
   if (ranges_overlap(src, src_bytes, dst_codes, codes_bytes) ||
       ranges_overlap(src, src_bytes, scales, scale_bytes) ||
       ranges_overlap(dst_codes, codes_bytes, scales, scale_bytes)) {

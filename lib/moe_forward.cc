@@ -36,6 +36,7 @@
 #include "lib/gemm_driver.h"
 #include "lib/memory_ranges.h"
 #include "lib/moe_routing.h"
+#include "lib/struct_size.h"
 
 namespace qmoe {
 namespace {
@@ -404,10 +405,14 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "y overlaps the expert set's weights");
   }
   if (options != nullptr) {
-    constexpr size_t kRequired = offsetof(qmoe_moe_options, run_mask) + sizeof(options->run_mask);
-    if (options->struct_size < kRequired || options->struct_size > (1u << 16)) {
+    using O = qmoe_moe_options;
+    constexpr size_t kRequired = offsetof(O, run_mask) + sizeof(options->run_mask);
+    static constexpr FieldSpan kFields[] = {QMOE_FIELD(O, accumulate), QMOE_FIELD(O, workspace),
+                                            QMOE_FIELD(O, workspace_bytes)};
+    if (!struct_size_ok(options->struct_size, kRequired, kFields)) {
       return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                  "options->struct_size is %zu; set it to sizeof(qmoe_moe_options) (%zu)",
+                  "options->struct_size is %zu, not the size of any version of the struct; set "
+                  "it to sizeof(qmoe_moe_options) (%zu)",
                   options->struct_size, sizeof(qmoe_moe_options));
     }
     qmoe_moe_options copy;

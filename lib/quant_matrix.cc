@@ -7,6 +7,7 @@
 #include "lib/error.h"
 #include "lib/memory_ranges.h"
 #include "lib/quant_layout.h"
+#include "lib/struct_size.h"
 
 namespace qmoe {
 namespace {
@@ -64,6 +65,25 @@ size_t matrix_spans(const qmoe_quant_matrix& w, MemorySpan spans[4]) {
   return count;
 }
 
+bool plane_bytes(const void* base, uint32_t n, uint32_t blocks, size_t row_stride,
+                 size_t block_stride, size_t group_stride, size_t element_bytes, size_t* bytes) {
+  const size_t last_row = n - 1;
+  size_t row_offset, block_offset, last, total;
+  const bool overflow =
+      (group_stride == 0
+           ? __builtin_mul_overflow(last_row, row_stride, &row_offset)
+           : (__builtin_mul_overflow(last_row / kGroupRows, group_stride, &row_offset) ||
+              __builtin_add_overflow(row_offset, (last_row % kGroupRows) * row_stride,
+                                     &row_offset))) ||
+      __builtin_mul_overflow(size_t{blocks - 1}, block_stride, &block_offset) ||
+      __builtin_add_overflow(row_offset, block_offset, &last) ||
+      __builtin_add_overflow(last, size_t{1}, &last) ||
+      __builtin_mul_overflow(last, element_bytes, &total);
+  if (overflow || range_wraps(base, total)) return false;
+  *bytes = total;
+  return true;
+}
+
 bool matrix_overlaps(const qmoe_quant_matrix& w, const void* p, size_t bytes) {
   MemorySpan spans[4];
   const size_t count = matrix_spans(w, spans);
@@ -112,9 +132,18 @@ size_t int4_codes_size(uint32_t n, uint32_t k) {
 qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* function,
                                   qmoe_quant_matrix* out) {
   if (in == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "weights is NULL");
-  if (in->struct_size < offsetof(qmoe_quant_matrix, zero_points) || in->struct_size > (1u << 16)) {
+  using M = qmoe_quant_matrix;
+  static constexpr FieldSpan kFields[] = {QMOE_FIELD(M, zero_points),
+                                          QMOE_FIELD(M, zero_point_row_stride),
+                                          QMOE_FIELD(M, zero_point_block_stride),
+                                          QMOE_FIELD(M, bias_dtype),
+                                          QMOE_FIELD(M, bias),
+                                          QMOE_FIELD(M, scale_group_stride),
+                                          QMOE_FIELD(M, zero_point_group_stride)};
+  if (!struct_size_ok(in->struct_size, offsetof(M, zero_points), kFields)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "weights->struct_size is %zu; set it to sizeof(qmoe_quant_matrix) (%zu)",
+                "weights->struct_size is %zu, not the size of any version of the struct; set it "
+                "to sizeof(qmoe_quant_matrix) (%zu)",
                 in->struct_size, sizeof(qmoe_quant_matrix));
   }
   qmoe_quant_matrix w{};
@@ -164,6 +193,29 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
   if (w.bias != nullptr && !valid_dtype(enum_bits(w.bias_dtype))) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "bias_dtype %d is not a qmoe_dtype",
                 enum_bits(w.bias_dtype));
+  }
+  // Sizes: each plane's span must fit in size_t and in the address space (strides are bounded
+  // one by one, not times 2^32 rows), and 16/32-bit elements must be aligned to their size
+  // (the kernels and panel builders read them as such).
+  size_t scale_bytes = 0, zero_bytes = 0;
+  const size_t scale_size = dtype_size(w.scale_dtype);
+  if (!plane_bytes(w.scales, w.n, blocks, w.scale_row_stride, w.scale_block_stride,
+                   w.scale_group_stride, scale_size, &scale_bytes) ||
+      (w.zero_points != nullptr &&
+       !plane_bytes(w.zero_points, w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride,
+                    w.zero_point_group_stride, 1, &zero_bytes)) ||
+      range_wraps(w.codes, int4_codes_size(w.n, w.k)) ||
+      (w.bias != nullptr && range_wraps(w.bias, size_t{w.n} * dtype_size(w.bias_dtype)))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "a plane of this [N=%u, K=%u] matrix with these strides runs past the end of "
+                "the address space",
+                w.n, w.k);
+  }
+  if (reinterpret_cast<uintptr_t>(w.scales) % scale_size != 0 ||
+      (w.bias != nullptr && reinterpret_cast<uintptr_t>(w.bias) % dtype_size(w.bias_dtype) != 0)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "weights->%s is not aligned to its element size",
+                reinterpret_cast<uintptr_t>(w.scales) % scale_size != 0 ? "scales" : "bias");
   }
   *out = w;
   return QMOE_STATUS_OK;

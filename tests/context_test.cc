@@ -157,6 +157,18 @@ TEST(Context, RejectsBadOptions) {
   EXPECT_EQ(ctx, nullptr);
   o.num_threads = UINT32_MAX;
   EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_INVALID_ARGUMENT);
+  // A struct_size that ends inside parallel_for would leave half a function pointer: no
+  // version of the struct had that size.
+  o = options_for(QMOE_ISA_DEFAULT);
+  o.parallel_for = [](void*, qmoe_parallel_task_fn, void*, size_t) {};
+  o.struct_size = offsetof(qmoe_context_options, parallel_for) + 4;
+  EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("struct_size"), std::string::npos);
+  EXPECT_EQ(ctx, nullptr);
+  // Ending where parallel_for begins is a shorter version: accepted, the pool is libqmoe's.
+  o.struct_size = offsetof(qmoe_context_options, parallel_for);
+  ASSERT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_OK);
+  qmoe_context_destroy(ctx);
 }
 
 TEST(Context, AcceptsAnOlderSmallerOptionsStruct) {

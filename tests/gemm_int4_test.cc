@@ -341,6 +341,28 @@ TEST(GemmInt4Api, BadInputGetsAStatus) {
     return gemm(&d);
   };
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.struct_size = 8; }), QMOE_STATUS_INVALID_ARGUMENT);
+  // Ending inside the bias pointer (half of it would be read).
+  EXPECT_EQ(
+      with([](qmoe_quant_matrix& d) { d.struct_size = offsetof(qmoe_quant_matrix, bias) + 4; }),
+      QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("struct_size"), std::string::npos);
+  // A scale plane whose span (rows x row stride) does not fit in the address space, each
+  // stride on its own being allowed.
+  EXPECT_EQ(with([](qmoe_quant_matrix& d) {
+              d.n = (1u << 17) + 8;
+              d.k = 32;
+              d.scale_row_stride = size_t{1} << 47;
+              d.scale_block_stride = 1;
+              d.scale_group_stride = 0;
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("address space"), std::string::npos);
+  // 16-bit scales at an odd address.
+  EXPECT_EQ(with([](qmoe_quant_matrix& d) {
+              d.scales = static_cast<const unsigned char*>(d.scales) + 1;
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("aligned"), std::string::npos);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.format = static_cast<qmoe_weight_format>(9); }),
             QMOE_STATUS_UNSUPPORTED_FORMAT);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.k = 48; }), QMOE_STATUS_INVALID_ARGUMENT);

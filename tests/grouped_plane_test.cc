@@ -121,6 +121,13 @@ TEST(GroupedPlane, BadInputGetsAStatusAndWritesNothing) {
   EXPECT_NE(std::string(qmoe_last_error_message()).find("dst_bytes"), std::string::npos);
   EXPECT_EQ(call(src.data(), 8, 4, 2, 4, 1, src.data() + 8, 64), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qmoe_last_error_message()).find("overlap"), std::string::npos);
+  // Each stride below 2^48, but (n - 1) x row stride = 2^64: the source span does not fit (the
+  // copy once read wild addresses here).
+  std::vector<unsigned char> wide_dst(qmoe_grouped_plane_elements((1u << 17) + 1, 1));
+  EXPECT_EQ(
+      call(src.data(), (1u << 17) + 1, 1, 1, size_t{1} << 47, 1, wide_dst.data(), wide_dst.size()),
+      QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("address space"), std::string::npos);
   for (uint16_t v : dst) EXPECT_EQ(v, 0x5555);
   EXPECT_EQ(qmoe_grouped_plane_elements(0, 4), 0u);
   EXPECT_EQ(qmoe_grouped_plane_elements(9, 2), 32u);

@@ -228,6 +228,16 @@ TEST(ImportInt4, BadInputGetsAStatus) {
   EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 32, dst.data(), dst.size(),
                                   reinterpret_cast<uint16_t*>(src + 8), 1, 1),
             QMOE_STATUS_INVALID_ARGUMENT);
+  // Misaligned scales, and zero-point strides whose span does not fit.
+  std::vector<uint16_t> scale_buf(4);
+  auto* odd_scales =
+      reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(scale_buf.data()) + 1);
+  EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 32, dst.data(), dst.size(), odd_scales, 1, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  std::vector<uint8_t> zp_src(((1u << 17) + 1) * 1, 0);
+  EXPECT_EQ(qmoe_import_int4_onnx_zero_points(zp_src.data(), (1u << 17) + 1, 32, 32, dst.data(),
+                                              size_t{1} << 47, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
   // Disjoint buffers still work.
   EXPECT_EQ(qmoe_import_int4_onnx(both.data() + 256, 1, 32, both.data(), 128), QMOE_STATUS_OK);
   EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 32, dst.data(), dst.size(), scales, 1, 1),

@@ -1,6 +1,7 @@
 // qmoe: the libqmoe command-line tool.
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "commands.h"
 #include "qmoe/qmoe.h"
@@ -18,9 +19,7 @@ void print_usage(std::FILE* out) {
                "  version              library version\n");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int dispatch(int argc, char** argv) {
   if (argc < 2) {
     print_usage(stderr);
     return 2;
@@ -40,4 +39,19 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "qmoe: unknown command '%s'\n\n", command);
   print_usage(stderr);
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The commands size their buffers from the options and check them against physical memory;
+  // an allocation that fails all the same is reported, not an abort.
+  try {
+    return dispatch(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "qmoe: out of memory (an allocation failed); try fewer --layers or a "
+                 "smaller --batch\n");
+    return 1;
+  }
 }

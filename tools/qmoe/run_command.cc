@@ -65,11 +65,16 @@ void print_usage(std::FILE* out) {
       "  --help                this text\n");
 }
 
+// Decimal digits only: no sign, no spaces, no 0x or leading-0 octal (strtoull's base 0 read
+// "010" as 8 and " -1" as 2^64 - 1).
 bool parse_u64(const char* text, uint64_t* value) {
-  if (text == nullptr || *text == '\0' || *text == '-') return false;
+  if (text == nullptr || *text == '\0') return false;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9') return false;
+  }
   char* end = nullptr;
   errno = 0;
-  const unsigned long long parsed = std::strtoull(text, &end, 0);
+  const unsigned long long parsed = std::strtoull(text, &end, 10);
   if (errno != 0 || *end != '\0') return false;
   *value = parsed;
   return true;
@@ -399,6 +404,16 @@ int run_run_command(int argc, char** argv) {
   size_t workspace_bytes = 0;
   QMOE_CHECK(
       qmoe_moe_workspace_size(context.get(), layers[0]->set(), o.accuracy, m, k, &workspace_bytes));
+  // The workspace grows with --batch (8.9 GiB at 65536 tokens): say so rather than let the
+  // allocation fail or the OOM killer answer.
+  if (physical > 0 && weight_bytes_total + static_cast<double>(workspace_bytes) > 0.8 * physical) {
+    std::fprintf(stderr,
+                 "qmoe run: the weights (%.1f GB) and a --batch %u workspace (%.1f GB) are over "
+                 "80%% of the %.1f GB of physical memory\n",
+                 weight_bytes_total * 1e-9, m, static_cast<double>(workspace_bytes) * 1e-9,
+                 physical * 1e-9);
+    return 2;
+  }
   std::vector<unsigned char> workspace(std::max<size_t>(workspace_bytes, 1));
   qmoe_moe_options mopts;
   qmoe_moe_options_init(&mopts);

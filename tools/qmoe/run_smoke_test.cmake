@@ -1,7 +1,7 @@
 # Smoke test of `qmoe run`, for ctest:
 #   add_test(NAME qmoe_run_smoke COMMAND ${CMAKE_COMMAND} -DQMOE=$<TARGET_FILE:qmoe_cli>
 #            -P ${PROJECT_SOURCE_DIR}/tools/qmoe/run_smoke_test.cmake)
-# Checks: a bad option exits 2; one layer, two steps, batch 2, with FP32 and with BF16
+# Checks: a bad option or number is refused; one layer, two steps, batch 2, with FP32 and with BF16
 # activations, each on 1 and on 2 threads: every run exits 0 with a finite hidden state, the
 # activation type it was asked for, 8 distinct experts per layer for each token at most and a
 # read bandwidth measured over the weights; each type gives the same checksum on both thread
@@ -15,6 +15,15 @@ execute_process(COMMAND ${QMOE} run --bogus RESULT_VARIABLE rc OUTPUT_QUIET ERRO
 if(NOT rc EQUAL 2)
   message(FATAL_ERROR "qmoe run --bogus exited ${rc}, expected 2")
 endif()
+# Numbers are decimal digits only (strtoull's base 0 once read 0x10 as 16 and " -1" as 2^64-1),
+# and a thread count past the library's cap is refused with a message, not a hang.
+foreach(bad "--seed;0x10" "--seed; -1" "--tokens;+3" "--layers;1e2" "--threads;100000")
+  execute_process(COMMAND ${QMOE} run ${bad} --layers 1 --tokens 1 RESULT_VARIABLE rc
+                  OUTPUT_QUIET ERROR_VARIABLE err)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "qmoe run ${bad} exited 0, expected a refusal")
+  endif()
+endforeach()
 
 # Runs the small decode with --activations `type` on 1 and 2 threads, checks each run, and sets
 # `out_checksum` to the checksum both gave.

@@ -3,7 +3,9 @@
 //
 // Invariant: integer bit manipulation only. No float arithmetic, no float compare, so neither
 // MXCSR (DAZ, FTZ, rounding mode) nor the compiler's float model can change a result, and the
-// NaN payload rule holds exactly. Floats are read and written with memcpy (a pure bit copy).
+// NaN payload rule holds exactly. Every element is read and written with memcpy (a pure bit
+// copy), floats and 16-bit halves alike: rows may start at any address (the ABI promises any
+// alignment), and a dereference of a misaligned uint16_t* would be undefined.
 #include <cstring>
 
 #include "lib/cpu/scalar/kernels_scalar.h"
@@ -18,6 +20,16 @@ uint32_t load_bits(const float* p) {
 }
 
 void store_bits(float* p, uint32_t bits) {
+  std::memcpy(p, &bits, sizeof(bits));
+}
+
+uint16_t load_half(const uint16_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  return bits;
+}
+
+void store_half(uint16_t* p, uint16_t bits) {
   std::memcpy(p, &bits, sizeof(bits));
 }
 
@@ -103,19 +115,19 @@ uint16_t f32_bits_to_bf16(uint32_t x) {
 }  // namespace
 
 void convert_f16_to_f32(const uint16_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) store_bits(dst + i, f16_to_f32_bits(src[i]));
+  for (size_t i = 0; i < n; ++i) store_bits(dst + i, f16_to_f32_bits(load_half(src + i)));
 }
 
 void convert_f32_to_f16(const float* src, uint16_t* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = f32_bits_to_f16(load_bits(src + i));
+  for (size_t i = 0; i < n; ++i) store_half(dst + i, f32_bits_to_f16(load_bits(src + i)));
 }
 
 void convert_bf16_to_f32(const uint16_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) store_bits(dst + i, bf16_to_f32_bits(src[i]));
+  for (size_t i = 0; i < n; ++i) store_bits(dst + i, bf16_to_f32_bits(load_half(src + i)));
 }
 
 void convert_f32_to_bf16(const float* src, uint16_t* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = f32_bits_to_bf16(load_bits(src + i));
+  for (size_t i = 0; i < n; ++i) store_half(dst + i, f32_bits_to_bf16(load_bits(src + i)));
 }
 
 }  // namespace qmoe::scalar
