@@ -114,7 +114,11 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
 /// still reads one sequential stream. Every output is still computed by one kernel call over
 /// the whole K, so the split never changes a result. 16 rather than 4: 16-thread decode on the
 /// device host moved 100 -> 107 GB/s (3 alternating runs each), 4 threads no change.
-inline constexpr uint32_t kTasksPerThread = 16;
+/// Overridable at build time (-DQMOE_TASKS_PER_THREAD=N) for tuning runs.
+#ifndef QMOE_TASKS_PER_THREAD
+#define QMOE_TASKS_PER_THREAD 16
+#endif
+inline constexpr uint32_t kTasksPerThread = QMOE_TASKS_PER_THREAD;
 
 /// Tasks for a phase of `units` indivisible units and `work` cost: one per thread (times
 /// kTasksPerThread when threads > 1), at most `units`, and at least `min_work` each.
