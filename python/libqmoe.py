@@ -34,6 +34,8 @@ QMOE_SWIGLU_INTERLEAVED = 1
 QMOE_SWIGLU_CONCATENATED = 2
 
 ACCURACY_NAMES = {QMOE_ACCURACY_EXACT: "exact", QMOE_ACCURACY_FAST: "fast"}
+_QMOE_DTYPE_NAMES = {QMOE_DTYPE_F32: "QMOE_DTYPE_F32", QMOE_DTYPE_F16: "QMOE_DTYPE_F16",
+                     QMOE_DTYPE_BF16: "QMOE_DTYPE_BF16"}
 
 
 class ContextOptions(ctypes.Structure):
@@ -114,14 +116,89 @@ def aligned_empty(nbytes, dtype=np.uint8, alignment=64):
     return raw[offset:offset + nbytes].view(dtype)
 
 
-def _checked_array(a, dtype, shape, name):
-    """`a` itself, if it is a C-contiguous array of `dtype` and `shape` (the library reads and
-    writes it in place, so nothing is converted or copied); ValueError otherwise."""
+def _checked_array(a, dtype, shape, name, writeable=False):
+    """`a` itself, if it is a C-contiguous array of `dtype` and `shape` (None: any shape), and
+    writeable when `writeable` (an output: the library writes it in place, so nothing is
+    converted or copied, and a read-only array, e.g. np.frombuffer over a bytes object, would
+    have its immutable memory overwritten); ValueError otherwise."""
     a = np.asarray(a)
-    if a.dtype != dtype or not a.flags.c_contiguous or a.shape != shape:
-        raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name} of shape {shape}, "
-                         f"got {a.dtype} {a.shape}")
+    if (a.dtype != dtype or not a.flags.c_contiguous
+            or (shape is not None and a.shape != shape)):
+        described = f" of shape {shape}" if shape is not None else ""
+        raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype).name}{described}, "
+                         f"got {a.dtype} {a.shape}"
+                         + ("" if a.flags.c_contiguous else " (not C-contiguous)"))
+    if writeable and not a.flags.writeable:
+        raise ValueError(f"{name} is an output and must be writeable, got a read-only array")
     return a
+
+
+def _exact_integer_array(a, dtype, name):
+    """`a` as a C-contiguous array of the integer `dtype` the library reads, with every value
+    unchanged: `a` itself when it already is one, a converted copy when it is an integer array
+    of another width whose values all fit; TypeError for a non-integer array and ValueError for
+    a value out of range. Why: np.asarray(a, dtype) casts unsafely and silently, so int64
+    2**32 + 1 became int32 1, float 1.9 became 1, and int64 300 became uint8 44."""
+    a = np.asarray(a)
+    dtype = np.dtype(dtype)
+    if a.dtype == dtype:
+        return np.ascontiguousarray(a)
+    if a.dtype.kind not in "iu":  # bool, float, complex, object...: no lossless cast
+        raise TypeError(f"{name} must be an integer array ({dtype.name}), got {a.dtype}")
+    if a.size:
+        info = np.iinfo(dtype)
+        # Python ints: comparisons of uint64 and int64 extremes stay exact.
+        low, high = int(a.min()), int(a.max())
+        if low < info.min or high > info.max:
+            raise ValueError(f"{name} must hold {dtype.name} values [{info.min}, {info.max}], "
+                             f"got values in [{low}, {high}] ({a.dtype})")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+# The numpy dtype a scale plane of each qmoe_dtype must have. numpy has no bfloat16: BF16
+# planes are their raw bits, uint16.
+_SCALE_NUMPY_DTYPES = {
+    QMOE_DTYPE_F32: np.dtype(np.float32),
+    QMOE_DTYPE_F16: np.dtype(np.float16),
+    QMOE_DTYPE_BF16: np.dtype(np.uint16),
+}
+
+
+def _checked_scale_plane(scales, scale_dtype, n, k, block_size, row_stride, block_stride,
+                         group_stride):
+    """`scales` itself, if it is a C-contiguous array of `scale_dtype`'s numpy type holding
+    every element the library reads at these strides (qmoe.h: element (r, b) at
+    r * row_stride + b * block_stride, or with a nonzero group stride
+    (r / 8) * group_stride + (r % 8) * row_stride + b * block_stride, r < n, b < k / block_size);
+    TypeError or ValueError otherwise. Why: the library reads the plane through a bare pointer,
+    so a float16 array described as F32, or strides beyond the array, read past its end."""
+    scales = np.asarray(scales)
+    want = _SCALE_NUMPY_DTYPES.get(scale_dtype)
+    if want is None:
+        raise ValueError(f"scale_dtype must be QMOE_DTYPE_F32, _F16 or _BF16, got {scale_dtype}")
+    if scales.dtype != want:
+        raise TypeError(f"scales described as {_QMOE_DTYPE_NAMES[scale_dtype]} must be "
+                        f"{want.name}, got {scales.dtype}")
+    if not scales.flags.c_contiguous:
+        raise ValueError("scales must be C-contiguous (the library reads them in place)")
+    # Ceiling: a k that is not a multiple of block_size is refused by the library, but the
+    # extent checked here must not be smaller than any block it might address.
+    blocks = -(-k // block_size) if block_size > 0 else 0
+    if n > 0 and blocks > 0:
+        last = n - 1
+        if group_stride:
+            # Within a group of 8 rows the term grows with r % 8, so the largest is at the last
+            # row or at the last row of the group before it (a full group).
+            rows = [last] + ([8 * (last // 8) - 1] if last >= 8 else [])
+            row_term = max((r // 8) * group_stride + (r % 8) * row_stride for r in rows)
+        else:
+            row_term = last * row_stride
+        needed = row_term + (blocks - 1) * block_stride + 1
+        if scales.size < needed:
+            raise ValueError(f"scales hold {scales.size} elements; an [{n}, {blocks}] plane at "
+                             f"row stride {row_stride}, block stride {block_stride}, group "
+                             f"stride {group_stride} reads up to element {needed - 1}")
+    return scales
 
 
 def _f32_array(a, shape, name):
@@ -323,12 +400,20 @@ class Library:
     def import_onnx_codes(self, onnx_codes, n, k, out=None):
         """Canonical INT4 codes from ONNX Runtime's uint8 [n, k/2] rows (byte j: k = 2j in the
         low nibble, 2j + 1 in the high nibble), into `out` (uint8, codes_size(n, k) bytes) or
-        a new 64-byte aligned array."""
-        src = np.ascontiguousarray(onnx_codes, dtype=np.uint8).reshape(n, k // 2)
+        a new 64-byte aligned array. onnx_codes must be uint8 (or integers that all fit in it);
+        out must be a writeable C-contiguous uint8 array of exactly that size (the library
+        writes `size` bytes from its first element: a reversed or strided view would be
+        written past its end or between its elements)."""
+        src = _exact_integer_array(onnx_codes, np.uint8, "onnx_codes").reshape(n, k // 2)
         size = self.codes_size(n, k)
-        codes = aligned_empty(size) if out is None else out
-        if codes.nbytes != size:
-            raise ValueError(f"import_onnx_codes: out has {codes.nbytes} bytes, needs {size}")
+        if out is None:
+            codes = aligned_empty(size)
+        else:
+            codes = _checked_array(out, np.uint8, None, "import_onnx_codes: out",
+                                   writeable=True)
+            if codes.nbytes != size:
+                raise ValueError(f"import_onnx_codes: out has {codes.nbytes} bytes, needs "
+                                 f"{size}")
         self.check(self.lib.qmoe_import_int4_onnx(src.ctypes.data, n, k, codes.ctypes.data,
                                                   size), "qmoe_import_int4_onnx")
         return codes
@@ -338,7 +423,12 @@ class Library:
                         scale_block_stride, scale_group_stride=0):
         """A QuantMatrix struct over canonical `codes` and a scale plane at the given strides
         (group stride 0: the plain plane; no zero points: 8; no bias). The caller keeps
-        `codes` and `scales` alive."""
+        `codes` and `scales` alive. codes must be C-contiguous uint8; scales C-contiguous of
+        scale_dtype's numpy type (F32 float32, F16 float16, BF16 uint16 bits) and holding every
+        element the strides address (checked: the struct is only pointers)."""
+        codes = _checked_array(codes, np.uint8, None, "codes")
+        scales = _checked_scale_plane(scales, scale_dtype, n, k, block_size, scale_row_stride,
+                                      scale_block_stride, scale_group_stride)
         w = QuantMatrix()
         w.struct_size = ctypes.sizeof(QuantMatrix)
         w.format = QMOE_WEIGHT_FORMAT_INT4
@@ -354,9 +444,13 @@ class Library:
                            scale_row_stride, scale_block_stride):
         """A Matrix from ONNX Runtime's INT4 codes and a scale plane used in place:
         scales[n * scale_row_stride + b * scale_block_stride] (FP32 [n, k/block] as ORT reads
-        it is (k / block_size, 1))."""
-        codes = self.import_onnx_codes(onnx_codes, n, k)
+        it is (k / block_size, 1)). The scales' numpy type must be scale_dtype's (float32,
+        float16, or uint16 bits for BF16), and they must hold every element the strides
+        address; both are checked before anything is imported."""
         scales = np.ascontiguousarray(scales)
+        _checked_scale_plane(scales, scale_dtype, n, k, block_size, scale_row_stride,
+                             scale_block_stride, 0)
+        codes = self.import_onnx_codes(onnx_codes, n, k)
         struct = self.describe_matrix(codes, n, k, block_size, scales, scale_dtype,
                                       scale_row_stride, scale_block_stride)
         return Matrix(struct, (codes, scales), codes.nbytes + scales.nbytes)
@@ -368,7 +462,7 @@ class Library:
         x = _f32_array(x, (m, k), "x")
         if y is None:
             y = np.zeros((m, n), dtype=np.float32)
-        y = _f32_array(y, (m, n), "y")
+        y = _checked_array(y, np.float32, (m, n), "y", writeable=True)
         self.check(self.lib.qmoe_gemm(context.handle, matrix.ref, accuracy, m, x.ctypes.data, k,
                                       y.ctypes.data, n, 0, n), "qmoe_gemm")
         return y
@@ -387,7 +481,13 @@ class Library:
                     codes in one qmoe_alloc_weight_memory buffer (huge pages): what qmoe run
                     and the benchmarks use, and what docs/abi.md recommends;
           True      FP16 planes [K/block, N] (block-major).
-        FP16 planes need FP16-representable values (checked)."""
+        FP16 planes need FP16-representable values (checked). fc1 and fc2 must be uint8 (or
+        integers that all fit in it: checked, never cast)."""
+        fc1 = _exact_integer_array(fc1, np.uint8, "fc1")
+        fc2 = _exact_integer_array(fc2, np.uint8, "fc2")
+        fc1_scales, fc2_scales = np.asarray(fc1_scales), np.asarray(fc2_scales)
+        if fc1.ndim != 3:
+            raise ValueError(f"expert_set_from_onnx: fc1 must be [E, 2I, H/2], got {fc1.shape}")
         e_count, two_i, h_half = fc1.shape
         hidden, inter = 2 * h_half, two_i // 2
         if (fc2.shape != (e_count, hidden, inter // 2)
@@ -460,15 +560,19 @@ class Library:
 
     def moe_forward(self, context, expert_set, accuracy, x, ids, weights, y=None):
         """qmoe_moe_forward for float32 x [m, H], or qmoe_moe_forward_typed (QMOE_DTYPE_F16)
-        for float16 x, with routing ids/weights [m, k]; returns y of x's type."""
+        for float16 x, with routing ids/weights [m, k]; returns y of x's type. ids must be an
+        integer array whose values fit in int32 (converted only then, never cast); y, when
+        given, a writeable C-contiguous array of x's type and shape."""
+        ids = _exact_integer_array(ids, np.int32, "ids")
+        if ids.ndim != 2:
+            raise ValueError(f"ids must be [m, k], got shape {ids.shape}")
         m, k = ids.shape
         dtype = _activation_dtype(x)
         x = _checked_array(x, dtype, (m, expert_set.hidden), "x")
-        ids = np.ascontiguousarray(ids, dtype=np.int32)
         weights = _f32_array(weights, (m, k), "weights")
         if y is None:
             y = np.zeros_like(x)
-        y = _checked_array(y, dtype, x.shape, "y")
+        y = _checked_array(y, dtype, x.shape, "y", writeable=True)
         if dtype == np.float32:
             name, typed = "qmoe_moe_forward", ()
         else:
@@ -489,7 +593,7 @@ class Library:
         dtype = _activation_dtype(x)
         x = _checked_array(x, dtype, (m, expert_set.hidden), "x")
         logits = _checked_array(logits, dtype, (m, expert_set.num_experts), "logits")
-        y = _checked_array(y, dtype, x.shape, "y")
+        y = _checked_array(y, dtype, x.shape, "y", writeable=True)
         if dtype == np.float32:
             name, typed = "qmoe_moe_forward_logits", ()
         else:
