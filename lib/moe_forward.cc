@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "lib/activation_dtype.h"
 #include "lib/context.h"
@@ -469,6 +470,19 @@ ScratchLease workspace_base(Context& ctx, const Options& o, const Layout& l) {
                       nullptr);
 }
 
+// INVALID_ARGUMENT when the routing input `name`, [p, p + bytes), overlaps y ([y, y + y_bytes))
+// or the caller's workspace: both are written while the routing inputs are still read.
+qmoe_status check_routing_input(const char* function, const char* name, const void* p, size_t bytes,
+                                const void* y, size_t y_bytes, const Options& o) {
+  if (ranges_overlap(p, bytes, y, y_bytes)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s and y overlap", name);
+  }
+  if (o.workspace != nullptr && ranges_overlap(o.workspace, o.workspace_bytes, p, bytes)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "the workspace and %s overlap", name);
+  }
+  return QMOE_STATUS_OK;
+}
+
 // qmoe_moe_forward and qmoe_moe_forward_typed: the checks, then one forward.
 qmoe_status forward_routed(const char* function, qmoe_context* context, const qmoe_expert_set* set,
                            qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype, const void* x,
@@ -489,14 +503,13 @@ qmoe_status forward_routed(const char* function, qmoe_context* context, const qm
   }
   const size_t slots = size_t{m} * k;
   const size_t y_bytes = activation_bytes(dtype, m, ldy, s->hidden);
-  if (ranges_overlap(ids, slots * sizeof(int32_t), y, y_bytes) ||
-      ranges_overlap(weights, slots * sizeof(float), y, y_bytes)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "ids or weights overlap y");
-  }
-  if (o.workspace != nullptr &&
-      (ranges_overlap(o.workspace, o.workspace_bytes, ids, slots * 4) ||
-       ranges_overlap(o.workspace, o.workspace_bytes, weights, slots * 4))) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "workspace overlaps ids or weights");
+  for (const auto& [name, p, bytes] :
+       {std::tuple<const char*, const void*, size_t>{"ids", ids, slots * sizeof(int32_t)},
+        {"weights", weights, slots * sizeof(float)}}) {
+    if (qmoe_status st = check_routing_input(function, name, p, bytes, y, y_bytes, o);
+        st != QMOE_STATUS_OK) {
+      return st;
+    }
   }
   for (size_t i = 0; i < slots; ++i) {
     if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= s->num_experts) {
@@ -537,12 +550,9 @@ qmoe_status forward_logits(const char* function, qmoe_context* context, const qm
   const size_t logit_count = size_t{m} * s->num_experts;
   const size_t logit_bytes = logit_count * dtype_size(dtype);
   const size_t y_bytes = activation_bytes(dtype, m, ldy, s->hidden);
-  if (ranges_overlap(logits, logit_bytes, y, y_bytes)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "logits overlap y");
-  }
-  if (o.workspace != nullptr &&
-      ranges_overlap(o.workspace, o.workspace_bytes, logits, logit_bytes)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "workspace overlaps logits");
+  if (qmoe_status st = check_routing_input(function, "logits", logits, logit_bytes, y, y_bytes, o);
+      st != QMOE_STATUS_OK) {
+    return st;
   }
   const ScratchLease lease = workspace_base(*ctx, o, l);
   unsigned char* base = lease.data();

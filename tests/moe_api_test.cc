@@ -429,7 +429,7 @@ TEST_F(MoeApi, ForwardRejectsBadInputAndWritesNothing) {
   opt.workspace = fc2_codes;
   opt.workspace_bytes = bytes;
   EXPECT_EQ(with([&](Call& c) { c.options = &opt; }), QMOE_STATUS_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(qmoe_last_error_message()).find("overlaps"), std::string::npos);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("overlap"), std::string::npos);
   EXPECT_TRUE(poisoned(y));
   // Deterministically: expert 3's FC2 codes copied to the start of an arena that also holds
   // the whole workspace, so the workspace can overlap nothing but those codes.

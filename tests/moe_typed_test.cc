@@ -257,7 +257,7 @@ TEST_P(MoeTyped, WorkspaceAndBadInput) {
                                           QMOE_DTYPE_BF16, x.data(), hidden, logits_then_y.data(),
                                           k, 1, logits_then_y.data() + m * 6 - 1, hidden, nullptr),
             QMOE_STATUS_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(qmoe_last_error_message()).find("logits overlap y"), std::string::npos);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("logits and y overlap"), std::string::npos);
 
   std::vector<uint16_t> untouched(m * hidden, 0xA5A5);
   EXPECT_EQ(qmoe_moe_forward_typed(ctx.get(), layer.set.get(), QMOE_ACCURACY_FAST, m,
