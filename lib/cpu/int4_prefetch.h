@@ -20,9 +20,20 @@
 #define QMOE_INT4_PREFETCH_BYTES 3072
 #endif
 
+// How many scale blocks ahead of the current one the kernels also prefetch the group's scale
+// line (0: none, the default). Overridable at build time for tuning runs. 16 was tried on
+// 2026-11-30: alternated with 0 over 3 rounds on the device host and 2 on the dev host (cold
+// Qwen3 and gpt-oss rows at M = 1 and 4, exact and fast, and the 1-thread decode), it won some
+// rounds and lost others by as much (docs/benchmarks.md): the hardware prefetchers already
+// follow the scale stream, so the default stays off.
+#ifndef QMOE_INT4_SCALE_PREFETCH_BLOCKS
+#define QMOE_INT4_SCALE_PREFETCH_BLOCKS 0
+#endif
+
 namespace qmoe {
 
 inline constexpr size_t kInt4PrefetchBytes = QMOE_INT4_PREFETCH_BYTES;
+inline constexpr uint32_t kInt4ScalePrefetchBlocks = QMOE_INT4_SCALE_PREFETCH_BLOCKS;
 
 // Internal linkage: this header is compiled under every tier's flags, and an inline function
 // with external linkage would leave the linker free to keep one tier's copy for all
@@ -49,6 +60,28 @@ __attribute__((always_inline)) inline void prefetch_int4_chunk(const uint8_t* co
     _mm_prefetch(reinterpret_cast<const char*>(codes + l2_bytes), _MM_HINT_T1);
     _mm_prefetch(reinterpret_cast<const char*>(codes + l2_bytes + 64), _MM_HINT_T1);
   }
+}
+
+// Called once per chunk with the group's scale plane (`scales`, elements of `scale_bytes`) and
+// the chunk's block, by every tier's kernels (one copy of the rule):
+// - In [K/B, N] order, the line 64 bytes past this block's: one line serves four consecutive
+//   groups, so this is the one the groups four ahead will read, and those strided misses do
+//   not stall the code stream.
+// - With kInt4ScalePrefetchBlocks set, also the line that many blocks ahead in this group (in
+//   the grouped order, the group's sequential run of 16-byte slices; in [K/B, N] order, the
+//   group's future blocks, a line each). The idea: a demand miss on a new scale line every
+//   fourth chunk, with a long chunk (M = 4) filling the reorder buffer behind it. Measured, it
+//   did not separate from the noise (above), so it is off by default.
+// Prefetches never fault, so neither needs to stop at the plane's end.
+__attribute__((always_inline)) inline void prefetch_int4_scales(const void* scales,
+                                                                size_t scale_bytes, uint32_t block,
+                                                                size_t block_stride) {
+  const char* base = static_cast<const char*>(scales);
+  if (kInt4ScalePrefetchBlocks != 0) {
+    _mm_prefetch(base + (block + kInt4ScalePrefetchBlocks) * block_stride * scale_bytes,
+                 _MM_HINT_T0);
+  }
+  _mm_prefetch(base + block * block_stride * scale_bytes + 64, _MM_HINT_T0);
 }
 
 }  // namespace

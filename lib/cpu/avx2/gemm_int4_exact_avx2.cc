@@ -247,12 +247,8 @@ inline void for_each_chunk(const Int4GroupArgs& a, ChunkBody&& chunk_body) {
   for (uint32_t c = 0; c < a.chunks; ++c, codes += kChunkBytes) {
     prefetch_int4_chunk(codes, a.prefetch_l2_bytes);
     const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
-    // In [K/B, N] order a group's scales are one 16-byte slice of a different line per block,
-    // shared by four consecutive groups: fetch the line the groups four ahead will read, so
-    // those strided misses do not stall the code stream. (Prefetches never fault.)
-    _mm_prefetch(static_cast<const char*>(a.scales) +
-                     block_a * a.scale_block_stride * sizeof_scale<kScale>() + 64,
-                 _MM_HINT_T0);
+    // The scale stream's lines ahead (lib/cpu/int4_prefetch.h says which and why).
+    prefetch_int4_scales(a.scales, sizeof_scale<kScale>(), block_a, a.scale_block_stride);
     __m256i zeros_a, zeros_b;
     chunk_zero_points<kZeros, kBlock16>(a, block_a, &zeros_a, &zeros_b);
     chunk_body(c, codes, block_a, zeros_a, zeros_b);

@@ -114,12 +114,8 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
     prefetch_int4_chunk(codes, a.prefetch_l2_bytes);
     const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
     if (block_a != table_block) {
-      // In [K/B, N] order a group's scales are one 16-byte slice of a different line per
-      // block, shared by four consecutive groups: fetch the line the groups four ahead will
-      // read, so those strided misses do not stall the code stream. (Prefetches never fault.)
-      _mm_prefetch(static_cast<const char*>(a.scales) +
-                       block_a * a.scale_block_stride * sizeof_scale<kScale>() + 64,
-                   _MM_HINT_T0);
+      // The scale stream's lines ahead (lib/cpu/int4_prefetch.h says which and why).
+      prefetch_int4_scales(a.scales, sizeof_scale<kScale>(), block_a, a.scale_block_stride);
       build_tables<kScale, kZeros>(a, block_a, lut_a);
       if constexpr (kBlock16) build_tables<kScale, kZeros>(a, block_a + 1, lut_b);
       table_block = block_a;
