@@ -13,23 +13,19 @@
 namespace qmoe::scalar {
 namespace {
 
-uint32_t load_bits(const float* p) {
-  uint32_t bits;
+// The bits of one element (a float as uint32_t, a half as uint16_t), and back: memcpy, so any
+// address works.
+template <typename Bits, typename Element>
+Bits load_bits(const Element* p) {
+  static_assert(sizeof(Bits) == sizeof(Element), "a bit copy of one element");
+  Bits bits;
   std::memcpy(&bits, p, sizeof(bits));
   return bits;
 }
 
-void store_bits(float* p, uint32_t bits) {
-  std::memcpy(p, &bits, sizeof(bits));
-}
-
-uint16_t load_half(const uint16_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, sizeof(bits));
-  return bits;
-}
-
-void store_half(uint16_t* p, uint16_t bits) {
+template <typename Element, typename Bits>
+void store_bits(Element* p, Bits bits) {
+  static_assert(sizeof(Bits) == sizeof(Element), "a bit copy of one element");
   std::memcpy(p, &bits, sizeof(bits));
 }
 
@@ -115,19 +111,21 @@ uint16_t f32_bits_to_bf16(uint32_t x) {
 }  // namespace
 
 void convert_f16_to_f32(const uint16_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) store_bits(dst + i, f16_to_f32_bits(load_half(src + i)));
+  for (size_t i = 0; i < n; ++i) store_bits(dst + i, f16_to_f32_bits(load_bits<uint16_t>(src + i)));
 }
 
 void convert_f32_to_f16(const float* src, uint16_t* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) store_half(dst + i, f32_bits_to_f16(load_bits(src + i)));
+  for (size_t i = 0; i < n; ++i) store_bits(dst + i, f32_bits_to_f16(load_bits<uint32_t>(src + i)));
 }
 
 void convert_bf16_to_f32(const uint16_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) store_bits(dst + i, bf16_to_f32_bits(load_half(src + i)));
+  for (size_t i = 0; i < n; ++i)
+    store_bits(dst + i, bf16_to_f32_bits(load_bits<uint16_t>(src + i)));
 }
 
 void convert_f32_to_bf16(const float* src, uint16_t* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) store_half(dst + i, f32_bits_to_bf16(load_bits(src + i)));
+  for (size_t i = 0; i < n; ++i)
+    store_bits(dst + i, f32_bits_to_bf16(load_bits<uint32_t>(src + i)));
 }
 
 }  // namespace qmoe::scalar
