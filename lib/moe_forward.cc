@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <tuple>
 
 #include "lib/activation_dtype.h"
 #include "lib/context.h"
@@ -363,15 +362,44 @@ size_t activation_bytes(qmoe_dtype dtype, uint32_t m, size_t ld, uint32_t hidden
   return (size_t{m - 1} * ld + hidden) * dtype_size(dtype);
 }
 
+// INVALID_ARGUMENT when the input `name`, [p, p + bytes), overlaps y ([y, y + y_bytes)) or the
+// caller's workspace: both are written while the routing inputs (ids and weights, or logits)
+// and the run mask are still read.
+qmoe_status check_read_input(const char* function, const char* name, const void* p, size_t bytes,
+                             const void* y, size_t y_bytes, const Options& o) {
+  if (ranges_overlap(p, bytes, y, y_bytes)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s and y overlap", name);
+  }
+  if (o.workspace != nullptr && ranges_overlap(o.workspace, o.workspace_bytes, p, bytes)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "the workspace and %s overlap", name);
+  }
+  return QMOE_STATUS_OK;
+}
+
+// What check_forward resolved and derived for the call that passed it.
+struct CheckedForward {
+  Context* ctx = nullptr;
+  const ExpertSet* set = nullptr;
+  Options options;
+  Layout layout;
+  size_t y_bytes = 0;  // activation_bytes of y
+};
+
 // Every check of the forwards except those of the routing (ids and weights, or logits).
 qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* set,
                           qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype, const void* x,
                           size_t ldx, uint32_t k, const void* y, size_t ldy,
-                          const qmoe_moe_options* options, const char* function, Context** ctx,
-                          const ExpertSet** s, Options* o, Layout* l) {
-  if (qmoe_status st = resolve_context(context, function, ctx); st != QMOE_STATUS_OK) return st;
-  if (qmoe_status st = resolve_expert_set(set, function, s); st != QMOE_STATUS_OK) return st;
-  const ExpertSet& es = **s;
+                          const qmoe_moe_options* options, const char* function,
+                          CheckedForward* f) {
+  if (qmoe_status st = resolve_context(context, function, &f->ctx); st != QMOE_STATUS_OK) {
+    return st;
+  }
+  if (qmoe_status st = resolve_expert_set(set, function, &f->set); st != QMOE_STATUS_OK) {
+    return st;
+  }
+  const ExpertSet& es = *f->set;
+  Options* o = &f->options;
+  Layout* l = &f->layout;
   if (accuracy != QMOE_ACCURACY_EXACT && accuracy != QMOE_ACCURACY_FAST) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "accuracy %d is not a qmoe_accuracy",
                 static_cast<int>(accuracy));
@@ -424,7 +452,7 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
     o->workspace = copy.workspace;
     o->workspace_bytes = copy.workspace_bytes;
   }
-  if (!make_layout(es, accuracy, m, k, (*ctx)->num_threads(), l)) {
+  if (!make_layout(es, accuracy, m, k, f->ctx->num_threads(), l)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "m = %u, k = %u: scratch size overflows", m,
                 k);
   }
@@ -448,39 +476,23 @@ qmoe_status check_forward(const qmoe_context* context, const qmoe_expert_set* se
                   "workspace overlaps the expert set's weights");
     }
   }
-  // The mask is read while the workspace's route tables are written, and y must not alias
-  // any input but x.
-  if (o->run_mask != nullptr &&
-      (ranges_overlap(o->run_mask, es.num_experts, y, y_bytes) ||
-       (o->workspace != nullptr &&
-        ranges_overlap(o->workspace, o->workspace_bytes, o->run_mask, es.num_experts)))) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "options->run_mask overlaps y or the "
-                "workspace");
+  f->y_bytes = y_bytes;
+  // The mask is read while the workspace's route tables are written.
+  if (o->run_mask != nullptr) {
+    return check_read_input(function, "options->run_mask", o->run_mask, es.num_experts, y, y_bytes,
+                            *o);
   }
   return QMOE_STATUS_OK;
 }
 
 // The caller's workspace aligned to 64 bytes, or the context's scratch (held until the lease
 // is destroyed).
-ScratchLease workspace_base(Context& ctx, const Options& o, const Layout& l) {
-  if (o.workspace == nullptr) return ctx.acquire_scratch(l.total);
+ScratchLease workspace_base(const CheckedForward& f) {
+  const Options& o = f.options;
+  if (o.workspace == nullptr) return f.ctx->acquire_scratch(f.layout.total);
   const auto address = reinterpret_cast<uintptr_t>(o.workspace);
   return ScratchLease(static_cast<unsigned char*>(o.workspace) + (align64(address) - address),
                       nullptr);
-}
-
-// INVALID_ARGUMENT when the routing input `name`, [p, p + bytes), overlaps y ([y, y + y_bytes))
-// or the caller's workspace: both are written while the routing inputs are still read.
-qmoe_status check_routing_input(const char* function, const char* name, const void* p, size_t bytes,
-                                const void* y, size_t y_bytes, const Options& o) {
-  if (ranges_overlap(p, bytes, y, y_bytes)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s and y overlap", name);
-  }
-  if (o.workspace != nullptr && ranges_overlap(o.workspace, o.workspace_bytes, p, bytes)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "the workspace and %s overlap", name);
-  }
-  return QMOE_STATUS_OK;
 }
 
 // qmoe_moe_forward and qmoe_moe_forward_typed: the checks, then one forward.
@@ -488,28 +500,27 @@ qmoe_status forward_routed(const char* function, qmoe_context* context, const qm
                            qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype, const void* x,
                            size_t ldx, const int32_t* ids, const float* weights, uint32_t k,
                            void* y, size_t ldy, const qmoe_moe_options* options) {
-  Context* ctx = nullptr;
-  const ExpertSet* s = nullptr;
-  Options o;
-  Layout l;
-  if (qmoe_status st = check_forward(context, set, accuracy, m, dtype, x, ldx, k, y, ldy, options,
-                                     function, &ctx, &s, &o, &l);
+  CheckedForward f;
+  if (qmoe_status st =
+          check_forward(context, set, accuracy, m, dtype, x, ldx, k, y, ldy, options, function, &f);
       st != QMOE_STATUS_OK) {
     return st;
   }
+  const ExpertSet* s = f.set;
   if (ids == nullptr || weights == nullptr) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s is NULL",
                 ids == nullptr ? "ids" : "weights");
   }
   const size_t slots = size_t{m} * k;
-  const size_t y_bytes = activation_bytes(dtype, m, ldy, s->hidden);
-  for (const auto& [name, p, bytes] :
-       {std::tuple<const char*, const void*, size_t>{"ids", ids, slots * sizeof(int32_t)},
-        {"weights", weights, slots * sizeof(float)}}) {
-    if (qmoe_status st = check_routing_input(function, name, p, bytes, y, y_bytes, o);
-        st != QMOE_STATUS_OK) {
-      return st;
-    }
+  if (qmoe_status st =
+          check_read_input(function, "ids", ids, slots * sizeof(int32_t), y, f.y_bytes, f.options);
+      st != QMOE_STATUS_OK) {
+    return st;
+  }
+  if (qmoe_status st = check_read_input(function, "weights", weights, slots * sizeof(float), y,
+                                        f.y_bytes, f.options);
+      st != QMOE_STATUS_OK) {
+    return st;
   }
   for (size_t i = 0; i < slots; ++i) {
     if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= s->num_experts) {
@@ -521,13 +532,13 @@ qmoe_status forward_routed(const char* function, qmoe_context* context, const qm
                   static_cast<double>(weights[i]));
     }
   }
-  const ScratchLease lease = workspace_base(*ctx, o, l);
+  const ScratchLease lease = workspace_base(f);
   unsigned char* base = lease.data();
   if (base == nullptr) {
     return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "scratch allocation failed");
   }
-  run_forward(*ctx, *s, accuracy, m, dtype, x, ldx, ids, weights, k, o.run_mask, o.accumulate, y,
-              ldy, l, base);
+  run_forward(*f.ctx, *s, accuracy, m, dtype, x, ldx, ids, weights, k, f.options.run_mask,
+              f.options.accumulate, y, ldy, f.layout, base);
   return QMOE_STATUS_OK;
 }
 
@@ -537,24 +548,23 @@ qmoe_status forward_logits(const char* function, qmoe_context* context, const qm
                            qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype, const void* x,
                            size_t ldx, const void* logits, uint32_t k, int renormalize, void* y,
                            size_t ldy, const qmoe_moe_options* options) {
-  Context* ctx = nullptr;
-  const ExpertSet* s = nullptr;
-  Options o;
-  Layout l;
-  if (qmoe_status st = check_forward(context, set, accuracy, m, dtype, x, ldx, k, y, ldy, options,
-                                     function, &ctx, &s, &o, &l);
+  CheckedForward f;
+  if (qmoe_status st =
+          check_forward(context, set, accuracy, m, dtype, x, ldx, k, y, ldy, options, function, &f);
       st != QMOE_STATUS_OK) {
     return st;
   }
+  const ExpertSet* s = f.set;
+  const Layout& l = f.layout;
   if (logits == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "logits is NULL");
   const size_t logit_count = size_t{m} * s->num_experts;
   const size_t logit_bytes = logit_count * dtype_size(dtype);
-  const size_t y_bytes = activation_bytes(dtype, m, ldy, s->hidden);
-  if (qmoe_status st = check_routing_input(function, "logits", logits, logit_bytes, y, y_bytes, o);
+  if (qmoe_status st =
+          check_read_input(function, "logits", logits, logit_bytes, y, f.y_bytes, f.options);
       st != QMOE_STATUS_OK) {
     return st;
   }
-  const ScratchLease lease = workspace_base(*ctx, o, l);
+  const ScratchLease lease = workspace_base(f);
   unsigned char* base = lease.data();
   if (base == nullptr) {
     return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "scratch allocation failed");
@@ -562,7 +572,7 @@ qmoe_status forward_logits(const char* function, qmoe_context* context, const qm
   const float* logits32 = static_cast<const float*>(logits);
   if (dtype != QMOE_DTYPE_F32) {
     auto* widened = reinterpret_cast<float*>(base + l.logits);
-    widen_activations(ctx->kernels(), dtype, logits, widened, logit_count);
+    widen_activations(f.ctx->kernels(), dtype, logits, widened, logit_count);
     logits32 = widened;
   }
   auto* ids = reinterpret_cast<int32_t*>(base + l.ids);
@@ -572,8 +582,8 @@ qmoe_status forward_logits(const char* function, qmoe_context* context, const qm
       st != QMOE_STATUS_OK) {
     return st;
   }
-  run_forward(*ctx, *s, accuracy, m, dtype, x, ldx, ids, weights, k, o.run_mask, o.accumulate, y,
-              ldy, l, base);
+  run_forward(*f.ctx, *s, accuracy, m, dtype, x, ldx, ids, weights, k, f.options.run_mask,
+              f.options.accumulate, y, ldy, l, base);
   return QMOE_STATUS_OK;
 }
 
