@@ -42,29 +42,6 @@ bool grouped_plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, s
   return group_stride >= extent && groups <= (size_t{1} << 62) / group_stride;
 }
 
-size_t plane_extent(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride,
-                    size_t group_stride) {
-  // The largest offset is the last row's last block: row offsets grow with n (a group stride
-  // covers a whole group), and block offsets with b.
-  return plane_row_offset(n - 1, row_stride, group_stride) + size_t{blocks - 1} * block_stride + 1;
-}
-
-size_t matrix_spans(const qmoe_quant_matrix& w, MemorySpan spans[4]) {
-  const uint32_t blocks = w.k / w.block_size;
-  size_t count = 0;
-  spans[count++] = {w.codes, int4_codes_size(w.n, w.k)};
-  spans[count++] = {w.scales, plane_extent(w.n, blocks, w.scale_row_stride, w.scale_block_stride,
-                                           w.scale_group_stride) *
-                                  dtype_size(w.scale_dtype)};
-  if (w.zero_points != nullptr) {
-    spans[count++] = {w.zero_points,
-                      plane_extent(w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride,
-                                   w.zero_point_group_stride)};
-  }
-  if (w.bias != nullptr) spans[count++] = {w.bias, w.n * dtype_size(w.bias_dtype)};
-  return count;
-}
-
 bool plane_bytes(const void* base, uint32_t n, uint32_t blocks, size_t row_stride,
                  size_t block_stride, size_t group_stride, size_t element_bytes, size_t* bytes) {
   const size_t last_row = n - 1;
@@ -82,6 +59,24 @@ bool plane_bytes(const void* base, uint32_t n, uint32_t blocks, size_t row_strid
   if (overflow || range_wraps(base, total)) return false;
   *bytes = total;
   return true;
+}
+
+size_t matrix_spans(const qmoe_quant_matrix& w, MemorySpan spans[4]) {
+  const uint32_t blocks = w.k / w.block_size;
+  size_t count = 0;
+  spans[count++] = {w.codes, int4_codes_size(w.n, w.k)};
+  // validate_quant_matrix accepted both planes through plane_bytes, so neither call fails here.
+  size_t bytes = 0;
+  plane_bytes(w.scales, w.n, blocks, w.scale_row_stride, w.scale_block_stride, w.scale_group_stride,
+              dtype_size(w.scale_dtype), &bytes);
+  spans[count++] = {w.scales, bytes};
+  if (w.zero_points != nullptr) {
+    plane_bytes(w.zero_points, w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride,
+                w.zero_point_group_stride, 1, &bytes);
+    spans[count++] = {w.zero_points, bytes};
+  }
+  if (w.bias != nullptr) spans[count++] = {w.bias, w.n * dtype_size(w.bias_dtype)};
+  return count;
 }
 
 bool matrix_overlaps(const qmoe_quant_matrix& w, const void* p, size_t bytes) {

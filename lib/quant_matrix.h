@@ -30,16 +30,11 @@ bool plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t bl
 bool grouped_plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride,
                                size_t group_stride);
 
-/// Elements from a plane's first to its last element, inclusive, for a plane whose byte size
-/// plane_bytes has already accepted (so nothing overflows): the extent an aliasing check
-/// compares.
-size_t plane_extent(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride,
-                    size_t group_stride);
-
-/// The bytes from a plane's first to its last element (plane_extent x element_bytes) in
-/// *bytes; false when that does not fit in size_t or when [base, base + bytes) would run past
-/// the top of the address space. The strides checks bound each stride, not a stride times up
-/// to 2^32 rows, so every entry point that takes a plane asks this before it reads one.
+/// The bytes from a plane's first element to its last (the last row's last block: row offsets
+/// grow with the row, since a group stride covers a whole group) in *bytes; false when that does
+/// not fit in size_t or when [base, base + bytes) would run past the top of the address space. The
+/// strides checks bound each stride, not a stride times up to 2^32 rows, so every entry point that
+/// takes a plane asks this before it reads one.
 bool plane_bytes(const void* base, uint32_t n, uint32_t blocks, size_t row_stride,
                  size_t block_stride, size_t group_stride, size_t element_bytes, size_t* bytes);
 
