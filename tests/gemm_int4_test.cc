@@ -258,21 +258,8 @@ TEST_P(GemmInt4, ThreadCountDoesNotChangeTheResult) {
 TEST_P(GemmInt4, Fuzz) {
   const uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
-  const uint32_t blocks_sizes[] = {16, 32, 64, 128};
-  const qmoe_dtype dtypes[] = {QMOE_DTYPE_F16, QMOE_DTYPE_BF16, QMOE_DTYPE_F32};
-  const ScaleOrder orders[] = {ScaleOrder::kBlockMajor, ScaleOrder::kRowMajor,
-                               ScaleOrder::kPaddedRowMajor, ScaleOrder::kGrouped};
   for (int iteration = 0; iteration < 60; ++iteration) {
-    Int4Options o;
-    o.block_size = blocks_sizes[rng() % 4];
-    o.k = o.block_size * static_cast<uint32_t>(1 + rng() % (512 / o.block_size));
-    o.n = static_cast<uint32_t>(1 + rng() % 70);
-    o.scale_dtype = dtypes[rng() % 3];
-    o.scale_order = orders[rng() % 4];
-    o.zero_points = rng() % 2;
-    o.zero_point_order = orders[rng() % 4];
-    o.bias = rng() % 2;
-    o.bias_dtype = dtypes[rng() % 3];
+    const Int4Options o = random_int4_options(rng, 512);
     const uint32_t m = static_cast<uint32_t>(1 + rng() % 9);
     const uint32_t a = static_cast<uint32_t>(rng() % o.n), b = static_cast<uint32_t>(rng() % o.n);
     Case c{o, m, std::min(a, b), std::max(a, b) + 1};

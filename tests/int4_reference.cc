@@ -129,6 +129,24 @@ double Int4Matrix::weight(uint32_t n, uint32_t k) const {
          scale_values[size_t{n} * blocks + b];
 }
 
+Int4Options random_int4_options(std::mt19937_64& rng, uint32_t max_k) {
+  const uint32_t block_sizes[] = {16, 32, 64, 128};
+  const qmoe_dtype dtypes[] = {QMOE_DTYPE_F16, QMOE_DTYPE_BF16, QMOE_DTYPE_F32};
+  const ScaleOrder orders[] = {ScaleOrder::kBlockMajor, ScaleOrder::kRowMajor,
+                               ScaleOrder::kPaddedRowMajor, ScaleOrder::kGrouped};
+  Int4Options o;
+  o.block_size = block_sizes[rng() % 4];
+  o.k = o.block_size * static_cast<uint32_t>(1 + rng() % (max_k / o.block_size));
+  o.n = static_cast<uint32_t>(1 + rng() % 70);
+  o.scale_dtype = dtypes[rng() % 3];
+  o.scale_order = orders[rng() % 4];
+  o.zero_points = rng() % 2;
+  o.zero_point_order = orders[rng() % 4];
+  o.bias = rng() % 2;
+  o.bias_dtype = dtypes[rng() % 3];
+  return o;
+}
+
 Int4Matrix make_int4_matrix(const Int4Options& o, std::mt19937_64& rng) {
   Int4Matrix w;
   w.options = o;

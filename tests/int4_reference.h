@@ -48,6 +48,11 @@ struct Int4Matrix {
 
 Int4Matrix make_int4_matrix(const Int4Options& options, std::mt19937_64& rng);
 
+/// Random options from the whole space the kernels take, for the randomised tests: every block
+/// size, K a multiple of it up to `max_k`, N in 1..70, every scale dtype and order, zero points
+/// (in any order) or none, bias (any dtype) or none.
+Int4Options random_int4_options(std::mt19937_64& rng, uint32_t max_k);
+
 /// Canonical byte offset and nibble of (n, k), from the layout formula in docs/formats.md.
 size_t canonical_byte(uint32_t n, uint32_t k, uint32_t k_total);
 
