@@ -65,17 +65,23 @@ size_t matrix_spans(const qmoe_quant_matrix& w, MemorySpan spans[4]) {
   const uint32_t blocks = w.k / w.block_size;
   size_t count = 0;
   spans[count++] = {w.codes, int4_codes_size(w.n, w.k)};
-  // validate_quant_matrix accepted both planes through plane_bytes, so neither call fails here.
   size_t bytes = 0;
-  plane_bytes(w.scales, w.n, blocks, w.scale_row_stride, w.scale_block_stride, w.scale_group_stride,
-              dtype_size(w.scale_dtype), &bytes);
+  if (!plane_bytes(w.scales, w.n, blocks, w.scale_row_stride, w.scale_block_stride,
+                   w.scale_group_stride, dtype_size(w.scale_dtype), &bytes)) {
+    return 0;
+  }
   spans[count++] = {w.scales, bytes};
   if (w.zero_points != nullptr) {
-    plane_bytes(w.zero_points, w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride,
-                w.zero_point_group_stride, 1, &bytes);
+    if (!plane_bytes(w.zero_points, w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride,
+                     w.zero_point_group_stride, 1, &bytes)) {
+      return 0;
+    }
     spans[count++] = {w.zero_points, bytes};
   }
-  if (w.bias != nullptr) spans[count++] = {w.bias, w.n * dtype_size(w.bias_dtype)};
+  if (w.bias != nullptr) spans[count++] = {w.bias, size_t{w.n} * dtype_size(w.bias_dtype)};
+  for (size_t i = 0; i < count; ++i) {
+    if (range_wraps(spans[i].data, spans[i].bytes)) return 0;
+  }
   return count;
 }
 
@@ -192,15 +198,9 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
   // Sizes: each plane's span must fit in size_t and in the address space (strides are bounded
   // one by one, not times 2^32 rows), and 16/32-bit elements must be aligned to their size
   // (the kernels and panel builders read them as such).
-  size_t scale_bytes = 0, zero_bytes = 0;
+  MemorySpan spans[4];
   const size_t scale_size = dtype_size(w.scale_dtype);
-  if (!plane_bytes(w.scales, w.n, blocks, w.scale_row_stride, w.scale_block_stride,
-                   w.scale_group_stride, scale_size, &scale_bytes) ||
-      (w.zero_points != nullptr &&
-       !plane_bytes(w.zero_points, w.n, blocks, w.zero_point_row_stride, w.zero_point_block_stride,
-                    w.zero_point_group_stride, 1, &zero_bytes)) ||
-      range_wraps(w.codes, int4_codes_size(w.n, w.k)) ||
-      (w.bias != nullptr && range_wraps(w.bias, size_t{w.n} * dtype_size(w.bias_dtype)))) {
+  if (matrix_spans(w, spans) == 0) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "a plane of this [N=%u, K=%u] matrix with these strides runs past the end of "
                 "the address space",

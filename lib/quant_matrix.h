@@ -44,8 +44,10 @@ struct MemorySpan {
   size_t bytes;
 };
 
-/// The memory a validated matrix reads: its codes, scale plane, and zero-point plane and bias
-/// where it has them (2 to 4 spans, written to `spans`; the count is returned).
+/// The memory a matrix reads: its codes, scale plane, and zero-point plane and bias where it has
+/// them (2 to 4 spans, written to `spans`; the count is returned). 0 when a span's size does
+/// not fit in size_t or runs past the end of the address space (validate_quant_matrix refuses
+/// such a matrix, so for a validated one the count is never 0). Needs valid dtypes.
 size_t matrix_spans(const qmoe_quant_matrix& w, MemorySpan spans[4]);
 
 /// Whether [p, p + bytes) shares a byte with any span of matrix_spans(w).
