@@ -39,8 +39,9 @@ qmoe_status plan_projection(const qmoe_quant_matrix* in, uint32_t expert, const 
   return QMOE_STATUS_OK;
 }
 
-// ExpertSet::weight_ranges from every plan: each span as [begin, end) (ends saturate at the top
-// of the address space), sorted, touching or overlapping ranges merged. Throws bad_alloc.
+// ExpertSet::weight_ranges from every plan: each span as [begin, end) (validated spans are
+// never empty and never run past the address space), sorted, touching or overlapping ranges
+// merged. Throws bad_alloc.
 void collect_weight_ranges(ExpertSet* set) {
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
   ranges.reserve(size_t{set->num_experts} * 8);
@@ -50,9 +51,7 @@ void collect_weight_ranges(ExpertSet* set) {
       const size_t count = matrix_spans(plan.w, spans);
       for (size_t i = 0; i < count; ++i) {
         const auto begin = reinterpret_cast<uintptr_t>(spans[i].data);
-        const uintptr_t end =
-            spans[i].bytes > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + spans[i].bytes;
-        if (spans[i].bytes != 0) ranges.emplace_back(begin, end);
+        ranges.emplace_back(begin, begin + spans[i].bytes);
       }
     }
   }
