@@ -2,6 +2,7 @@
 // gemm_int4_fast_avx2.inc (its comment has the layout and reduction); this file supplies the
 // dot products (lib/cpu/avx2/int4_row_sums_maddubs.inc).
 #include <immintrin.h>
+#include <type_traits>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
 #include "lib/cpu/int4_group_dispatch.h"

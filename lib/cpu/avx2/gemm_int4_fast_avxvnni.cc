@@ -4,6 +4,9 @@
 // rows and chunk replace vpmaddubsw, vpmaddubsw, vpaddw and the widening vpmaddwd. Compiled
 // with -mavxvnni in its own translation unit (the compiler may emit VNNI anywhere in a file
 // built with that flag); the table entry is taken only when the probe reports AVX-VNNI.
+#include <cstring>
+#include <type_traits>
+
 #include <immintrin.h>
 
 #include "lib/cpu/avx2/kernels_avx2.h"

@@ -1,6 +1,7 @@
 // AVX-512 INT4 dequant-GEMM, fast level, with vpmaddubsw products: the kernel body is in
 // gemm_int4_fast_avx512.inc (its comment has the layout and reduction); this file supplies the
 // dot products.
+#include <type_traits>
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"

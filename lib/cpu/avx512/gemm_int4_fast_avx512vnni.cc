@@ -5,6 +5,9 @@
 // vpmaddwd. Compiled with -mavx512vnni in its own translation unit (the compiler may emit VNNI
 // anywhere in a file built with that flag); the table entry is taken only when the probe
 // reports AVX512-VNNI.
+#include <cstring>
+#include <type_traits>
+
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"
