@@ -7,7 +7,8 @@
 // grouped scales read at 0.53-0.59 of the roof with no software prefetch, 0.68-0.80 at 1536 B
 // and 0.70-0.89 at 3072 B (one run, both 256- and 512-bit kernels); 6144 B was no better on
 // the 256-bit kernel. On the Zen 3 development host (lower latency) 768 B to 8 KiB measured the
-// same within noise.
+// same within noise, but none at all is slower there too: fast M = 1 read 0.66-0.72 of the roof
+// without it against 0.78-0.81 with it (docs/benchmarks.md, 2026-11-30).
 #ifndef QMOE_LIB_CPU_INT4_PREFETCH_H_
 #define QMOE_LIB_CPU_INT4_PREFETCH_H_
 
