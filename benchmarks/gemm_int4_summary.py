@@ -7,7 +7,10 @@
 
 Per shape, ISA, level and thread count, one line per M: cold and warm us/call, cold GB/s and
 fraction of the read roof, warm GB/s and fraction, and cold/warm. Then the ratios the figures
-are usually read for: time(M)/time(M=1) (cold, fast and exact), and scalar/SIMD at M=1.
+are usually read for: time(M)/time(M=1) (cold, fast and exact), and scalar/SIMD at M=1. Last,
+issue 3's performance bars, each row marked met or NOT met, for every shape and tier the run
+holds (the bar asks fast M = 1 of the Qwen3 shapes; the others are printed for comparison),
+and the fast M = 1 rows over the `read_only` rows of the same run.
 Only the standard library is needed.
 """
 
@@ -18,6 +21,23 @@ from collections import defaultdict
 
 NAME = re.compile(r"^gemm_int4/(?P<shape>[^/]+)/(?P<isa>[^/]+)/(?P<level>exact|fast)/"
                   r"m:(?P<m>\d+)/(?P<temp>cold|warm)/threads:(?P<threads>1|all)")
+READ_ONLY = re.compile(r"^gemm_int4/(?P<shape>[^/]+)/(?P<isa>[^/]+)/read_only/cold/"
+                       r"threads:(?P<threads>1|all)")
+
+# Issue 3's bars on fractions of the same run's read roof, at least `limit`: (what, level,
+# threads, limit). The fourth bar, time(M = 4) / time(M = 1) of fast cold 1-thread rows, is at
+# most M4_OVER_M1_LIMIT.
+FRACTION_BARS = (
+    ("fast M=1 cold, 1 thread, of the roof", "fast", "1", 0.90),
+    ("fast M=1 cold, all threads, of the roof", "fast", "all", 0.90),
+    ("exact M=1 cold, 1 thread, of the roof", "exact", "1", 0.55),
+)
+M4_OVER_M1_LIMIT = 1.30
+
+
+def verdict(value, limit, at_least):
+    met = value >= limit if at_least else value <= limit
+    return "met" if met else "NOT met"
 
 
 def main():
@@ -32,10 +52,22 @@ def main():
         context.get("qmoe_gemm_int4_pool", "")))
 
     rows = {}  # (shape, isa, level, threads, m, temp) -> benchmark
+    read_only = {}  # (shape, isa, threads) -> benchmark
     skipped = set()
+    # With --benchmark_repetitions a row's median aggregate stands for it (it comes after the
+    # repetitions, so it replaces them); other aggregates are not used.
     for b in data["benchmarks"]:
+        if b.get("run_type", "iteration") == "aggregate":
+            if b.get("aggregate_name") != "median":
+                continue
+            b = dict(b, name=b.get("run_name", b["name"]))
+        match = READ_ONLY.match(b["name"])
+        if match and not b.get("error_occurred"):
+            g = match.groupdict()
+            read_only[(g["shape"], g["isa"], g["threads"])] = b
+            continue
         match = NAME.match(b["name"])
-        if not match or b.get("run_type", "iteration") != "iteration":
+        if not match:
             continue
         g = match.groupdict()
         if b.get("error_occurred"):
@@ -93,6 +125,32 @@ def main():
         ref = rows.get((shape, "scalar", level, threads, m, temp))
         if ref is not None:
             print(f"  {shape}/{isa}/{level}/{temp}/t:{threads}  {us(ref) / us(b):.1f}x")
+
+    print()
+    print("Issue 3's bars (cold weights, this run's roof):")
+    for what, level, threads, limit in FRACTION_BARS:
+        print(f"  {what} >= {limit:.2f}:")
+        for (shape, isa, lv, t, m, temp), b in sorted(rows.items()):
+            if (lv, t, m, temp) != (level, threads, 1, "cold") or isa == "scalar":
+                continue
+            value = b.get("frac_of_read_bw")
+            if value is not None:
+                print(f"    {shape + '/' + isa:<20} {value:5.2f}  {verdict(value, limit, True)}")
+    print(f"  fast M=4 / M=1 time, cold, 1 thread <= {M4_OVER_M1_LIMIT:.2f}:")
+    for (shape, isa, level, threads), by_m in sorted(groups.items()):
+        if level != "fast" or threads != "1":
+            continue
+        m1, m4 = by_m.get(1, {}).get("cold"), by_m.get(4, {}).get("cold")
+        if m1 is not None and m4 is not None:
+            value = us(m4) / us(m1)
+            print(f"    {shape + '/' + isa:<20} {value:5.2f}  "
+                  f"{verdict(value, M4_OVER_M1_LIMIT, False)}")
+    print("  fast M=1 cold over read_only (the same pages read alone, same run), for reference:")
+    for (shape, isa, threads), ref in sorted(read_only.items()):
+        b = rows.get((shape, isa, "fast", threads, 1, "cold"))
+        if b is not None and ref.get("frac_of_read_bw"):
+            print(f"    {shape + '/' + isa:<20} t:{threads:<3} "
+                  f"{b['frac_of_read_bw'] / ref['frac_of_read_bw']:5.2f}")
 
 
 if __name__ == "__main__":
