@@ -5,8 +5,9 @@ Why: the closing notes quote the bar rows this script prints, so a wrong row (a 
 taken for the median, a bar compared the wrong way, a read_only row matched to the wrong GEMM
 row) would misreport a bar as met. Each row below is built so that a plausible mistake gives a
 different line:
-  - qwen3_fc1/avx2 fast M = 1 has two repetitions (0.50 and 0.95) and then its median (0.91)
-    and mean (0.20) aggregates: only the median may be printed;
+  - qwen3_fc1/avx2 fast M = 1 has two repetitions (0.50 and 0.95) and then, as Google
+    Benchmark writes them, its mean (0.20), median (0.91), stddev and cv aggregates: only the
+    median may be printed;
   - the fractions are on both sides of each bar, one equals a bar exactly (met), and two lie
     just under one: judged as printed to three decimals, 0.5496 is 0.550 (met) and 0.5494 is
     0.549 (NOT met);
@@ -25,38 +26,44 @@ import sys
 import tempfile
 
 
-def row(name, frac, us, run_type="iteration", aggregate=None):
-    b = {"name": name, "run_name": name, "run_type": run_type, "frac_of_read_bw": frac,
+# (row name without "gemm_int4/" and "/manual_time", frac_of_read_bw, us_per_call, aggregate
+# name or None for a repetition), in the order Google Benchmark writes them.
+ROWS = (
+    ("qwen3_fc1/avx2/fast/m:1/cold/threads:1", 0.50, 100.0, None),
+    ("qwen3_fc1/avx2/fast/m:1/cold/threads:1", 0.95, 100.0, None),
+    ("qwen3_fc1/avx2/fast/m:1/cold/threads:1", 0.20, 100.0, "mean"),
+    ("qwen3_fc1/avx2/fast/m:1/cold/threads:1", 0.91, 100.0, "median"),
+    ("qwen3_fc1/avx2/fast/m:1/cold/threads:1", 0.03, 3.0, "stddev"),
+    ("qwen3_fc1/avx2/fast/m:1/cold/threads:1", 0.04, 0.04, "cv"),
+    ("qwen3_fc1/avx2/fast/m:4/cold/threads:1", 0.70, 125.0, None),
+    ("qwen3_fc2/avx512/fast/m:1/cold/threads:1", 0.90, 50.0, None),
+    ("qwen3_fc2/avx512/fast/m:4/cold/threads:1", 0.60, 70.0, None),
+    ("qwen3_fc2/avx512/fast/m:1/cold/threads:all", 0.48, 8.0, None),
+    ("qwen3_fc2/avx512/fast/m:1/warm/threads:1", 1.90, 20.0, None),
+    ("qwen3_fc1/avx2/exact/m:1/cold/threads:1", 0.56, 180.0, None),
+    ("qwen3_fc2/avx512/exact/m:1/cold/threads:1", 0.54, 90.0, None),
+    ("gptoss/avx512/exact/m:1/cold/threads:1", 0.5494, 400.0, None),
+    ("gptoss/avx2/exact/m:1/cold/threads:1", 0.5496, 410.0, None),
+    ("qwen3_fc1/scalar/fast/m:1/cold/threads:1", 0.05, 2000.0, None),
+    ("qwen3_fc1/avx2/read_only/cold/threads:1", 0.91, 90.0, None),
+    ("qwen3_fc1/avx2/read_only/cold/threads:all", 0.80, 20.0, None),
+)
+
+
+def benchmark_json(row, frac, us, aggregate):
+    # real_time is not proportional to us_per_call, so a ratio of the wrong field shows.
+    name = "gemm_int4/" + row + "/manual_time"
+    b = {"name": name, "run_name": name, "run_type": "iteration", "frac_of_read_bw": frac,
          "us_per_call": us, "real_time": 1000.0 - us, "GB/s": 1.0}
     if aggregate is not None:
-        b["name"] = name + "_" + aggregate
-        b["aggregate_name"] = aggregate
+        b.update(name=name + "_" + aggregate, run_type="aggregate", aggregate_name=aggregate)
     return b
 
 
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    g = "gemm_int4/"
-    t = "/manual_time"
-    benchmarks = [
-        row(g + "qwen3_fc1/avx2/fast/m:1/cold/threads:1" + t, 0.50, 100.0),
-        row(g + "qwen3_fc1/avx2/fast/m:1/cold/threads:1" + t, 0.95, 100.0),
-        row(g + "qwen3_fc1/avx2/fast/m:1/cold/threads:1" + t, 0.20, 100.0, "aggregate", "mean"),
-        row(g + "qwen3_fc1/avx2/fast/m:1/cold/threads:1" + t, 0.91, 100.0, "aggregate", "median"),
-        row(g + "qwen3_fc1/avx2/fast/m:4/cold/threads:1" + t, 0.70, 125.0),
-        row(g + "qwen3_fc2/avx512/fast/m:1/cold/threads:1" + t, 0.90, 50.0),
-        row(g + "qwen3_fc2/avx512/fast/m:4/cold/threads:1" + t, 0.60, 70.0),
-        row(g + "qwen3_fc2/avx512/fast/m:1/cold/threads:all" + t, 0.48, 8.0),
-        row(g + "qwen3_fc2/avx512/fast/m:1/warm/threads:1" + t, 1.90, 20.0),
-        row(g + "qwen3_fc1/avx2/exact/m:1/cold/threads:1" + t, 0.56, 180.0),
-        row(g + "qwen3_fc2/avx512/exact/m:1/cold/threads:1" + t, 0.54, 90.0),
-        row(g + "gptoss/avx512/exact/m:1/cold/threads:1" + t, 0.5494, 400.0),
-        row(g + "gptoss/avx2/exact/m:1/cold/threads:1" + t, 0.5496, 410.0),
-        row(g + "qwen3_fc1/scalar/fast/m:1/cold/threads:1" + t, 0.05, 2000.0),
-        row(g + "qwen3_fc1/avx2/read_only/cold/threads:1" + t, 0.91, 90.0),
-        row(g + "qwen3_fc1/avx2/read_only/cold/threads:all" + t, 0.80, 20.0),
-    ]
+    benchmarks = [benchmark_json(*r) for r in ROWS]
     run = {"context": {"qmoe_read_roof_1_thread_GB/s": "15.00"}, "benchmarks": benchmarks}
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "run.json")
