@@ -231,7 +231,12 @@ QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
 QMOE_API qmoe_status qmoe_context_destroy(qmoe_context* context) {
   if (context == nullptr) return QMOE_STATUS_OK;
   QMOE_RESOLVE_CONTEXT(impl, context);
-  context->magic.store(qmoe::kDeadMagic, std::memory_order_release);
+  // Live -> dead in one step: of two racing destroys only one frees the context and queues
+  // the shell (a plain store let both through: a double free).
+  uint64_t live = qmoe::kLiveMagic;
+  if (!context->magic.compare_exchange_strong(live, qmoe::kDeadMagic, std::memory_order_acq_rel)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_CONTEXT, "context was destroyed");
+  }
   context->context = nullptr;
   delete impl;
   qmoe::HandlePool<qmoe_context>::release(context);

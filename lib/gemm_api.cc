@@ -41,8 +41,9 @@ struct GemmTask {
     const uint32_t last = task->group_begin +
                           static_cast<uint32_t>(size_t{task->group_count} * (t + 1) / task->tasks);
     if (first == last) return;
-    const uint32_t n0 = std::max(task->n_begin, first * kGroupRows);
-    const uint32_t n1 = std::min(task->n_end, last * kGroupRows);
+    const auto n0 =
+        static_cast<uint32_t>(std::max<size_t>(task->n_begin, size_t{first} * kGroupRows));
+    const auto n1 = static_cast<uint32_t>(std::min<size_t>(task->n_end, size_t{last} * kGroupRows));
     run_gemm_rows(*task->plan, *task->kernels, task->acts, 0, task->m, task->y, task->ldy, n0, n1,
                   task->scratch + t * task->scratch_stride);
     if (task->y_dtype == QMOE_DTYPE_F32) return;
@@ -105,7 +106,8 @@ qmoe_status gemm(const char* function, qmoe_context* context, const qmoe_quant_m
   // problems stay on one thread.
   GemmTask task{};
   task.group_begin = n_begin / kGroupRows;
-  task.group_count = (n_end + kGroupRows - 1) / kGroupRows - task.group_begin;
+  task.group_count =
+      static_cast<uint32_t>((size_t{n_end} + kGroupRows - 1) / kGroupRows) - task.group_begin;
   const uint32_t threads = ctx->num_threads();
   const size_t work = size_t{task.group_count} * plan.chunks * m;
   constexpr size_t kMinChunksPerTask = 64;  // ~8 KiB of codes: below that, waking costs more

@@ -28,7 +28,10 @@ void store_chunk(uint8_t* dst, uint32_t n, uint32_t c, uint32_t chunks, const ui
 
 qmoe_status check_dst(const char* function, uint32_t n, uint32_t k, const void* dst,
                       size_t dst_bytes) {
-  if (n == 0 || k == 0) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "n = %u, k = %u", n, k);
+  if (!matrix_dims_in_range(n, k)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "n = %u and k = %u must be in [1, 2^31] (QMOE_MAX_MATRIX_DIM)", n, k);
+  }
   if (dst == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "dst is NULL");
   const size_t need = int4_codes_size(n, k);
   if (dst_bytes < need) {
@@ -53,7 +56,7 @@ QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint3
   if (ranges_overlap(src, size_t{n} * (k / 2), dst, int4_codes_size(n, k))) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
   }
-  const uint32_t chunks = (k + kChunkCodes - 1) / kChunkCodes;
+  const auto chunks = static_cast<uint32_t>((size_t{k} + kChunkCodes - 1) / kChunkCodes);
   auto* out = static_cast<uint8_t*>(dst);
   std::memset(out, 0, int4_codes_size(n, k));
   const size_t row_bytes = k / 2;
@@ -80,15 +83,18 @@ QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint3
   if (src == nullptr || dst == nullptr) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "%s is NULL", src == nullptr ? "src" : "dst");
   }
-  if (n == 0 || k == 0 || block_size == 0 || k % block_size != 0) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "n = %u, k = %u, block_size = %u", n, k, block_size);
+  if (!matrix_dims_in_range(n, k) || block_size == 0 || k % block_size != 0) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "n = %u, k = %u, block_size = %u: n and k must be in [1, 2^31] and k a multiple "
+              "of block_size",
+              n, k, block_size);
   }
   const uint32_t blocks = k / block_size;
   if (!plane_strides_fit(n, blocks, dst_row_stride, dst_block_stride)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "dst strides (row %zu, block %zu) alias",
               dst_row_stride, dst_block_stride);
   }
-  const size_t src_row_bytes = (blocks + 1) / 2;
+  const size_t src_row_bytes = (size_t{blocks} + 1) / 2;
   size_t dst_extent = 0;
   if (!plane_bytes(dst, n, blocks, dst_row_stride, dst_block_stride, 0, 1, &dst_extent)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,

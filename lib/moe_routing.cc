@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "lib/error.h"
 #include "lib/memory_ranges.h"
@@ -70,6 +71,10 @@ QMOE_API qmoe_status qmoe_moe_route_topk(const float* logits, uint32_t m, uint32
   using namespace qmoe;
   if (m == 0 || num_experts == 0) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "m = %u and num_experts = %u must be >= 1", m,
+              num_experts);
+  }
+  if (num_experts > INT32_MAX) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "num_experts = %u exceeds the int32_t ids' range",
               num_experts);
   }
   if (k == 0 || k > num_experts) {

@@ -18,13 +18,24 @@ bool valid_dtype(int32_t d) {
 
 }  // namespace
 
+namespace {
+
+// Whether stride >= count * other, false when the product does not fit in 64 bits (a
+// stride below 2^48 cannot reach it then).
+bool at_least_product(size_t stride, size_t count, size_t other) {
+  size_t product = 0;
+  return !__builtin_mul_overflow(count, other, &product) && stride >= product;
+}
+
+}  // namespace
+
 bool plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, size_t block_stride) {
   constexpr size_t kLimit = size_t{1} << 48;
   if (row_stride >= kLimit || block_stride >= kLimit) return false;
   const bool row_major =
-      block_stride >= 1 && (n == 1 || row_stride >= size_t{blocks} * block_stride);
+      block_stride >= 1 && (n == 1 || at_least_product(row_stride, blocks, block_stride));
   const bool block_major =
-      row_stride >= 1 && (blocks == 1 || block_stride >= size_t{n} * row_stride);
+      row_stride >= 1 && (blocks == 1 || at_least_product(block_stride, n, row_stride));
   return row_major || block_major;
 }
 
@@ -36,8 +47,13 @@ bool grouped_plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, s
   if (group_stride >= kLimit || !plane_strides_fit(group_rows, blocks, row_stride, block_stride)) {
     return false;
   }
-  // Strides are < 2^48 and counts < 2^32, so none of these products overflows 64 bits.
-  const size_t extent = (group_rows - 1) * row_stride + size_t{blocks - 1} * block_stride + 1;
+  // (group_rows - 1) * row_stride < 2^51, but (blocks - 1) * block_stride can reach 2^80:
+  // checked, and a group stride below 2^48 cannot cover an extent that does not fit.
+  size_t block_extent = 0, extent = 0;
+  if (__builtin_mul_overflow(size_t{blocks - 1}, block_stride, &block_extent) ||
+      __builtin_add_overflow(block_extent, (group_rows - 1) * row_stride + 1, &extent)) {
+    return false;
+  }
   const size_t groups = (size_t{n} + kGroupRows - 1) / kGroupRows;
   return group_stride >= extent && groups <= (size_t{1} << 62) / group_stride;
 }
@@ -155,8 +171,9 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
     return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function, "weight format %d is not supported",
                 enum_bits(w.format));
   }
-  if (w.n == 0 || w.k == 0) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "n = %u and k = %u must be >= 1", w.n, w.k);
+  if (!matrix_dims_in_range(w.n, w.k)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "n = %u and k = %u must be in [1, 2^31] (QMOE_MAX_MATRIX_DIM)", w.n, w.k);
   }
   if (w.block_size != 16 && w.block_size != 32 && w.block_size != 64 && w.block_size != 128) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "block_size %u is not 16, 32, 64 or 128",
@@ -280,7 +297,10 @@ QMOE_API qmoe_status qmoe_quant_matrix_codes_size(qmoe_weight_format format, uin
     QMOE_FAIL(QMOE_STATUS_UNSUPPORTED_FORMAT, "weight format %d is not supported",
               static_cast<int>(format));
   }
-  if (n == 0 || k == 0) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "n = %u, k = %u", n, k);
+  if (!qmoe::matrix_dims_in_range(n, k)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "n = %u and k = %u must be in [1, 2^31] (QMOE_MAX_MATRIX_DIM)", n, k);
+  }
   *bytes = qmoe::int4_codes_size(n, k);
   return QMOE_STATUS_OK;
 }

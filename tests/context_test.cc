@@ -13,6 +13,7 @@
 
 #include "lib/dispatch.h"
 #include "qmoe/qmoe.h"
+#include "tests/destroy_race.h"
 #include "tests/isa_test_util.h"
 
 namespace {
@@ -291,6 +292,23 @@ TEST(Context, ManyContextsCreatedAndDestroyedConcurrently) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// Two threads destroying the same context at once: one frees it, the other is told it was
+// destroyed (it once freed it a second time).
+TEST(Context, RacingDestroysFreeTheContextOnce) {
+  constexpr int kRounds = 20000;
+  const qmoe_test::DestroyRaceCounts counts = qmoe_test::race_destroys<qmoe_context>(
+      kRounds,
+      [] {
+        qmoe_context_options o = options_for(QMOE_ISA_DEFAULT, 1);
+        qmoe_context* ctx = nullptr;
+        return qmoe_context_create(&o, &ctx) == QMOE_STATUS_OK ? ctx : nullptr;
+      },
+      [](qmoe_context* ctx) { return qmoe_context_destroy(ctx); }, QMOE_STATUS_INVALID_CONTEXT);
+  EXPECT_EQ(counts.ok, kRounds);
+  EXPECT_EQ(counts.rejected, kRounds);
+  EXPECT_EQ(counts.other, 0);
 }
 
 TEST(HostInfo, ReportsTiersAndRejectsBadStructs) {

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/int4_reference.h"
@@ -357,6 +359,38 @@ TEST(GemmInt4Api, BadInputGetsAStatus) {
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.block_size = 24; }), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.n = 0; }), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.k = 0; }), QMOE_STATUS_INVALID_ARGUMENT);
+  // N or K above QMOE_MAX_MATRIX_DIM: refused before any plane is read. Near 2^32 the chunk
+  // and row-group counts once wrapped in 32 bits: K = 0xFFFFFFF0 sized the scale panel to 0
+  // bytes and the gather wrote past it; N = 0xFFFFFFFF returned OK without computing
+  // columns, and with a 16-bit Y rounded one column past n_end.
+  for (const auto& [n, k] : {std::pair<uint32_t, uint32_t>{16, 0xFFFFFFF0u},
+                             {0xFFFFFFFFu, 32},
+                             {QMOE_MAX_MATRIX_DIM + 8, 32},
+                             {16, QMOE_MAX_MATRIX_DIM + 32}}) {
+    EXPECT_EQ(with([n = n, k = k](qmoe_quant_matrix& d) {
+                d.n = n;
+                d.k = k;
+                d.block_size = 16;
+                d.scale_row_stride = 1;
+                d.scale_block_stride = 1;
+                d.scale_group_stride = 0;
+              }),
+              QMOE_STATUS_INVALID_ARGUMENT)
+        << n << " x " << k;
+    EXPECT_NE(std::string(qmoe_last_error_message()).find("QMOE_MAX_MATRIX_DIM"),
+              std::string::npos);
+  }
+  size_t max_bytes = 0;
+  EXPECT_EQ(
+      qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, 8, QMOE_MAX_MATRIX_DIM, &max_bytes),
+      QMOE_STATUS_OK);
+  EXPECT_EQ(max_bytes, size_t{QMOE_MAX_MATRIX_DIM} / 2 * 8);
+  EXPECT_EQ(
+      qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, 8, QMOE_MAX_MATRIX_DIM + 1, &max_bytes),
+      QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, QMOE_MAX_MATRIX_DIM + 1, 32,
+                                         &max_bytes),
+            QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.codes = nullptr; }), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.scales = nullptr; }), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.scale_dtype = static_cast<qmoe_dtype>(0); }),

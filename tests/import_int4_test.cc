@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "qmoe/qmoe.h"
@@ -238,6 +240,21 @@ TEST(ImportInt4, BadInputGetsAStatus) {
   EXPECT_EQ(qmoe_import_int4_onnx_zero_points(zp_src.data(), (1u << 17) + 1, 32, 32, dst.data(),
                                               size_t{1} << 47, 1),
             QMOE_STATUS_INVALID_ARGUMENT);
+  // N or K above QMOE_MAX_MATRIX_DIM, refused before either buffer is touched (the claimed
+  // sizes are far larger than the buffers). Near 2^32 the chunk count once wrapped to 0
+  // (K = 0xFFFFFFFE: OK with every code left 0) and the zero points' source row length to 0
+  // (K / block = 0xFFFFFFFF: the overlap check saw an empty source).
+  EXPECT_EQ(qmoe_import_int4_onnx(src, 1, 0xFFFFFFFEu, dst.data(), SIZE_MAX),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("QMOE_MAX_MATRIX_DIM"), std::string::npos);
+  EXPECT_EQ(qmoe_import_int4_onnx(src, QMOE_MAX_MATRIX_DIM + 1, 32, dst.data(), SIZE_MAX),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      qmoe_import_int4_q4_0(src, 1, QMOE_MAX_MATRIX_DIM + 32, dst.data(), SIZE_MAX, scales, 1, 1),
+      QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_import_int4_onnx_zero_points(src, 1, 0xFFFFFFFFu, 1, dst.data(), 1, 1),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(dst, std::vector<uint8_t>(256, 0));
   // Disjoint buffers still work.
   EXPECT_EQ(qmoe_import_int4_onnx(both.data() + 256, 1, 32, both.data(), 128), QMOE_STATUS_OK);
   EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 32, dst.data(), dst.size(), scales, 1, 1),

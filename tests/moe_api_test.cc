@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/destroy_race.h"
 #include "tests/moe_reference.h"
 
 namespace qmoe::testing {
@@ -103,6 +104,11 @@ TEST(MoeRouting, BadInputGetsAStatus) {
   }
   logits = {-inf, -inf, -inf, -inf};
   EXPECT_EQ(call(logits.data(), 1, 4, 2, ids.data(), w.data()), QMOE_STATUS_INVALID_ARGUMENT);
+  // More experts than int32_t ids can name: refused before a logit is read (an id above
+  // INT32_MAX once came back negative with OK).
+  EXPECT_EQ(call(logits.data(), 1, 0x80000000u, 1, ids.data(), w.data()),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("int32_t"), std::string::npos);
   EXPECT_EQ(ids, (std::vector<int32_t>{-7, -7}));
   EXPECT_TRUE(poisoned(w));
 }
@@ -220,6 +226,23 @@ TEST_F(MoeApi, DestroyedSetIsRejected) {
                              64, nullptr),
             QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_TRUE(poisoned(y));
+}
+
+// Two threads destroying the same set at once: one frees it, the other is told it was
+// destroyed (it once freed it a second time).
+TEST_F(MoeApi, RacingDestroysFreeTheSetOnce) {
+  constexpr int kRounds = 20000;
+  const qmoe_test::DestroyRaceCounts counts = qmoe_test::race_destroys<qmoe_expert_set>(
+      kRounds,
+      [this] {
+        qmoe_expert_set* set = nullptr;
+        return qmoe_expert_set_create(&model_->desc, &set) == QMOE_STATUS_OK ? set : nullptr;
+      },
+      [](qmoe_expert_set* set) { return qmoe_expert_set_destroy(set); },
+      QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(counts.ok, kRounds);
+  EXPECT_EQ(counts.rejected, kRounds);
+  EXPECT_EQ(counts.other, 0);
 }
 
 // One token that lists the same expert twice runs it twice: at M = 1 its two routes read the

@@ -259,13 +259,19 @@ typedef enum qmoe_accuracy {
   QMOE_ACCURACY_FAST = 2
 } qmoe_accuracy;
 
+/** The largest N and K of a quantized matrix (and of the imports' n and k): 2^31. Larger
+ * values are INVALID_ARGUMENT, so that the row-group and chunk counts (N rounded up to 8 rows,
+ * K to 32 codes) stay exact in 32 bits. */
+#define QMOE_MAX_MATRIX_DIM 0x80000000u
+
 /** A quantized weight matrix W[N, K]: pointers to caller-owned memory, described once and
  * reused for every call (nothing is copied or repacked per call). */
 typedef struct qmoe_quant_matrix {
   size_t struct_size;        /**< caller sets sizeof(qmoe_quant_matrix) */
   qmoe_weight_format format; /**< QMOE_WEIGHT_FORMAT_INT4 */
-  uint32_t n;                /**< rows (output features), >= 1 */
-  uint32_t k;                /**< columns (input features), a multiple of block_size */
+  uint32_t n;                /**< rows (output features), 1 to QMOE_MAX_MATRIX_DIM */
+  uint32_t k;                /**< columns (input features), a multiple of block_size, at most
+                                  QMOE_MAX_MATRIX_DIM */
   uint32_t block_size;       /**< 16, 32, 64 or 128 */
   /** Canonical codes, qmoe_quant_matrix_codes_size() bytes (64-byte alignment recommended). */
   const void* codes;
@@ -460,7 +466,8 @@ QMOE_API qmoe_status qmoe_expert_set_destroy(qmoe_expert_set* set);
 /// ids[i * k + j] (descending; equal logits: lower expert id first) and their softmax weights
 /// into weights[i * k + j]: exp(l - max) over the sum of exp(l - max) over the k selected
 /// (renormalize != 0: the weights sum to 1, as ONNX Runtime's QMoE) or over all E experts.
-/// NaN or +infinity logits, or a row of -infinity only, are INVALID_ARGUMENT.
+/// NaN or +infinity logits, or a row of -infinity only, are INVALID_ARGUMENT, and so is
+/// num_experts above INT32_MAX (ids are int32_t).
 QMOE_API qmoe_status qmoe_moe_route_topk(const float* logits, uint32_t m, uint32_t num_experts,
                                          uint32_t k, int renormalize, int32_t* ids, float* weights);
 
