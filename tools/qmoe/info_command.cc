@@ -33,10 +33,17 @@ bool parse_isa(const char* text, qmoe_isa* isa) {
 int run_info_command(int argc, char** argv) {
   bool measure_bandwidth = false;
   qmoe_isa requested = QMOE_ISA_DEFAULT;
+  bool isa_given = false;
   for (int i = 0; i < argc; ++i) {
+    if ((std::strcmp(argv[i], "--bandwidth") == 0 && measure_bandwidth) ||
+        (std::strcmp(argv[i], "--isa") == 0 && isa_given)) {
+      std::fprintf(stderr, "qmoe info: %s is given twice\n", argv[i]);
+      return 2;
+    }
     if (std::strcmp(argv[i], "--bandwidth") == 0) {
       measure_bandwidth = true;
     } else if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc) {
+      isa_given = true;
       if (!parse_isa(argv[++i], &requested)) {
         std::fprintf(stderr, "qmoe info: --isa takes scalar, avx2 or avx512\n");
         return 2;

@@ -28,6 +28,10 @@ int dispatch(int argc, char** argv) {
   if (std::strcmp(command, "info") == 0) return run_info_command(argc - 2, argv + 2);
   if (std::strcmp(command, "run") == 0) return run_run_command(argc - 2, argv + 2);
   if (std::strcmp(command, "version") == 0) {
+    if (argc > 2) {
+      std::fprintf(stderr, "qmoe version: takes no options ('%s')\n", argv[2]);
+      return 2;
+    }
     std::printf("qmoe %s (library %s)\n", QMOE_VERSION_STRING, qmoe_version_string());
     return 0;
   }
@@ -47,7 +51,14 @@ int main(int argc, char** argv) {
   // The commands size their buffers from the options and check them against physical memory;
   // an allocation that fails all the same is reported, not an abort.
   try {
-    return dispatch(argc, argv);
+    const int status = dispatch(argc, argv);
+    // A report that could not be written (a full disk, a closed pipe: `--json > /dev/full`)
+    // is a failure, not an exit 0 with the output lost.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      std::fprintf(stderr, "qmoe: writing to standard output failed\n");
+      return status == 0 ? 1 : status;
+    }
+    return status;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
                  "qmoe: out of memory (an allocation failed); try fewer --layers or a "

@@ -16,7 +16,9 @@ Progress::Progress(std::string label, uint64_t total, bool enabled)
 }
 
 Progress::~Progress() {
-  finish();
+  // Destroyed before finish(): the work stopped early (an error), so the bar is left where it
+  // was rather than drawn at 100%; only the line is ended.
+  if (enabled_ && !finished_ && tty_) std::fputc('\n', stderr);
 }
 
 void Progress::update(uint64_t done) {

@@ -16,6 +16,8 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void update(uint64_t done);
+  // Draws 100% and ends the line; call it when the work is done. A bar destroyed without it
+  // (an early return) stays at its last value.
   void finish();
 
  private:

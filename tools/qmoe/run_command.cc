@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,7 +60,7 @@ void print_usage(std::FILE* out) {
       "  --activations f32|f16|bf16  type of the hidden state each layer reads and writes\n"
       "                        (default f32; f16/bf16 use qmoe_moe_forward_typed)\n"
       "  --isa scalar|avx2|avx512  highest tier (default: the process default)\n"
-      "  --threads N           threads (default 0 = one per physical core)\n"
+      "  --threads N           threads, at most 1024 (default 0 = one per physical core)\n"
       "  --seed S              seed of weights and router logits (default 1)\n"
       "  --json                JSON summary on stdout, human report on stderr\n"
       "  --help                this text\n");
@@ -87,8 +88,17 @@ bool parse_u32(const char* text, uint32_t min, uint32_t max, uint32_t* value) {
   return true;
 }
 
-// 0: parsed; otherwise the exit code (0 for --help, 2 for a bad option).
+// 0: parsed; otherwise the exit code (0 for --help, 2 for a bad option). --help anywhere wins
+// over the other arguments, whatever their order; an option given twice is an error rather
+// than the last one silently winning.
 int parse_options(int argc, char** argv, RunOptions* o, bool* help) {
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      *help = true;
+      return 0;
+    }
+  }
+  std::set<std::string> seen;
   for (int i = 0; i < argc; ++i) {
     const char* arg = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -97,10 +107,8 @@ int parse_options(int argc, char** argv, RunOptions* o, bool* help) {
       print_usage(stderr);
       return 2;
     };
-    if (std::strcmp(arg, "--help") == 0 || std::strcmp(arg, "-h") == 0) {
-      *help = true;
-      return 0;
-    } else if (std::strcmp(arg, "--json") == 0) {
+    if (std::strncmp(arg, "--", 2) == 0 && !seen.insert(arg).second) return bad("is given twice");
+    if (std::strcmp(arg, "--json") == 0) {
       o->json = true;
       continue;
     }
@@ -111,7 +119,10 @@ int parse_options(int argc, char** argv, RunOptions* o, bool* help) {
     } else if (std::strcmp(arg, "--batch") == 0) {
       if (!parse_u32(value, 1, 65536, &o->batch)) return bad("takes a count in [1, 65536]");
     } else if (std::strcmp(arg, "--threads") == 0) {
-      if (!parse_u32(value, 0, 4096, &o->threads)) return bad("takes a count (0 = all cores)");
+      static_assert(QMOE_MAX_THREADS == 1024u, "the message below names the limit");
+      if (!parse_u32(value, 0, QMOE_MAX_THREADS, &o->threads)) {
+        return bad("takes a count in [0, 1024] (0 = one per core)");
+      }
     } else if (std::strcmp(arg, "--seed") == 0) {
       if (!parse_u64(value, &o->seed)) return bad("takes an unsigned integer");
     } else if (std::strcmp(arg, "--format") == 0) {
@@ -331,6 +342,7 @@ int run_run_command(int argc, char** argv) {
   const auto generate_start = Clock::now();
   const unsigned generate_threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::unique_ptr<SyntheticLayer>> layers;
+  size_t workspace_bytes = 0;
   {
     Progress progress("generating weights", uint64_t{shape.layers} * shape.experts, true);
     for (uint32_t l = 0; l < shape.layers; ++l) {
@@ -342,7 +354,23 @@ int run_run_command(int argc, char** argv) {
         std::fprintf(stderr, "\nqmoe run: %s\n", error.c_str());
         return 1;
       }
+      if (l > 0) continue;
+      // The workspace grows with --batch (8.9 GiB at 65536 tokens) and needs a set to be
+      // sized: checked against memory as soon as the first layer exists, not after all of
+      // them, and before the OOM killer could answer instead.
+      QMOE_CHECK(qmoe_moe_workspace_size(context.get(), layers[0]->set(), o.accuracy, o.batch,
+                                         shape.top_k, &workspace_bytes));
+      if (physical > 0 &&
+          weight_bytes_total + static_cast<double>(workspace_bytes) > 0.8 * physical) {
+        std::fprintf(stderr,
+                     "\nqmoe run: the weights (%.1f GB) and a --batch %u workspace (%.1f GB) are "
+                     "over 80%% of the %.1f GB of physical memory\n",
+                     weight_bytes_total * 1e-9, o.batch,
+                     static_cast<double>(workspace_bytes) * 1e-9, physical * 1e-9);
+        return 2;
+      }
     }
+    progress.finish();
   }
   const double generate_s = seconds_since(generate_start);
 
@@ -401,19 +429,6 @@ int run_run_command(int argc, char** argv) {
   };
   if (typed) QMOE_CHECK(round_state());
 
-  size_t workspace_bytes = 0;
-  QMOE_CHECK(
-      qmoe_moe_workspace_size(context.get(), layers[0]->set(), o.accuracy, m, k, &workspace_bytes));
-  // The workspace grows with --batch (8.9 GiB at 65536 tokens): say so rather than let the
-  // allocation fail or the OOM killer answer.
-  if (physical > 0 && weight_bytes_total + static_cast<double>(workspace_bytes) > 0.8 * physical) {
-    std::fprintf(stderr,
-                 "qmoe run: the weights (%.1f GB) and a --batch %u workspace (%.1f GB) are over "
-                 "80%% of the %.1f GB of physical memory\n",
-                 weight_bytes_total * 1e-9, m, static_cast<double>(workspace_bytes) * 1e-9,
-                 physical * 1e-9);
-    return 2;
-  }
   std::vector<unsigned char> workspace(std::max<size_t>(workspace_bytes, 1));
   qmoe_moe_options mopts;
   qmoe_moe_options_init(&mopts);
@@ -473,6 +488,7 @@ int run_run_command(int argc, char** argv) {
       }
       if (timed) step_ms.push_back(seconds_since(step_start) * 1e3);
     }
+    progress.finish();
   }
   const double decode_s = seconds_since(timed_start);
   const double total_s = seconds_since(run_start);

@@ -1,7 +1,8 @@
 # Smoke test of `qmoe run`, for ctest:
 #   add_test(NAME qmoe_run_smoke COMMAND ${CMAKE_COMMAND} -DQMOE=$<TARGET_FILE:qmoe_cli>
 #            -P ${PROJECT_SOURCE_DIR}/tools/qmoe/run_smoke_test.cmake)
-# Checks: a bad option or number is refused; one layer, two steps, batch 2, with FP32 and with BF16
+# Checks: a bad option or number, a repeated option, and options to `version` are refused;
+# --help wins wherever it is; a report that cannot be written fails the run; one layer, two steps, batch 2, with FP32 and with BF16
 # activations, each on 1 and on 2 threads: every run exits 0 with a finite hidden state, the
 # activation type it was asked for, 8 distinct experts per layer for each token at most and a
 # read bandwidth measured over the weights; each type gives the same checksum on both thread
@@ -24,6 +25,30 @@ foreach(bad "--seed;0x10" "--seed; -1" "--tokens;+3" "--layers;1e2" "--threads;1
     message(FATAL_ERROR "qmoe run ${bad} exited 0, expected a refusal")
   endif()
 endforeach()
+
+# An option given twice is refused, not the last one silently winning; `version` takes no
+# options (it once dropped --json and printed text); --threads past the library's cap is a
+# usage error (exit 2) at parse time; --help anywhere prints the usage and exits 0, whatever
+# comes before it.
+foreach(bad "run;--layers;1;--tokens;1;--layers;2" "run;--json;--json;--layers;1"
+            "info;--isa;scalar;--isa;avx2" "version;--json" "run;--threads;1025;--layers;1")
+  execute_process(COMMAND ${QMOE} ${bad} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2)
+    message(FATAL_ERROR "qmoe ${bad} exited ${rc}, expected 2:\n${err}")
+  endif()
+endforeach()
+execute_process(COMMAND ${QMOE} run --layers 0 --help RESULT_VARIABLE rc OUTPUT_VARIABLE usage
+                ERROR_QUIET)
+if(NOT rc EQUAL 0 OR NOT usage MATCHES "usage: qmoe run")
+  message(FATAL_ERROR "qmoe run --layers 0 --help exited ${rc}, expected 0 and the usage")
+endif()
+# A report that cannot be written is a failure (it once exited 0 with the JSON lost).
+if(EXISTS /dev/full)
+  execute_process(COMMAND ${QMOE} version OUTPUT_FILE /dev/full RESULT_VARIABLE rc ERROR_QUIET)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "qmoe version > /dev/full exited 0, expected a write failure")
+  endif()
+endif()
 
 # Runs the small decode with --activations `type` on 1 and 2 threads, checks each run, and sets
 # `out_checksum` to the checksum both gave.
