@@ -231,10 +231,8 @@ QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
 QMOE_API qmoe_status qmoe_context_destroy(qmoe_context* context) {
   if (context == nullptr) return QMOE_STATUS_OK;
   QMOE_RESOLVE_CONTEXT(impl, context);
-  // Live -> dead in one step: of two racing destroys only one frees the context and queues
-  // the shell (a plain store let both through: a double free).
-  uint64_t live = qmoe::kLiveMagic;
-  if (!context->magic.compare_exchange_strong(live, qmoe::kDeadMagic, std::memory_order_acq_rel)) {
+  if (!qmoe::HandlePool<qmoe_context>::claim_for_destroy(context, qmoe::kLiveMagic,
+                                                         qmoe::kDeadMagic)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_CONTEXT, "context was destroyed");
   }
   context->context = nullptr;

@@ -214,10 +214,7 @@ QMOE_API qmoe_status qmoe_expert_set_destroy(qmoe_expert_set* set) {
   if (set == nullptr) return QMOE_STATUS_OK;
   const ExpertSet* impl = nullptr;
   if (qmoe_status s = resolve_expert_set(set, __func__, &impl); s != QMOE_STATUS_OK) return s;
-  // Live -> dead in one step: of two racing destroys only one frees the set and queues the
-  // shell (a plain store let both through: a double free).
-  uint64_t live = kLiveMagic;
-  if (!set->magic.compare_exchange_strong(live, kDeadMagic, std::memory_order_acq_rel)) {
+  if (!HandlePool<qmoe_expert_set>::claim_for_destroy(set, kLiveMagic, kDeadMagic)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "set was destroyed");
   }
   set->set = nullptr;

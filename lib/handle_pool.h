@@ -10,6 +10,7 @@
 #define QMOE_LIB_HANDLE_POOL_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <new>
@@ -31,6 +32,13 @@ class HandlePool {
       return shell;
     }
     return new (std::nothrow) Shell;
+  }
+
+  /// Turn a shell's magic from `live` to `dead` in one step; true for the one caller that did,
+  /// which then frees the implementation and releases the shell. Of two racing destroys of
+  /// the same handle only one wins (a plain store let both through: a double free).
+  static bool claim_for_destroy(Shell* shell, uint64_t live, uint64_t dead) {
+    return shell->magic.compare_exchange_strong(live, dead, std::memory_order_acq_rel);
   }
 
   /// Queue a shell the caller has already marked dead.

@@ -28,10 +28,7 @@ void store_chunk(uint8_t* dst, uint32_t n, uint32_t c, uint32_t chunks, const ui
 
 qmoe_status check_dst(const char* function, uint32_t n, uint32_t k, const void* dst,
                       size_t dst_bytes) {
-  if (!matrix_dims_in_range(n, k)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "n = %u and k = %u must be in [1, 2^31] (QMOE_MAX_MATRIX_DIM)", n, k);
-  }
+  if (qmoe_status s = check_matrix_dims(function, n, k); s != QMOE_STATUS_OK) return s;
   if (dst == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "dst is NULL");
   const size_t need = int4_codes_size(n, k);
   if (dst_bytes < need) {
@@ -83,11 +80,10 @@ QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint3
   if (src == nullptr || dst == nullptr) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "%s is NULL", src == nullptr ? "src" : "dst");
   }
-  if (!matrix_dims_in_range(n, k) || block_size == 0 || k % block_size != 0) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-              "n = %u, k = %u, block_size = %u: n and k must be in [1, 2^31] and k a multiple "
-              "of block_size",
-              n, k, block_size);
+  if (qmoe_status s = check_matrix_dims(__func__, n, k); s != QMOE_STATUS_OK) return s;
+  if (block_size == 0 || k % block_size != 0) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "k = %u is not a multiple of block_size = %u", k,
+              block_size);
   }
   const uint32_t blocks = k / block_size;
   if (!plane_strides_fit(n, blocks, dst_row_stride, dst_block_stride)) {

@@ -16,10 +16,6 @@ bool valid_dtype(int32_t d) {
   return d == QMOE_DTYPE_F32 || d == QMOE_DTYPE_F16 || d == QMOE_DTYPE_BF16;
 }
 
-}  // namespace
-
-namespace {
-
 // Whether stride >= count * other, false when the product does not fit in 64 bits (a
 // stride below 2^48 cannot reach it then).
 bool at_least_product(size_t stride, size_t count, size_t other) {
@@ -146,6 +142,14 @@ size_t int4_codes_size(uint32_t n, uint32_t k) {
   return groups * chunks * kChunkBytes;
 }
 
+qmoe_status check_matrix_dims(const char* function, uint32_t n, uint32_t k) {
+  if (n >= 1 && k >= 1 && n <= QMOE_MAX_MATRIX_DIM && k <= QMOE_MAX_MATRIX_DIM) {
+    return QMOE_STATUS_OK;
+  }
+  return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+              "n = %u and k = %u must be in [1, 2^31] (QMOE_MAX_MATRIX_DIM)", n, k);
+}
+
 qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* function,
                                   qmoe_quant_matrix* out) {
   if (in == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "weights is NULL");
@@ -171,10 +175,7 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
     return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function, "weight format %d is not supported",
                 enum_bits(w.format));
   }
-  if (!matrix_dims_in_range(w.n, w.k)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "n = %u and k = %u must be in [1, 2^31] (QMOE_MAX_MATRIX_DIM)", w.n, w.k);
-  }
+  if (qmoe_status s = check_matrix_dims(function, w.n, w.k); s != QMOE_STATUS_OK) return s;
   if (w.block_size != 16 && w.block_size != 32 && w.block_size != 64 && w.block_size != 128) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "block_size %u is not 16, 32, 64 or 128",
                 w.block_size);
@@ -297,10 +298,7 @@ QMOE_API qmoe_status qmoe_quant_matrix_codes_size(qmoe_weight_format format, uin
     QMOE_FAIL(QMOE_STATUS_UNSUPPORTED_FORMAT, "weight format %d is not supported",
               static_cast<int>(format));
   }
-  if (!qmoe::matrix_dims_in_range(n, k)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-              "n = %u and k = %u must be in [1, 2^31] (QMOE_MAX_MATRIX_DIM)", n, k);
-  }
+  if (qmoe_status s = qmoe::check_matrix_dims(__func__, n, k); s != QMOE_STATUS_OK) return s;
   *bytes = qmoe::int4_codes_size(n, k);
   return QMOE_STATUS_OK;
 }

@@ -17,12 +17,11 @@ size_t dtype_size(qmoe_dtype dtype);
 /// Bytes of canonical codes for an n x k INT4 matrix.
 size_t int4_codes_size(uint32_t n, uint32_t k);
 
-/// Whether n and k are each in [1, QMOE_MAX_MATRIX_DIM]: then n rounded up to whole row
-/// groups and k to whole chunks, and every group or chunk index times its size, stay below
-/// 2^32, so 32-bit group and chunk arithmetic is exact.
-inline bool matrix_dims_in_range(uint32_t n, uint32_t k) {
-  return n >= 1 && k >= 1 && n <= QMOE_MAX_MATRIX_DIM && k <= QMOE_MAX_MATRIX_DIM;
-}
+/// OK when n and k are each in [1, QMOE_MAX_MATRIX_DIM], INVALID_ARGUMENT (naming `function`)
+/// otherwise. In range, n rounded up to whole row groups and k to whole chunks, and every group
+/// or chunk index times its size, stay below 2^32, so 32-bit group and chunk arithmetic is
+/// exact. Every entry point that takes a matrix's n and k checks them here.
+qmoe_status check_matrix_dims(const char* function, uint32_t n, uint32_t k);
 
 /// Whether a plane of n x blocks elements at row * row_stride + block * block_stride maps
 /// distinct (row, block) pairs to distinct elements without overflow: row-major

@@ -2,12 +2,12 @@
 #   add_test(NAME qmoe_run_smoke COMMAND ${CMAKE_COMMAND} -DQMOE=$<TARGET_FILE:qmoe_cli>
 #            -P ${PROJECT_SOURCE_DIR}/tools/qmoe/run_smoke_test.cmake)
 # Checks: a bad option or number, a repeated option, and options to `version` are refused;
-# --help wins wherever it is; a report that cannot be written fails the run; one layer, two steps, batch 2, with FP32 and with BF16
-# activations, each on 1 and on 2 threads: every run exits 0 with a finite hidden state, the
-# activation type it was asked for, 8 distinct experts per layer for each token at most and a
-# read bandwidth measured over the weights; each type gives the same checksum on both thread
-# counts (the MoE layer's result does not depend on them), and BF16 not FP32's (the hidden state
-# is rounded at each layer).
+# --help wins wherever it is; a report that cannot be written fails the run; one layer, two
+# steps, batch 2, with FP32 and with BF16 activations, each on 1 and on 2 threads: every run
+# exits 0 with a finite hidden state, the activation type it was asked for, 8 distinct experts
+# per layer for each token at most and a read bandwidth measured over the weights; each type
+# gives the same checksum on both thread counts (the MoE layer's result does not depend on
+# them), and BF16 not FP32's (the hidden state is rounded at each layer).
 if(NOT QMOE)
   message(FATAL_ERROR "pass -DQMOE=<path of the qmoe tool>")
 endif()
