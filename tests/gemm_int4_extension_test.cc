@@ -9,10 +9,13 @@
 // within 1e-5 of scalar relative to sum |(code - z) q| * |scale| * x_scale.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/cpu_features.h"
@@ -86,6 +89,34 @@ TEST_P(Int4QuantizeQ8, BitIdenticalToScalarWhenTheChunkMaxIsTiny) {
       if ((i / kChunkCodes) % 3 == 1) x[i] = static_cast<float>(i % 7) - 3.0f;
     }
     check(x, std::string(isa_name(GetParam())) + " tiny among ordinary chunks");
+  }
+}
+
+// NaN and +-Inf among the values, alone or beside ordinary chunks, and values near FLT_MAX:
+// the batched paths must notice them and give the scalar tier's bits (NaN -> 0; an Inf makes
+// the chunk's 127 / max 0, so its products are 0 and Inf * 0 = NaN -> 0). A path that
+// converted without that care would store -128 (INT_MIN saturated) for those lanes.
+TEST_P(Int4QuantizeQ8, BitIdenticalToScalarOnNonFiniteAndHugeInput) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float big = std::numeric_limits<float>::max();
+  for (size_t k : {64u, 256u, 300u, 544u}) {
+    std::vector<float> x(k);
+    for (size_t i = 0; i < k; ++i) x[i] = static_cast<float>(static_cast<int>(i % 11) - 5);
+    const std::vector<float> ordinary = x;
+    for (const auto& [where, value] : {std::pair<const char*, float>{"nan", nan},
+                                       {"+inf", inf},
+                                       {"-inf", -inf},
+                                       {"-nan", -nan},
+                                       {"FLT_MAX", big},
+                                       {"-FLT_MAX", -big}}) {
+      // One value in one chunk of the first batch, then one in every chunk.
+      x = ordinary;
+      x[std::min<size_t>(k - 1, 3 * kChunkCodes + 5)] = value;
+      check(x, std::string(isa_name(GetParam())) + " one " + where);
+      for (size_t i = 9; i < k; i += kChunkCodes) x[i] = value;
+      check(x, std::string(isa_name(GetParam())) + " every chunk " + where);
+    }
   }
 }
 
