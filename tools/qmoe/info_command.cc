@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <set>
+#include <string>
 
 #include "commands.h"
 #include "qmoe/qmoe.h"
@@ -33,17 +35,16 @@ bool parse_isa(const char* text, qmoe_isa* isa) {
 int run_info_command(int argc, char** argv) {
   bool measure_bandwidth = false;
   qmoe_isa requested = QMOE_ISA_DEFAULT;
-  bool isa_given = false;
+  // As in `qmoe run`: an option given twice is an error rather than the last one winning.
+  std::set<std::string> seen;
   for (int i = 0; i < argc; ++i) {
-    if ((std::strcmp(argv[i], "--bandwidth") == 0 && measure_bandwidth) ||
-        (std::strcmp(argv[i], "--isa") == 0 && isa_given)) {
+    if (std::strncmp(argv[i], "--", 2) == 0 && !seen.insert(argv[i]).second) {
       std::fprintf(stderr, "qmoe info: %s is given twice\n", argv[i]);
       return 2;
     }
     if (std::strcmp(argv[i], "--bandwidth") == 0) {
       measure_bandwidth = true;
     } else if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc) {
-      isa_given = true;
       if (!parse_isa(argv[++i], &requested)) {
         std::fprintf(stderr, "qmoe info: --isa takes scalar, avx2 or avx512\n");
         return 2;

@@ -36,12 +36,14 @@ inline int32_t horizontal_sum(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Four int32 lanes per vector packed to int8 in k order (packs interleave 128-bit lanes:
-// [i0 lo, i1 lo, i0 hi, i1 hi], which the permute restores).
-inline void store_q8(__m256i i0, __m256i i1, __m256i i2, __m256i i3, int8_t* q) {
+// A chunk's 32 quantized values (four vectors of int32 lanes) stored as int8 in k order (packs
+// interleave 128-bit lanes: [i0 lo, i1 lo, i0 hi, i1 hi], which the permute restores); returns
+// their lane-wise sum, whose eight lanes add up to the chunk's sum_q.
+inline __m256i store_q8(__m256i i0, __m256i i1, __m256i i2, __m256i i3, int8_t* q) {
   const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
   const __m256i ordered = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
+  return _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
 }
 
 // One full chunk of 32 values, any input.
@@ -68,10 +70,9 @@ inline void quantize_chunk(const float* x, int8_t* q, float* scale, float* sum_q
   const __m256i i1 = scaled(v1);
   const __m256i i2 = scaled(v2);
   const __m256i i3 = scaled(v3);
-  store_q8(i0, i1, i2, i3, q);
+  const __m256i sum = store_q8(i0, i1, i2, i3, q);
   *scale = amax / 127.0f;
-  *sum_q = static_cast<float>(
-      horizontal_sum(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3))));
+  *sum_q = static_cast<float>(horizontal_sum(sum));
 }
 
 // Eight 8-lane vectors -> lane j of the result combines the 8 lanes of v[j] with `op`.
@@ -126,8 +127,7 @@ inline bool quantize_batch(const float* x, int8_t* q, float* scale, float* sum_q
     const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(c + 8), v));
     const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(c + 16), v));
     const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(c + 24), v));
-    store_q8(i0, i1, i2, i3, q + 32 * j);
-    sums[j] = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+    sums[j] = store_q8(i0, i1, i2, i3, q + 32 * j);
   }
   _mm256_storeu_ps(scale, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
   _mm256_storeu_ps(sum_q, _mm256_cvtepi32_ps(combine8(
