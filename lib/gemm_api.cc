@@ -106,8 +106,7 @@ qmoe_status gemm(const char* function, qmoe_context* context, const qmoe_quant_m
   // problems stay on one thread.
   GemmTask task{};
   task.group_begin = n_begin / kGroupRows;
-  task.group_count =
-      static_cast<uint32_t>((size_t{n_end} + kGroupRows - 1) / kGroupRows) - task.group_begin;
+  task.group_count = row_groups(n_end) - task.group_begin;
   const uint32_t threads = ctx->num_threads();
   const size_t work = size_t{task.group_count} * plan.chunks * m;
   constexpr size_t kMinChunksPerTask = 64;  // ~8 KiB of codes: below that, waking costs more

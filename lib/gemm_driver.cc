@@ -15,7 +15,7 @@ qmoe_status make_gemm_plan(const qmoe_quant_matrix* in, const char* function, Ge
   GemmPlan p{};
   if (qmoe_status s = validate_quant_matrix(in, function, &p.w); s != QMOE_STATUS_OK) return s;
   // validate_quant_matrix admits INT4 only; a new format sets its own constants here.
-  p.chunks = static_cast<uint32_t>((size_t{p.w.k} + kChunkCodes - 1) / kChunkCodes);
+  p.chunks = chunk_count(p.w.k);
   const size_t padded_k = size_t{p.chunks} * kChunkCodes;
   p.panel_blocks = static_cast<uint32_t>((padded_k + p.w.block_size - 1) / p.w.block_size);
   // Direct plane access needs 8 consecutive rows per block in the caller's planes, and no
@@ -42,7 +42,7 @@ size_t gemm_row_scratch_bytes(const GemmPlan& plan) {
 }
 
 size_t activation_rows_bytes(qmoe_accuracy accuracy, uint32_t k, size_t capacity) {
-  const size_t chunks = (size_t{k} + kChunkCodes - 1) / kChunkCodes;
+  const size_t chunks = chunk_count(k);
   const size_t stride = chunks * kChunkCodes;
   if (accuracy == QMOE_ACCURACY_EXACT) return align64(capacity * stride * sizeof(float));
   return align64(capacity * stride) + 2 * align64(capacity * chunks * sizeof(float));
@@ -53,7 +53,7 @@ ActivationRows carve_activation_rows(qmoe_accuracy accuracy, uint32_t k, size_t 
   ActivationRows r{};
   r.accuracy = accuracy;
   r.k = k;
-  r.chunks = static_cast<uint32_t>((size_t{k} + kChunkCodes - 1) / kChunkCodes);
+  r.chunks = chunk_count(k);
   r.stride = size_t{r.chunks} * kChunkCodes;
   if (accuracy == QMOE_ACCURACY_EXACT) {
     r.x = reinterpret_cast<float*>(storage);
@@ -188,7 +188,7 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
   float bias[kGroupRows];
   const size_t scale_bytes = dtype_size(w.scale_dtype);
   const uint32_t g_begin = n_begin / kGroupRows;
-  const auto g_end = static_cast<uint32_t>((size_t{n_end} + kGroupRows - 1) / kGroupRows);
+  const uint32_t g_end = row_groups(n_end);
   for (uint32_t g = g_begin; g < g_end; ++g) {
     const uint32_t n0 = g * kGroupRows;
     const uint32_t rows = std::min(kGroupRows, w.n - n0);

@@ -13,7 +13,7 @@ extern "C" {
 
 QMOE_API size_t qmoe_grouped_plane_elements(uint32_t n, uint32_t blocks) {
   if (n == 0 || blocks == 0) return 0;
-  const size_t rows = (size_t{n} + qmoe::kGroupRows - 1) / qmoe::kGroupRows * qmoe::kGroupRows;
+  const size_t rows = size_t{qmoe::row_groups(n)} * qmoe::kGroupRows;
   if (rows > SIZE_MAX / blocks) return 0;
   return rows * blocks;
 }

@@ -53,7 +53,7 @@ QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint3
   if (ranges_overlap(src, size_t{n} * (k / 2), dst, int4_codes_size(n, k))) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
   }
-  const auto chunks = static_cast<uint32_t>((size_t{k} + kChunkCodes - 1) / kChunkCodes);
+  const uint32_t chunks = chunk_count(k);
   auto* out = static_cast<uint8_t*>(dst);
   std::memset(out, 0, int4_codes_size(n, k));
   const size_t row_bytes = k / 2;

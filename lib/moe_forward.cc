@@ -36,6 +36,7 @@
 #include "lib/gemm_driver.h"
 #include "lib/memory_ranges.h"
 #include "lib/moe_routing.h"
+#include "lib/quant_matrix.h"
 #include "lib/struct_size.h"
 
 namespace qmoe {
@@ -170,7 +171,7 @@ struct MoeCall {
   static void fc1_task(void* state, size_t t) {
     const auto* c = static_cast<const MoeCall*>(state);
     const ExpertSet& s = *c->set;
-    const uint32_t inter = s.intermediate, units = (inter + kChunkCodes - 1) / kChunkCodes;
+    const uint32_t inter = s.intermediate, units = chunk_count(inter);
     unsigned char* scratch = c->row_scratch + t * c->row_scratch_stride;
     c->for_task_units(units, t, [&](uint32_t a, uint32_t u0, uint32_t u1) {
       const uint32_t r0 = c->offset[a], count = c->offset[a + 1] - r0;
@@ -201,7 +202,7 @@ struct MoeCall {
   static void fc2_task(void* state, size_t t) {
     const auto* c = static_cast<const MoeCall*>(state);
     const ExpertSet& s = *c->set;
-    const uint32_t units = (s.hidden + kGroupRows - 1) / kGroupRows;
+    const uint32_t units = row_groups(s.hidden);
     unsigned char* scratch = c->row_scratch + t * c->row_scratch_stride;
     const ActivationView a2 = view_of(c->a2);
     c->for_task_units(units, t, [&](uint32_t a, uint32_t u0, uint32_t u1) {

@@ -50,7 +50,7 @@ bool grouped_plane_strides_fit(uint32_t n, uint32_t blocks, size_t row_stride, s
       __builtin_add_overflow(block_extent, (group_rows - 1) * row_stride + 1, &extent)) {
     return false;
   }
-  const size_t groups = (size_t{n} + kGroupRows - 1) / kGroupRows;
+  const size_t groups = row_groups(n);
   return group_stride >= extent && groups <= (size_t{1} << 62) / group_stride;
 }
 
@@ -137,8 +137,8 @@ size_t dtype_size(qmoe_dtype dtype) {
 }
 
 size_t int4_codes_size(uint32_t n, uint32_t k) {
-  const size_t groups = (size_t{n} + kGroupRows - 1) / kGroupRows;
-  const size_t chunks = (size_t{k} + kChunkCodes - 1) / kChunkCodes;
+  const size_t groups = row_groups(n);
+  const size_t chunks = chunk_count(k);
   return groups * chunks * kChunkBytes;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "lib/kernel_table.h"
+#include "lib/quant_layout.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -16,6 +17,16 @@ size_t dtype_size(qmoe_dtype dtype);
 
 /// Bytes of canonical codes for an n x k INT4 matrix.
 size_t int4_codes_size(uint32_t n, uint32_t k);
+
+/// Row groups covering rows [0, n) and chunks covering codes [0, k), rounded up in 64 bits:
+/// right for every n and k up to 2^32 - 1, where the same sum in 32 bits wraps (it once sized
+/// buffers to 0 and skipped columns near 2^32). The results fit uint32_t.
+inline uint32_t row_groups(size_t n) {
+  return static_cast<uint32_t>((n + kGroupRows - 1) / kGroupRows);
+}
+inline uint32_t chunk_count(size_t k) {
+  return static_cast<uint32_t>((k + kChunkCodes - 1) / kChunkCodes);
+}
 
 /// OK when n and k are each in [1, QMOE_MAX_MATRIX_DIM], INVALID_ARGUMENT (naming `function`)
 /// otherwise. In range, n rounded up to whole row groups and k to whole chunks, and every group
