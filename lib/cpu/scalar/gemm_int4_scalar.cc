@@ -52,7 +52,7 @@ void gemm_int4_exact(const Int4GroupArgs& a) {
       float block_sum = 0.0f;
       for (uint32_t c = 0; c < a.chunks; ++c) {
         uint8_t codes[kChunkCodes];
-        unpack_chunk_row(a.codes + c * kChunkBytes, r, codes);
+        unpack_chunk_row(a.codes + size_t{c} * kChunkBytes, r, codes);
         for (uint32_t s = 0; s < sub_blocks; ++s) {
           const uint32_t k0 = c * kChunkCodes + s * sub_len;
           const uint32_t block = k0 / a.block_size;
@@ -85,7 +85,7 @@ void gemm_int4_fast(const Int4GroupArgs& a) {
       float acc = 0.0f;
       for (uint32_t c = 0; c < a.chunks; ++c) {
         uint8_t codes[kChunkCodes];
-        unpack_chunk_row(a.codes + c * kChunkBytes, r, codes);
+        unpack_chunk_row(a.codes + size_t{c} * kChunkBytes, r, codes);
         for (uint32_t s = 0; s < sub_blocks; ++s) {
           const uint32_t k0 = c * kChunkCodes + s * sub_len;
           const uint32_t block = k0 / a.block_size;
