@@ -135,7 +135,7 @@ def main():
                                                "qmoe_moe_forward_logits_typed)" if fp16 else ""))
     xs = {m: rng.uniform(-1.0, 1.0, size=(m, HIDDEN)).astype(dtype) for m in ms}
     logits = {m: np.zeros((m, EXPERTS), dtype=dtype) for m in ms}
-    check_logits = {m: qmoe_parity.draw_logits(rng, m, EXPERTS, TOP_K).astype(dtype) for m in ms}
+    check_logits = {m: qmoe_parity.draw_logits(rng, m, EXPERTS, TOP_K, dtype) for m in ms}
     models = {level: ort_qmoe.qmoe_model(layers, TOP_K, SWIGLU, level, dtype) for level in (0, 4)}
 
 

@@ -201,6 +201,32 @@ def _checked_scale_plane(scales, scale_dtype, n, k, block_size, row_stride, bloc
     return scales
 
 
+def _c_integer(value, name, low, high, c_type):
+    """`value` as a Python int, if it is an integer (Python or numpy; not bool) in [low, high];
+    TypeError or ValueError otherwise. Why: ctypes converts a Python int to c_uint32, c_int or
+    c_size_t (arguments and struct fields alike) by silently dropping the high bits, so a
+    k of 2**32 + 2 ran as k = 2, and num_threads 2**32 + 1 as 1."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer ({c_type}), got {type(value).__name__} "
+                        f"{value!r}")
+    value = int(value)
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be a {c_type} in [{low}, {high}], got {value}")
+    return value
+
+
+def _u32(value, name):
+    return _c_integer(value, name, 0, 2**32 - 1, "uint32_t")
+
+
+def _c_int(value, name):
+    return _c_integer(value, name, -2**31, 2**31 - 1, "int")
+
+
+def _size(value, name):
+    return _c_integer(value, name, 0, 2**(8 * ctypes.sizeof(ctypes.c_size_t)) - 1, "size_t")
+
+
 def _f32_array(a, shape, name):
     return _checked_array(a, np.float32, shape, name)
 
@@ -347,8 +373,8 @@ class Library:
         """A Context with its own pool of `num_threads` (0: one per physical core)."""
         options = ContextOptions()
         self.lib.qmoe_context_options_init(ctypes.byref(options))
-        options.max_isa = max_isa
-        options.num_threads = num_threads
+        options.max_isa = _c_int(max_isa, "max_isa")
+        options.num_threads = _u32(num_threads, "num_threads")
         handle = ctypes.c_void_p()
         self.check(self.lib.qmoe_context_create(ctypes.byref(options), ctypes.byref(handle)),
                    "qmoe_context_create")
@@ -391,6 +417,7 @@ class Library:
         return out
 
     def codes_size(self, n, k):
+        n, k = _u32(n, "n"), _u32(k, "k")
         size = ctypes.c_size_t()
         self.check(self.lib.qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k,
                                                          ctypes.byref(size)),
@@ -404,6 +431,7 @@ class Library:
         out must be a writeable C-contiguous uint8 array of exactly that size (the library
         writes `size` bytes from its first element: a reversed or strided view would be
         written past its end or between its elements)."""
+        n, k = _u32(n, "n"), _u32(k, "k")
         src = _exact_integer_array(onnx_codes, np.uint8, "onnx_codes").reshape(n, k // 2)
         size = self.codes_size(n, k)
         if out is None:
@@ -418,15 +446,26 @@ class Library:
                                                   size), "qmoe_import_int4_onnx")
         return codes
 
-    @staticmethod
-    def describe_matrix(codes, n, k, block_size, scales, scale_dtype, scale_row_stride,
+    def describe_matrix(self, codes, n, k, block_size, scales, scale_dtype, scale_row_stride,
                         scale_block_stride, scale_group_stride=0):
         """A QuantMatrix struct over canonical `codes` and a scale plane at the given strides
         (group stride 0: the plain plane; no zero points: 8; no bias). The caller keeps
-        `codes` and `scales` alive. codes must be C-contiguous uint8; scales C-contiguous of
-        scale_dtype's numpy type (F32 float32, F16 float16, BF16 uint16 bits) and holding every
-        element the strides address (checked: the struct is only pointers)."""
+        `codes` and `scales` alive. codes must be C-contiguous uint8 of at least
+        codes_size(n, k) bytes; scales C-contiguous of scale_dtype's numpy type (F32 float32,
+        F16 float16, BF16 uint16 bits) and holding every element the strides address (both
+        checked: the struct is only pointers, and the library reads whatever lies there)."""
+        n, k, block_size = _u32(n, "n"), _u32(k, "k"), _u32(block_size, "block_size")
+        scale_row_stride = _size(scale_row_stride, "scale_row_stride")
+        scale_block_stride = _size(scale_block_stride, "scale_block_stride")
+        scale_group_stride = _size(scale_group_stride, "scale_group_stride")
         codes = _checked_array(codes, np.uint8, None, "codes")
+        try:
+            needed = self.codes_size(n, k)
+        except QmoeError:
+            needed = 0  # a shape the library refuses: every call with this struct fails first
+        if codes.nbytes < needed:
+            raise ValueError(f"codes hold {codes.nbytes} bytes; an {n} x {k} INT4 matrix is "
+                             f"{needed} (codes_size)")
         scales = _checked_scale_plane(scales, scale_dtype, n, k, block_size, scale_row_stride,
                                       scale_block_stride, scale_group_stride)
         w = QuantMatrix()
@@ -457,7 +496,8 @@ class Library:
 
     def gemm(self, context, matrix, accuracy, x, y=None):
         """y[m, :] = W x[m, :] for every row of float32 x [m, k]; returns y [m, n]."""
-        m = x.shape[0]
+        m = _u32(np.shape(x)[0], "m (rows of x)")
+        accuracy = _c_int(accuracy, "accuracy")
         n, k = matrix.struct.n, matrix.struct.k
         x = _f32_array(x, (m, k), "x")
         if y is None:
@@ -483,6 +523,10 @@ class Library:
           True      FP16 planes [K/block, N] (block-major).
         FP16 planes need FP16-representable values (checked). fc1 and fc2 must be uint8 (or
         integers that all fit in it: checked, never cast)."""
+        block_size = _u32(block_size, "block_size")
+        swiglu_fusion = _c_int(swiglu_fusion, "swiglu_fusion")
+        if block_size == 0:
+            raise ValueError("expert_set_from_onnx: block_size must not be 0")
         fc1 = _exact_integer_array(fc1, np.uint8, "fc1")
         fc2 = _exact_integer_array(fc2, np.uint8, "fc2")
         fc1_scales, fc2_scales = np.asarray(fc1_scales), np.asarray(fc2_scales)
@@ -490,6 +534,8 @@ class Library:
             raise ValueError(f"expert_set_from_onnx: fc1 must be [E, 2I, H/2], got {fc1.shape}")
         e_count, two_i, h_half = fc1.shape
         hidden, inter = 2 * h_half, two_i // 2
+        for value, what in ((e_count, "E"), (two_i, "2I"), (hidden, "H")):
+            _u32(value, f"expert_set_from_onnx: {what}")
         if (fc2.shape != (e_count, hidden, inter // 2)
                 or fc1_scales.shape != (e_count, two_i, hidden // block_size)
                 or fc2_scales.shape != (e_count, hidden, inter // block_size)):
@@ -550,6 +596,8 @@ class Library:
     def route_topk(self, logits, k, renormalize=True):
         """qmoe_moe_route_topk on float32 logits [m, E]: (ids int32 [m, k], weights float32)."""
         m, e_count = logits.shape
+        m, e_count = _u32(m, "m (rows of logits)"), _u32(e_count, "E (columns of logits)")
+        k = _u32(k, "k")
         logits = _f32_array(logits, (m, e_count), "logits")
         ids = np.zeros((m, k), dtype=np.int32)
         weights = np.zeros((m, k), dtype=np.float32)
@@ -566,7 +614,8 @@ class Library:
         ids = _exact_integer_array(ids, np.int32, "ids")
         if ids.ndim != 2:
             raise ValueError(f"ids must be [m, k], got shape {ids.shape}")
-        m, k = ids.shape
+        m, k = _u32(ids.shape[0], "m (rows of ids)"), _u32(ids.shape[1], "k (columns of ids)")
+        accuracy = _c_int(accuracy, "accuracy")
         dtype = _activation_dtype(x)
         x = _checked_array(x, dtype, (m, expert_set.hidden), "x")
         weights = _f32_array(weights, (m, k), "weights")
@@ -589,7 +638,8 @@ class Library:
         float32), or qmoe_moe_forward_logits_typed with QMOE_DTYPE_F16 (all float16), with
         every argument converted once (one bare ctypes call per run, for timing loops; the
         arrays are read at each call, so their contents may change between calls)."""
-        m = x.shape[0]
+        m = _u32(np.shape(x)[0], "m (rows of x)")
+        accuracy, k = _c_int(accuracy, "accuracy"), _u32(k, "k")
         dtype = _activation_dtype(x)
         x = _checked_array(x, dtype, (m, expert_set.hidden), "x")
         logits = _checked_array(logits, dtype, (m, expert_set.num_experts), "logits")
@@ -607,7 +657,10 @@ class Library:
             status = function(*args)
             if status != QMOE_STATUS_OK:
                 check(status, name)
-        call.keep = (x, logits, y)
+        # Everything the bare call reaches: the arrays, and the set and context behind the raw
+        # handles (an ExpertSet built inside the call expression would otherwise be collected
+        # with the weights its C set points at, and call() read freed memory).
+        call.keep = (x, logits, y, expert_set, context)
         return call
 
     def moe_forward_logits(self, context, expert_set, accuracy, x, logits, k,

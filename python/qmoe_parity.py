@@ -61,11 +61,13 @@ def boundary_ties(logits, k):
     return s[:, k - 1] == s[:, k]
 
 
-def draw_logits(rng, m, experts, k):
-    """Random router logits [m, experts] (float32, N(0, 4)) with no tie at the top-k
-    boundary, where ORT and libqmoe could select different experts."""
+def draw_logits(rng, m, experts, k, dtype=np.float32):
+    """Random router logits [m, experts] of `dtype` (float32 or float16; N(0, 4)) with no tie
+    at the top-k boundary, where ORT and libqmoe could select different experts. The check is
+    made after rounding to `dtype`: FP32 logits that differ can round to the same FP16 value
+    (about one M = 4 draw in 40 did), and then the two sides route differently."""
     while True:
-        logits = (2.0 * rng.standard_normal((m, experts))).astype(np.float32)
+        logits = (2.0 * rng.standard_normal((m, experts))).astype(np.float32).astype(dtype)
         if not boundary_ties(logits, k).any():
             return logits
 

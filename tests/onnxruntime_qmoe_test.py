@@ -79,7 +79,7 @@ def check_fp16(library, context, layer, swiglu, swiglu_name, threads, rng):
         for m in TOKENS:
             case = f"block {layer.block}, {swiglu_name}, M={m}, FP16"
             x16 = rng.uniform(-1.0, 1.0, size=(m, HIDDEN)).astype(np.float16)
-            logits16 = qmoe_parity.draw_logits(rng, m, EXPERTS, K).astype(np.float16)
+            logits16 = qmoe_parity.draw_logits(rng, m, EXPERTS, K, np.float16)
             x32, logits32 = x16.astype(np.float32), logits16.astype(np.float32)
             ids, weights = library.route_topk(logits32, K)
             outputs = {}

@@ -12,6 +12,15 @@ its output, read outside its input, or compute with silently changed values:
   3. ids (moe_forward) and codes (import_onnx_codes, expert_set_from_onnx) were cast unsafely:
      int64 2**32 + 1 and float 1.9 both became expert 1, int64 code 300 became 44;
   4. outputs were not checked for writeability: y over an immutable bytes object was written.
+A second review found four more:
+  5. scalar integers (num_threads, n, k, block_size, strides, top-k, accuracy) went through
+     ctypes, which drops the high bits: k = 2**32 + 2 ran as k = 2;
+  6. describe_matrix did not compare the codes with codes_size(n, k): the library read past a
+     short array;
+  7. forward_logits_call kept the arrays but not the expert set: a set built inside the call
+     expression was collected with its weights, and the call read freed memory;
+  8. qmoe_parity.draw_logits checked for top-k boundary ties before the FP16 rounding that
+     makes new ones (about one M = 4 draw in 40), so ORT and libqmoe routed differently.
 Each refusal is checked to raise ValueError or TypeError (the wrapper's own check, not a
 QmoeError from the library) and to leave the output buffer and the guard bytes on both sides
 of it as they were: every output lives between two guards of its own length, so a write
@@ -31,6 +40,7 @@ Exit status: 0 pass, 1 failure (each failing check printed), 77 skipped (numpy c
 imported; the reason is printed).
 """
 
+import gc
 import os
 import sys
 import traceback
@@ -302,6 +312,67 @@ def check_scales(library, checks, context, rng):
                   "qmoe_gemm, a read-only x: accepted, the same y")
 
 
+def check_integer_arguments(library, checks, context, rng):
+    """Defects 5 and 6: scalar integers out of their C type's range, a short codes array, and
+    a zero block size (which used to raise ZeroDivisionError from the shape check)."""
+    n, k = 16, 64
+    blocks = k // BLOCK
+    onnx = rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8)
+    scales = random_scales(rng, (n, blocks))
+    codes = library.import_onnx_codes(onnx, n, k)
+    checks.refused("context, num_threads 2**32 + 1 (was: a 1-thread context)",
+                   lambda: library.context(2**32 + 1))
+    checks.refused("context, num_threads -1", lambda: library.context(-1))
+    checks.refused("codes_size, n 2**32 + 8 (was: the size of n = 8)",
+                   lambda: library.codes_size(2**32 + 8, k))
+    checks.refused("import_onnx_codes, k 2**32 + 64",
+                   lambda: library.import_onnx_codes(onnx, n, 2**32 + k))
+    checks.refused("describe_matrix, codes one byte short of codes_size(n, k)",
+                   lambda: library.describe_matrix(codes[:-1].copy(), n, k, BLOCK, scales,
+                                                   libqmoe.QMOE_DTYPE_F32, blocks, 1))
+    checks.refused("describe_matrix, a float n",
+                   lambda: library.describe_matrix(codes, float(n), k, BLOCK, scales,
+                                                   libqmoe.QMOE_DTYPE_F32, blocks, 1))
+    checks.refused("describe_matrix, block stride 2**64",
+                   lambda: library.describe_matrix(codes, n, k, BLOCK, scales,
+                                                   libqmoe.QMOE_DTYPE_F32, blocks, 2**64))
+    matrix = library.import_onnx_matrix(onnx, n, k, BLOCK, scales, libqmoe.QMOE_DTYPE_F32,
+                                        blocks, 1)
+    x = rng.uniform(-1.0, 1.0, size=(2, k)).astype(np.float32)
+    y = Guarded((2, n), np.float32)
+    checks.refused("qmoe_gemm, accuracy 2**32 + 1 (was: EXACT)",
+                   lambda: library.gemm(context, matrix, 2**32 + EXACT, x, y.payload), y)
+    layer = Layer(rng)
+    checks.refused("expert_set_from_onnx, block_size 0",
+                   lambda: layer.expert_set(library, block_size=0))
+    logits = qmoe_parity.draw_logits(rng, 2, EXPERTS, TOP_K)
+    checks.refused("route_topk, k 2**32 + TOP_K (was: TOP_K)",
+                   lambda: library.route_topk(logits, 2**32 + TOP_K))
+    xm = rng.uniform(-1.0, 1.0, size=(2, HIDDEN)).astype(np.float32)
+    with layer.expert_set(library) as expert_set:
+        ids, weights = library.route_topk(logits, TOP_K)
+        out = Guarded((2, HIDDEN), np.float32)
+        checks.refused("qmoe_moe_forward, accuracy 2**32 + 1",
+                       lambda: library.moe_forward(context, expert_set, 2**32 + EXACT, xm, ids,
+                                                   weights, out.payload), out)
+        out = Guarded((2, HIDDEN), np.float32)
+        checks.refused("forward_logits_call, k 2**32 + TOP_K",
+                       lambda: library.forward_logits_call(context, expert_set, EXACT, xm,
+                                                           logits, 2**32 + TOP_K, out.payload),
+                       out)
+
+
+def check_parity_logits(checks, rng):
+    """Defect 8: FP16 logits from draw_logits have no tie at the top-k boundary. At M = 32,
+    E = 128, k = 8 about half of the FP32 draws tie once rounded to FP16."""
+    tied = 0
+    for _ in range(50):
+        logits = qmoe_parity.draw_logits(rng, 32, 128, 8, np.float16)
+        tied += logits.dtype != np.float16 or bool(qmoe_parity.boundary_ties(logits, 8).any())
+    checks.expect(tied == 0, f"draw_logits(float16): {50 - tied} of 50 draws are float16 with "
+                  "no tie at the top-k boundary")
+
+
 def check_moe(library, checks, context, rng):
     """Defects 3 (ids, expert codes) and 4 (y) for the MoE layer; the valid forms against the
     FP64 reference and against each other."""
@@ -364,6 +435,20 @@ def check_moe(library, checks, context, rng):
         checks.expect(np.array_equal(y.payload, got) and y.guards_intact(),
                       "forward_logits_call into a guarded y: the same y, guards intact")
 
+    # Defect 7: the call is all that holds the set (and its weights); collect everything else.
+    y = Guarded((m, HIDDEN), np.float32)
+    call = library.forward_logits_call(context, layer.expert_set(library), EXACT, x, logits,
+                                       TOP_K, y.payload)
+    for _ in range(3):
+        gc.collect()
+        # Reuse freed memory the way later work would (the defect read whatever lay there).
+        scratch = [np.full(4096, 1e30, dtype=np.float32) for _ in range(64)]
+    del scratch
+    call()
+    checks.expect(np.array_equal(y.payload, got) and y.guards_intact(),
+                  "forward_logits_call on a set only the call holds, after gc: the same y")
+    call.keep[3].close()
+
     bad_fc1 = layer.fc1.astype(np.int64)
     bad_fc1[1, 2, 3] = 300
     checks.refused("expert_set_from_onnx, fc1 int64 holding 300",
@@ -387,7 +472,9 @@ def main():
     with library.context(2) as context:
         for group in (lambda: check_codes_out(library, checks, rng),
                       lambda: check_scales(library, checks, context, rng),
-                      lambda: check_moe(library, checks, context, rng)):
+                      lambda: check_moe(library, checks, context, rng),
+                      lambda: check_integer_arguments(library, checks, context, rng),
+                      lambda: check_parity_logits(checks, rng)):
             # A valid form that raises is a failure too; the other groups still run.
             try:
                 group()
