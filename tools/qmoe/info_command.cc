@@ -38,6 +38,10 @@ int run_info_command(int argc, char** argv) {
   // As in `qmoe run`: an option given twice is an error rather than the last one winning.
   std::set<std::string> seen;
   for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("usage: qmoe info [--isa scalar|avx2|avx512] [--bandwidth]\n");
+      return 0;
+    }
     if (std::strncmp(argv[i], "--", 2) == 0 && !seen.insert(argv[i]).second) {
       std::fprintf(stderr, "qmoe info: %s is given twice\n", argv[i]);
       return 2;

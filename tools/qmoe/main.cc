@@ -28,6 +28,10 @@ int dispatch(int argc, char** argv) {
   if (std::strcmp(command, "info") == 0) return run_info_command(argc - 2, argv + 2);
   if (std::strcmp(command, "run") == 0) return run_run_command(argc - 2, argv + 2);
   if (std::strcmp(command, "version") == 0) {
+    if (argc == 3 && (std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0)) {
+      std::printf("usage: qmoe version\n");
+      return 0;
+    }
     if (argc > 2) {
       std::fprintf(stderr, "qmoe version: takes no options ('%s')\n", argv[2]);
       return 2;
@@ -48,7 +52,7 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The commands size their buffers from the options and check them against physical memory;
+  // The commands size their buffers from the options and check them against usable memory;
   // an allocation that fails all the same is reported, not an abort.
   try {
     const int status = dispatch(argc, argv);

@@ -1,6 +1,5 @@
 // `qmoe run`: a MoE decode end to end on the CPU with a synthetic model of the Qwen3-30B-A3B
 // shape, through the public C ABI only. Prints what a performance engineer wants to see.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "memory_limit.h"
 #include "progress.h"
 #include "qmoe/qmoe.h"
 #include "synthetic_model.h"
@@ -237,7 +237,7 @@ int run_run_command(int argc, char** argv) {
   std::FILE* out = o.json ? stderr : stdout;  // the human report
   const auto run_start = Clock::now();
 
-  // ---- Model size against physical memory.
+  // ---- Model size against the memory this process may use (physical, or its cgroup limit).
   ExpertBytes eb;
   std::string error;
   if (!expert_bytes(shape, &eb, &error)) {
@@ -247,15 +247,15 @@ int run_run_command(int argc, char** argv) {
   const size_t bytes_per_expert = eb.total();
   const double weight_bytes_total =
       static_cast<double>(bytes_per_expert) * shape.experts * shape.layers;
-  const double physical =
-      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (physical > 0 && weight_bytes_total > 0.7 * physical) {
+  const double usable = usable_memory_bytes();  // physical, or the cgroup's limit if lower
+  if (usable > 0 && weight_bytes_total > 0.7 * usable) {
     const double per_layer = static_cast<double>(bytes_per_expert) * shape.experts;
     std::fprintf(stderr,
                  "qmoe run: %u layers need %.1f GB of weights, over 70%% of the %.1f GB of "
-                 "physical memory; at most %u layers fit here\n",
-                 shape.layers, weight_bytes_total * 1e-9, physical * 1e-9,
-                 static_cast<unsigned>(0.7 * physical / per_layer));
+                 "memory this process may use (physical memory, or its cgroup's limit); at "
+                 "most %u layers fit here\n",
+                 shape.layers, weight_bytes_total * 1e-9, usable * 1e-9,
+                 static_cast<unsigned>(0.7 * usable / per_layer));
     return 2;
   }
 
@@ -360,13 +360,12 @@ int run_run_command(int argc, char** argv) {
       // them, and before the OOM killer could answer instead.
       QMOE_CHECK(qmoe_moe_workspace_size(context.get(), layers[0]->set(), o.accuracy, o.batch,
                                          shape.top_k, &workspace_bytes));
-      if (physical > 0 &&
-          weight_bytes_total + static_cast<double>(workspace_bytes) > 0.8 * physical) {
+      if (usable > 0 && weight_bytes_total + static_cast<double>(workspace_bytes) > 0.8 * usable) {
         std::fprintf(stderr,
                      "\nqmoe run: the weights (%.1f GB) and a --batch %u workspace (%.1f GB) are "
-                     "over 80%% of the %.1f GB of physical memory\n",
+                     "over 80%% of the %.1f GB of memory this process may use\n",
                      weight_bytes_total * 1e-9, o.batch,
-                     static_cast<double>(workspace_bytes) * 1e-9, physical * 1e-9);
+                     static_cast<double>(workspace_bytes) * 1e-9, usable * 1e-9);
         return 2;
       }
     }
@@ -504,7 +503,9 @@ int run_run_command(int argc, char** argv) {
   // ---- Report.
   std::sort(step_ms.begin(), step_ms.end());
   const double step_min_ms = step_ms.front();
-  const double step_median_ms = step_ms[step_ms.size() / 2];
+  const size_t mid = step_ms.size() / 2;  // an even count: the mean of the middle two
+  const double step_median_ms =
+      step_ms.size() % 2 == 1 ? step_ms[mid] : 0.5 * (step_ms[mid - 1] + step_ms[mid]);
   const double step_max_ms = step_ms.back();
   const double token_count = static_cast<double>(o.tokens) * m;
   const double layer_calls = static_cast<double>(o.tokens) * shape.layers;

@@ -42,6 +42,14 @@ execute_process(COMMAND ${QMOE} run --layers 0 --help RESULT_VARIABLE rc OUTPUT_
 if(NOT rc EQUAL 0 OR NOT usage MATCHES "usage: qmoe run")
   message(FATAL_ERROR "qmoe run --layers 0 --help exited ${rc}, expected 0 and the usage")
 endif()
+# Every command's --help (or -h) prints its usage on stdout and exits 0 (`info --help` and
+# `version --help` were usage errors, exit 2).
+foreach(help "info;--help" "info;--isa;avx2;-h" "version;--help" "run;-h")
+  execute_process(COMMAND ${QMOE} ${help} RESULT_VARIABLE rc OUTPUT_VARIABLE usage ERROR_QUIET)
+  if(NOT rc EQUAL 0 OR NOT usage MATCHES "usage: qmoe")
+    message(FATAL_ERROR "qmoe ${help} exited ${rc} with '${usage}', expected 0 and the usage")
+  endif()
+endforeach()
 # A report that cannot be written is a failure (it once exited 0 with the JSON lost).
 if(EXISTS /dev/full)
   execute_process(COMMAND ${QMOE} version OUTPUT_FILE /dev/full RESULT_VARIABLE rc ERROR_QUIET)
