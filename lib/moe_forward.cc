@@ -68,9 +68,16 @@ bool make_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uint32_
   }
   Layout l{};
   size_t at = 0;
-  const auto take = [&at](size_t bytes) {
+  // The bounds above keep each piece's product in size_t; their sum is checked as it grows
+  // (each piece is at most a quarter or half of SIZE_MAX, not their total).
+  bool fits = true;
+  const auto take = [&at, &fits](size_t bytes) {
     const size_t offset = at;
-    at += align64(bytes);
+    if (bytes > SIZE_MAX - 64 - at) {
+      fits = false;
+    } else {
+      at += align64(bytes);
+    }
     return offset;
   };
   l.counts = take(size_t{s.num_experts} * sizeof(uint32_t));
@@ -94,6 +101,7 @@ bool make_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uint32_
   l.a2 = take(activation_rows_bytes(accuracy, s.intermediate, routes));
   l.y2 = take(routes * h * sizeof(float));
   l.row_scratch = take(max_parallel_tasks(threads) * s.row_scratch_bytes);
+  if (!fits) return false;
   l.total = at;
   *out = l;
   return true;
