@@ -233,8 +233,9 @@ QMOE_API qmoe_status qmoe_convert_f32_to_bf16(qmoe_context* context, const float
  * Canonical codes are tiled by 8 rows and 32 k: for row n, code k the byte is at
  *   ((n / 8) * ceil(K / 32) + k / 32) * 128 + (n % 8) * 16 + (k % 16)
  * holding code k in its low nibble when k % 32 < 16 and in its high nibble otherwise; rows
- * and codes past N and K are zero padding. The same bytes are read by the CPU and the CUDA
- * kernels, so an expert moves between host and device with a plain copy.
+ * and codes past N and K are zero padding. The layout is meant to be read as it is by CUDA
+ * kernels too (a warp's 32 lanes read four whole chunks), so that an expert moves between host
+ * and device with a plain copy; libqmoe's CUDA expert kernels are not written yet.
  * ------------------------------------------------------------------------------------------- */
 
 /** Weight formats; fixed values. */
