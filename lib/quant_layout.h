@@ -28,6 +28,12 @@ constexpr uint32_t kInt4DefaultZeroPoint = 8;
 // Activations of one GEMM call quantized for the fast level, per row m and chunk c:
 //   x[m, 32c + i] ~= scale[m, c] * q[m, 32c + i],  q in [-127, 127], zero past K;
 //   sum_q[m, c] = sum_i q[m, 32c + i] (exact as float: |sum| <= 32 * 127).
+// A chunk whose max|x| is below kQ8FlushBelow (zero included) quantizes to q = 0, scale 0:
+// from there down 127 / max|x| overflows (below ~2^-121) or max|x| / 127 is subnormal and no
+// longer within 2^-24 of its value, so the documented bound could not hold. Above it both
+// divisions are normal and finite, every product |x * 127 / max| stays below 127.5, and no
+// division by zero is ever evaluated (the divide-by-zero flag stays clear).
+constexpr float kQ8FlushBelow = 0x1p-119f;
 struct Q8Activations {
   const int8_t* q;     // m * q_stride bytes, q_stride = chunks * 32
   const float* scale;  // m * chunks

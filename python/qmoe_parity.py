@@ -72,18 +72,24 @@ def draw_logits(rng, m, experts, k, dtype=np.float32):
             return logits
 
 
+# A chunk whose max|x| is below this quantizes to 0 (lib/quant_layout.h, kQ8FlushBelow).
+Q8_FLUSH_BELOW = 2.0 ** -119
+
+
 def _chunks(a, chunk):
     return a.reshape(a.shape[0], a.shape[1] // chunk, chunk)
 
 
 def _q8_fast_rows(x):
     """libqmoe's fast-level activation rows (docs/formats.md), in the same FP32 operations:
-    per 32 k, s = max|x| / 127, q = rint(x * (127 / max|x|)); returns s * q in FP64."""
+    per 32 k, s = max|x| / 127, q = rint(x * (127 / max|x|)), and q = 0, s = 0 where max|x| is
+    below 2^-119 (zero included); returns s * q in FP64."""
     c = _chunks(x.astype(np.float32), 32)
     amax = np.abs(c).max(axis=2, keepdims=True)
-    s = amax / np.float32(127.0)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax != 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+    keep = amax >= np.float32(Q8_FLUSH_BELOW)
+    safe = np.where(keep, amax, np.float32(1.0)).astype(np.float32)
+    s = np.where(keep, safe / np.float32(127.0), np.float32(0.0)).astype(np.float32)
+    inv = np.where(keep, np.float32(127.0) / safe, np.float32(0.0)).astype(np.float32)
     q = np.clip(np.rint(c * inv), -127, 127)
     return (s.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
 
@@ -100,7 +106,9 @@ def _q8_bound(a, da, chunk):
     damax = dc.max(axis=2, keepdims=True)
     s = amax / 127.0
     scale_shift = damax + 1e-6 * amax
-    all_perturbation = amax <= 2 * damax  # any q is possible
+    flushed = amax + damax < Q8_FLUSH_BELOW  # quantized to 0 whatever the perturbation
+    # All perturbation, or on either side of the flush: any q is possible.
+    all_perturbation = (amax <= 2 * damax) | (amax - damax < Q8_FLUSH_BELOW)
     denominator = np.where(all_perturbation, 1.0, amax - damax)
     safe_amax = np.where(all_perturbation, 1.0, amax)
     t = c * 127.0 / safe_amax
@@ -108,9 +116,10 @@ def _q8_bound(a, da, chunk):
     margin = 127.0 * (dc + np.abs(c) * damax / denominator) / denominator + 1e-4
     to_boundary = np.abs(np.abs(t - np.trunc(t)) - 0.5)
     near = to_boundary <= margin
-    out = np.where(all_perturbation, c, s * q)
-    bound = np.where(all_perturbation, 2 * (amax + damax),
-                     scale_shift + np.where(near, s + damax / 127.0, 0.0))
+    out = np.where(flushed, 0.0, np.where(all_perturbation, c, s * q))
+    bound = np.where(flushed, amax + damax,
+                     np.where(all_perturbation, 2 * (amax + damax),
+                              scale_shift + np.where(near, s + damax / 127.0, 0.0)))
     return out.reshape(a.shape), bound.reshape(a.shape)
 
 

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -75,9 +76,9 @@ TEST_P(Int4QuantizeQ8, BitIdenticalToScalarOnFiniteInput) {
   }
 }
 
-// A chunk whose max |x| is below 127 / FLT_MAX (~3.7e-37) has 127 / max = +Inf: products are
-// +-Inf (-> +-127) or 0 * Inf = NaN (-> 0) in the scalar reference. Every chunk tiny, and tiny
-// chunks among ordinary ones, in lengths that reach both the one-chunk and the batched paths.
+// A chunk whose max |x| is below 2^-119 (kQ8FlushBelow) quantizes to q = 0 and scale 0 on every
+// tier. Every chunk tiny, and tiny chunks among ordinary ones, in lengths that reach both the
+// one-chunk and the batched paths.
 TEST_P(Int4QuantizeQ8, BitIdenticalToScalarWhenTheChunkMaxIsTiny) {
   for (size_t k : {70u, 300u, 520u}) {
     std::vector<float> x(k);
@@ -116,6 +117,51 @@ TEST_P(Int4QuantizeQ8, BitIdenticalToScalarOnNonFiniteAndHugeInput) {
       check(x, std::string(isa_name(GetParam())) + " one " + where);
       for (size_t i = 9; i < k; i += kChunkCodes) x[i] = value;
       check(x, std::string(isa_name(GetParam())) + " every chunk " + where);
+    }
+  }
+}
+
+// The flush itself, on the tier under test: chunks at max|x| = 0, 2^-130 (subnormal), 2^-121
+// and just below 2^-119 give q = 0, scale 0 and sum 0; a chunk at exactly 2^-119 is quantized
+// (its max to 127, scale 2^-119 / 127). And no division by zero is evaluated: the AVX2 batch
+// used to compute 127 / 0 for an all-zero chunk (then masked the lane), which raised the
+// divide-by-zero flag and trapped where a caller had unmasked it. Lengths reach the batched
+// paths (eight chunks), the one-chunk path and a partial last chunk.
+TEST_P(Int4QuantizeQ8, TinyChunksFlushToZeroWithoutDividingByZero) {
+  const float tiny[] = {0.0f,
+                        std::ldexp(1.0f, -130),
+                        std::ldexp(1.0f, -121),
+                        std::nextafter(kQ8FlushBelow, 0.0f),
+                        kQ8FlushBelow,
+                        1.0f};
+  for (size_t k : {32u, 200u, 256u, 520u}) {
+    const size_t chunks = (k + kChunkCodes - 1) / kChunkCodes;
+    std::vector<float> x(k);
+    for (size_t i = 0; i < k; ++i) {
+      const float max = tiny[(i / kChunkCodes) % 6];
+      // The chunk's max first, then smaller values of both signs.
+      x[i] = i % kChunkCodes == 0 ? max : max * (static_cast<float>(i % 5) - 2.0f) / 3.0f;
+    }
+    std::vector<int8_t> q(chunks * kChunkCodes, 99);
+    std::vector<float> s(chunks, kPoison), u(chunks, kPoison);
+    std::feclearexcept(FE_ALL_EXCEPT);
+    table().quantize_activations_q8.fn(x.data(), k, q.data(), s.data(), u.data());
+    EXPECT_FALSE(std::fetestexcept(FE_DIVBYZERO)) << isa_name(GetParam()) << " k=" << k;
+    EXPECT_FALSE(std::fetestexcept(FE_OVERFLOW | FE_INVALID)) << isa_name(GetParam()) << " k=" << k;
+    for (size_t c = 0; c < chunks; ++c) {
+      const float max = tiny[c % 6];
+      const std::string where = std::string(isa_name(GetParam())) + " k=" + std::to_string(k) +
+                                " chunk " + std::to_string(c) + " max " + std::to_string(max);
+      if (max < kQ8FlushBelow) {
+        EXPECT_EQ(s[c], 0.0f) << where;
+        EXPECT_EQ(u[c], 0.0f) << where;
+        for (size_t j = 0; j < kChunkCodes; ++j) {
+          ASSERT_EQ(q[c * kChunkCodes + j], 0) << where << " q[" << j << "]";
+        }
+      } else {
+        EXPECT_EQ(s[c], max / 127.0f) << where;
+        EXPECT_EQ(q[c * kChunkCodes], 127) << where;
+      }
     }
   }
 }

@@ -236,6 +236,30 @@ TEST_P(GemmInt4, ExtremeActivations) {
   }
 }
 
+// Activations far below FP32's normal range: 127 / max|x| overflows below ~2^-121, and below
+// 2^-119 max|x| / 127 is subnormal. The fast level flushes such chunks to 0 (docs/formats.md);
+// every tier used to quantize their non-zero values to +-127 (127 / max = +Inf), far outside
+// the bound. Chunks at 2^-130 (subnormal), 2^-121, 2^-119 exactly, 2^-110 and ordinary ones.
+TEST_P(GemmInt4, TinyActivationsMeetTheBound) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Int4Options o{19, 320, 32, QMOE_DTYPE_F16, ScaleOrder::kGrouped, false};
+  const Int4Matrix w = make_int4_matrix(o, rng);
+  ContextPtr ctx = make_context(GetParam(), 1);
+  for (uint32_t m : {1u, 4u}) {
+    std::vector<float> x = random_activations(m, o.k, rng);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const int exponents[] = {-130, -121, -119, -110, 0};
+      const int e = exponents[(i / 32) % 5];
+      // Every chunk's max at exactly 2^e (its first value), the rest below it.
+      x[i] = i % 32 == 0 ? std::ldexp(1.0f, e) : std::ldexp(std::fmod(x[i], 1.0f), e);
+    }
+    run_and_check(ctx.get(), w, QMOE_ACCURACY_FAST, x, m, 0, o.n,
+                  std::string(isa_name(GetParam())) + "/fast tiny activations m=" +
+                      std::to_string(m) + " seed=" + std::to_string(seed));
+  }
+}
+
 // The result must not depend on the thread count (columns are split, never K).
 TEST_P(GemmInt4, ThreadCountDoesNotChangeTheResult) {
   std::mt19937_64 rng(fresh_seed());

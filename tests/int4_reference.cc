@@ -229,14 +229,15 @@ Reference reference_gemm(const Int4Matrix& w, const std::vector<float>& x, uint3
   ref.fast_bound.assign(size_t{m} * n_total, 0.0);
   for (uint32_t i = 0; i < m; ++i) {
     const float* xr = x.data() + size_t{i} * k_total;
-    // The fast level's activation step per 32 k: max|x| / 127, so |x - dq(x)| <= step / 2.
+    // The fast level's activation step per 32 k: max|x| / 127, so |x - dq(x)| <= step / 2; a
+    // chunk whose max|x| is below 2^-119 quantizes to 0, so there |x - dq(x)| <= max|x|.
     std::vector<double> half_step((k_total + 31) / 32);
     for (size_t c = 0; c < half_step.size(); ++c) {
       double amax = 0;
       for (uint32_t k = c * 32; k < std::min<uint32_t>(k_total, c * 32 + 32); ++k) {
         amax = std::max(amax, std::fabs(static_cast<double>(xr[k])));
       }
-      half_step[c] = amax / 127.0 / 2.0;
+      half_step[c] = amax < 0x1p-119 ? amax : amax / 127.0 / 2.0;
     }
     for (uint32_t n = 0; n < n_total; ++n) {
       double y = 0, abs_sum = 0, quant = 0;

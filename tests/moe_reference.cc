@@ -40,8 +40,16 @@ void dequantized_q8_bound(const std::vector<double>& a, const std::vector<double
     }
     const double s = amax / 127.0;
     const double scale_shift = damax + 1e-6 * amax;  // |s' - s| * 127, FP32 rounding included
+    // Chunks whose max|a| is below 2^-119 quantize to 0 (lib/quant_layout.h, kQ8FlushBelow).
+    constexpr double kFlush = 0x1p-119;
     for (uint32_t k = c0; k < c1; ++k) {
-      if (amax <= 2 * damax) {  // the chunk is all perturbation: any q is possible
+      if (amax + damax < kFlush) {  // flushed whatever the perturbation
+        (*out)[k] = 0.0;
+        (*bound)[k] = amax + damax;
+        continue;
+      }
+      if (amax <= 2 * damax || amax - damax < kFlush) {
+        // All perturbation, or on either side of the flush: any q is possible.
         (*out)[k] = a[k];
         (*bound)[k] = 2 * (amax + damax);
         continue;

@@ -1,17 +1,18 @@
 // AVX2 activation quantization for the fast level: per 32 k, scale = max|x| / 127 and
 // q = round-half-even(x * (127 / max|x|)) clamped to [-127, 127], the same float operations as
-// the scalar tier, so both produce identical q, scales and sums for every input.
+// the scalar tier, so both produce identical q, scales and sums for every input. A chunk whose
+// max|x| is below kQ8FlushBelow (zero included) gives q = 0 and scale 0 (lib/quant_layout.h).
 //
 // Eight chunks at a time: their eight maxima and eight sums are reduced together by one
 // transpose-and-combine tree each (21 instructions for eight chunks instead of about six per
 // chunk), and the sixteen divisions are two 8-lane vdivps instead of sixteen vdivss. The maxima
 // are taken over the absolute values' bit patterns as integers, which order every non-negative
 // float as the float comparison does and put NaN above +Inf: one compare then tells whether a
-// batch holds a NaN or an Inf. A batch of finite values whose every 127 / max is finite
-// quantizes with one multiply and one conversion per vector: |x| <= max gives |x * inv| <=
-// 127 * (1 + 2^-24)^2 < 127.5, which converts to at most 127, so the clamp changes nothing and
-// no product is NaN. Any other batch, and the last full chunks and a partial one, take the
-// one-chunk path, which clamps and maps NaN to 0 as the scalar tier does.
+// batch holds a NaN or an Inf. A batch of finite values quantizes with one multiply and one
+// conversion per vector: |x| <= max gives |x * inv| <= 127 * (1 + 2^-24)^2 < 127.5 (inv is
+// finite: flushed chunks have inv = 0), which converts to at most 127, so the clamp changes
+// nothing and no product is NaN. Any other batch, and the last full chunks and a partial one, take
+// the one-chunk path, which clamps and maps NaN to 0 as the scalar tier does.
 #include <immintrin.h>
 
 #include <cstring>
@@ -57,9 +58,10 @@ inline void quantize_chunk(const float* x, int8_t* q, float* scale, float* sum_q
   m = _mm256_max_ps(_mm256_and_ps(v2, abs_mask), m);
   m = _mm256_max_ps(_mm256_and_ps(v3, abs_mask), m);
   const float amax = horizontal_max(m);
-  const __m256 inv = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  const bool flush = amax < kQ8FlushBelow;
+  const __m256 inv = _mm256_set1_ps(flush ? 0.0f : 127.0f / amax);
   // As the scalar tier: NaN products become 0 and the rest clamp to [-127, 127] before the
-  // conversion (when max|x| < ~3.7e-37, 127 / max|x| is +inf and the products are +-inf).
+  // conversion (with an Inf in the chunk, inv is 0 and that product NaN).
   const auto scaled = [&inv](__m256 v) {
     __m256 p = _mm256_mul_ps(v, inv);
     p = _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
@@ -71,7 +73,7 @@ inline void quantize_chunk(const float* x, int8_t* q, float* scale, float* sum_q
   const __m256i i2 = scaled(v2);
   const __m256i i3 = scaled(v3);
   const __m256i sum = store_q8(i0, i1, i2, i3, q);
-  *scale = amax / 127.0f;
+  *scale = flush ? 0.0f : amax / 127.0f;
   *sum_q = static_cast<float>(horizontal_sum(sum));
 }
 
@@ -107,16 +109,18 @@ inline bool quantize_batch(const float* x, int8_t* q, float* scale, float* sum_q
   }
   const __m256i amax_bits =
       combine8(m, [](__m256i a, __m256i b) { return _mm256_max_epi32(a, b); });
+  // NaN or Inf among the values (bit pattern >= +Inf's): the one-chunk path maps them.
+  if (_mm256_movemask_ps(
+          _mm256_castsi256_ps(_mm256_cmpgt_epi32(amax_bits, _mm256_set1_epi32(0x7F7FFFFF)))) != 0) {
+    return false;
+  }
   const __m256 amax = _mm256_castsi256_ps(amax_bits);
-  const __m256 inf = _mm256_set1_ps(__builtin_inff());
-  // inv = amax != 0 ? 127 / amax : 0, correctly rounded like the scalar division.
-  const __m256 inv = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(127.0f), amax),
-                                   _mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_NEQ_OQ));
-  // NaN or Inf among the values (bit pattern >= +Inf's), or 127 / max overflowing to +Inf.
-  const __m256 unusual = _mm256_or_ps(
-      _mm256_castsi256_ps(_mm256_cmpgt_epi32(amax_bits, _mm256_set1_epi32(0x7F7FFFFF))),
-      _mm256_cmp_ps(inv, inf, _CMP_EQ_OQ));
-  if (_mm256_movemask_ps(unusual) != 0) return false;
+  // Flushed lanes (max below kQ8FlushBelow, zero included) get inv = 0 and scale 0; the others
+  // 127 / max and max / 127 correctly rounded like the scalar divisions. The divisions run on
+  // max(amax, kQ8FlushBelow), so no lane divides by zero.
+  const __m256 keep = _mm256_cmp_ps(amax, _mm256_set1_ps(kQ8FlushBelow), _CMP_GE_OQ);
+  const __m256 safe = _mm256_max_ps(amax, _mm256_set1_ps(kQ8FlushBelow));
+  const __m256 inv = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(127.0f), safe), keep);
   alignas(32) float inv_lanes[8];
   _mm256_store_ps(inv_lanes, inv);
   __m256i sums[8];
@@ -129,7 +133,7 @@ inline bool quantize_batch(const float* x, int8_t* q, float* scale, float* sum_q
     const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(c + 24), v));
     sums[j] = store_q8(i0, i1, i2, i3, q + 32 * j);
   }
-  _mm256_storeu_ps(scale, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
+  _mm256_storeu_ps(scale, _mm256_and_ps(_mm256_div_ps(safe, _mm256_set1_ps(127.0f)), keep));
   _mm256_storeu_ps(sum_q, _mm256_cvtepi32_ps(combine8(
                               sums, [](__m256i a, __m256i b) { return _mm256_add_epi32(a, b); })));
   return true;

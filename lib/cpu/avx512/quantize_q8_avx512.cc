@@ -9,12 +9,12 @@
 // vdivss, which were the limit of the one-chunk loop. Remaining chunks and a partial last chunk
 // (masked loads: nothing past x + k is touched; padding quantizes to 0) take the one-chunk path.
 //
-// Products are clamped to [-127, 127] only when some 127 / max|x| is +Inf (max|x| below
-// 127 / FLT_MAX, ~3.7e-37): then x * Inf = +-Inf must give +-127 as in the scalar tier (an
-// unclamped vcvtps2dq gives INT_MIN). A NaN product maps to 0 everywhere, as in the scalar tier.
+// A chunk whose max|x| is below kQ8FlushBelow (zero included) gives q = 0 and scale 0
+// (lib/quant_layout.h says why). Every other 127 / max|x| is finite and |x * inv| < 127.5, so
+// the batch path needs no clamp; the one-chunk path keeps the scalar tier's clamp, which then
+// changes nothing. A NaN product (x NaN, or x = +-Inf where inv = 127 / Inf = 0) maps to 0
+// everywhere, as in the scalar tier.
 #include "lib/cpu/avx512/immintrin_avx512.h"
-
-#include <limits>
 
 #include "lib/cpu/avx512/kernels_avx512.h"
 #include "lib/quant_layout.h"
@@ -68,13 +68,12 @@ inline __m512 add_epi32_op(__m512 a, __m512 b) {
 }
 
 // Chunks j = 0..7 at x + 32 j, whose 127 / max values are inv[j].
-template <bool kClamp>
 inline void quantize_8_chunks(const float* x, const float inv[8], int8_t* q, float* sum_q) {
   __m512 sums[8];
   for (int j = 0; j < 8; ++j) {
     const __m512 v = _mm512_set1_ps(inv[j]);
-    const __m512i i0 = quantize_lanes<kClamp>(_mm512_loadu_ps(x + 32 * j), v);
-    const __m512i i1 = quantize_lanes<kClamp>(_mm512_loadu_ps(x + 32 * j + 16), v);
+    const __m512i i0 = quantize_lanes<false>(_mm512_loadu_ps(x + 32 * j), v);
+    const __m512i i1 = quantize_lanes<false>(_mm512_loadu_ps(x + 32 * j + 16), v);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * j), _mm512_cvtepi32_epi8(i0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * j + 16), _mm512_cvtepi32_epi8(i1));
     sums[j] = _mm512_castsi512_ps(_mm512_add_epi32(i0, i1));
@@ -88,19 +87,14 @@ void quantize_batch(const float* x, int8_t* q, float* scale, float* sum_q) {
     m[j] = lane_max(_mm512_loadu_ps(x + 32 * j), _mm512_loadu_ps(x + 32 * j + 16));
   }
   const __m256 amax = combine8(m, max_op);  // exact: max of non-NaN values in any order
-  // inv = amax != 0 ? 127 / amax : 0, correctly rounded like the scalar division.
-  const __mmask8 nonzero = _mm256_cmp_ps_mask(amax, _mm256_setzero_ps(), _CMP_NEQ_OQ);
-  const __m256 inv = _mm256_maskz_div_ps(nonzero, _mm256_set1_ps(127.0f), amax);
-  _mm256_storeu_ps(scale, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
+  // 127 / amax and amax / 127 correctly rounded like the scalar divisions, 0 in flushed lanes;
+  // masked-off lanes raise no flag, so nothing divides by zero.
+  const __mmask8 keep = _mm256_cmp_ps_mask(amax, _mm256_set1_ps(kQ8FlushBelow), _CMP_GE_OQ);
+  const __m256 inv = _mm256_maskz_div_ps(keep, _mm256_set1_ps(127.0f), amax);
+  _mm256_storeu_ps(scale, _mm256_maskz_div_ps(keep, amax, _mm256_set1_ps(127.0f)));
   alignas(32) float inv_lanes[8];
   _mm256_store_ps(inv_lanes, inv);
-  const __mmask8 infinite =
-      _mm256_cmp_ps_mask(inv, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_EQ_OQ);
-  if (infinite == 0) {
-    quantize_8_chunks<false>(x, inv_lanes, q, sum_q);
-  } else {
-    quantize_8_chunks<true>(x, inv_lanes, q, sum_q);
-  }
+  quantize_8_chunks(x, inv_lanes, q, sum_q);
 }
 
 // One chunk of 32 values, lanes outside the masks m0, m1 read as 0.
@@ -109,12 +103,13 @@ inline void quantize_chunk(const float* x, __mmask16 m0, __mmask16 m1, int8_t* q
   const __m512 v0 = _mm512_maskz_loadu_ps(m0, x);
   const __m512 v1 = _mm512_maskz_loadu_ps(m1, x + 16);
   const float amax = _mm512_reduce_max_ps(lane_max(v0, v1));
-  const __m512 inv = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  const bool flush = amax < kQ8FlushBelow;
+  const __m512 inv = _mm512_set1_ps(flush ? 0.0f : 127.0f / amax);
   const __m512i i0 = quantize_lanes<true>(v0, inv);
   const __m512i i1 = quantize_lanes<true>(v1, inv);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(i0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(i1));
-  *scale = amax / 127.0f;
+  *scale = flush ? 0.0f : amax / 127.0f;
   *sum_q = static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
 }
 

@@ -107,7 +107,8 @@ void gemm_int4_fast(const Int4GroupArgs& a) {
 }
 
 // x[0, k) -> q[0, chunks * 32), scale[chunks], sum_q[chunks]; symmetric per 32 k:
-// scale = max|x| / 127, q = round-half-even(x / scale) (0 for an all-zero chunk).
+// scale = max|x| / 127, q = round-half-even(x * (127 / max|x|)); a chunk whose max|x| is below
+// kQ8FlushBelow (zero included) gives q = 0 and scale 0 (lib/quant_layout.h says why).
 void quantize_activations_q8(const float* x, size_t k, int8_t* q, float* scale, float* sum_q) {
   const size_t chunks = (k + kChunkCodes - 1) / kChunkCodes;
   for (size_t c = 0; c < chunks; ++c) {
@@ -118,8 +119,9 @@ void quantize_activations_q8(const float* x, size_t k, int8_t* q, float* scale, 
       const float v = x[k0 + j] < 0 ? -x[k0 + j] : x[k0 + j];
       amax = v > amax ? v : amax;
     }
-    const float s = amax / 127.0f;
-    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const bool flush = amax < kQ8FlushBelow;
+    const float s = flush ? 0.0f : amax / 127.0f;
+    const float inv = flush ? 0.0f : 127.0f / amax;
     int32_t sum = 0;
     for (size_t j = 0; j < kChunkCodes; ++j) {
       int32_t v = 0;
