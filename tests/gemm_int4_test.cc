@@ -260,6 +260,35 @@ TEST_P(GemmInt4, TinyActivationsMeetTheBound) {
   }
 }
 
+// Scales near FLT_MAX (FP32 ones up to 2^125.6 here): the products (code - z) * scale overflow
+// FP32 while every output is finite. The AVX-512 exact kernel's weight tables held exactly those
+// products and returned Inf (a review found it); it now hands such groups to the scalar kernel.
+TEST_P(GemmInt4, ScalesNearFltMaxStayFinite) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (bool zero_points : {false, true}) {
+    Int4Options o{21, 256, 32, QMOE_DTYPE_F32, ScaleOrder::kRowMajor, zero_points};
+    Int4Matrix w = make_int4_matrix(o, rng);
+    // Every scale times 2^130 (exact): magnitudes 2^121 to 2^125.6, in place in the plane.
+    for (size_t i = 0; i < w.scale_values.size(); ++i) {
+      w.scale_values[i] = std::ldexp(w.scale_values[i], 130);
+      const float v = static_cast<float>(w.scale_values[i]);
+      std::memcpy(w.scales.data() + i * sizeof(float), &v, sizeof(float));
+    }
+    ContextPtr ctx = make_context(GetParam(), 1);
+    for (uint32_t m : {1u, 2u, 3u}) {
+      std::vector<float> x = random_activations(m, o.k, rng);
+      for (float& v : x) v = std::ldexp(v, -20);  // outputs about 2^115: finite
+      for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        run_and_check(ctx.get(), w, level, x, m, 0, o.n,
+                      std::string(isa_name(GetParam())) + "/" + level_name(level) +
+                          " scales * 2^130 m=" + std::to_string(m) +
+                          (zero_points ? " zero points" : "") + " seed=" + std::to_string(seed));
+      }
+    }
+  }
+}
+
 // The result must not depend on the thread count (columns are split, never K).
 TEST_P(GemmInt4, ThreadCountDoesNotChangeTheResult) {
   std::mt19937_64 rng(fresh_seed());

@@ -10,6 +10,12 @@
 // (c - z) * s is exact for FP16 and BF16 scales (an integer of magnitude <= 15 times an 11- or
 // 8-bit significand) and rounded once for FP32 scales.
 //
+// A table entry is (c - z) * s with |c - z| <= 15, so it overflows to Inf for |s| above about
+// FLT_MAX / 15 although the row's true result may be finite (the scalar tier sums x * (c - z)
+// per block first and scales after). A group with any |s| >= 2^124 (Inf included; 15 * 2^124 <
+// FLT_MAX) is therefore recomputed by the scalar kernel: one compare per block on the path,
+// and results that do not depend on the tier for scales no model has.
+//
 // The accumulators are per row and 16 lanes wide (lane j of row r sums k = j mod 16), so the
 // horizontal reduction happens once per group, and every activation row of the tile costs two
 // FMAs per row and chunk. Tiles of two activation rows keep 16 accumulators + 4 activation
@@ -20,6 +26,7 @@
 #include "lib/cpu/avx512/kernels_avx512.h"
 #include "lib/cpu/int4_group_dispatch.h"
 #include "lib/cpu/int4_prefetch.h"
+#include "lib/cpu/scalar/kernels_scalar.h"
 #include "lib/quant_layout.h"
 
 namespace qmoe::avx512 {
@@ -45,10 +52,13 @@ inline void store_scales(const void* base, size_t index, float out[kGroupRows]) 
 }
 
 // lut[r][c] = (c - z_r) * s_r for the eight rows of block `block` (z_r = 8 without zero points).
+// Returns true when some |s_r| >= 2^124 (Inf included): an entry could overflow.
 template <qmoe_dtype kScale, bool kZeros>
-inline void build_tables(const Int4GroupArgs& a, uint32_t block, __m512 lut[kGroupRows]) {
+inline bool build_tables(const Int4GroupArgs& a, uint32_t block, __m512 lut[kGroupRows]) {
   alignas(32) float scale[kGroupRows];
   store_scales<kScale>(a.scales, block * a.scale_block_stride, scale);
+  const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_load_ps(scale));
+  const bool huge = _mm256_cmp_ps_mask(magnitude, _mm256_set1_ps(0x1p124f), _CMP_GE_OQ) != 0;
   const __m512 code = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   if constexpr (kZeros) {
     alignas(32) float zero[kGroupRows];
@@ -66,6 +76,7 @@ inline void build_tables(const Int4GroupArgs& a, uint32_t block, __m512 lut[kGro
       lut[r] = _mm512_mul_ps(centred, _mm512_set1_ps(scale[r]));
     }
   }
+  return huge;
 }
 
 // Eight 16-lane row accumulators -> the eight row sums in natural order.
@@ -106,6 +117,7 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
   __m512 lut_a[kGroupRows], lut_b[kGroupRows];
   const __m512* const lut_hi = kBlock16 ? lut_b : lut_a;
   uint32_t table_block = ~0u;
+  bool huge_scales = false;
 
   const uint8_t* codes = a.codes;
   const float* x = a.x + m0 * a.ldx;
@@ -116,8 +128,8 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
     if (block_a != table_block) {
       // The scale stream's lines ahead (lib/cpu/int4_prefetch.h says which and why).
       prefetch_int4_scales(a.scales, sizeof_scale<kScale>(), block_a, a.scale_block_stride);
-      build_tables<kScale, kZeros>(a, block_a, lut_a);
-      if constexpr (kBlock16) build_tables<kScale, kZeros>(a, block_a + 1, lut_b);
+      huge_scales |= build_tables<kScale, kZeros>(a, block_a, lut_a);
+      if constexpr (kBlock16) huge_scales |= build_tables<kScale, kZeros>(a, block_a + 1, lut_b);
       table_block = block_a;
     }
 
@@ -139,6 +151,14 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
     }
   }
 
+  if (huge_scales) {  // see the top of the file
+    Int4GroupArgs rows = a;
+    rows.m = kM;
+    rows.x = a.x + m0 * a.ldx;
+    rows.y = a.y + m0 * a.ldy;
+    scalar::gemm_int4_exact(rows);
+    return;
+  }
   const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
   // Rows [row_begin, row_end) only: masked-off lanes are not written.
   const __mmask8 rows =
