@@ -37,6 +37,10 @@ size_t panel_elements(const GemmPlan& plan) {
 }  // namespace
 
 size_t gemm_row_scratch_bytes(const GemmPlan& plan) {
+  // Every group full and read in place (run_gemm_rows): no panel, so no scratch. At a large K
+  // the panels are big (56 bytes per block of 8 rows, per task), and reserving them for planes
+  // that never need them once made such calls fail with QMOE_STATUS_OUT_OF_MEMORY.
+  if (plan.direct_planes && plan.w.n % kGroupRows == 0) return 0;
   const size_t n = panel_elements(plan);
   return align64(n * sizeof(float)) + align64(n) + align64(n * sizeof(uint16_t));
 }

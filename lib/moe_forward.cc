@@ -63,7 +63,8 @@ bool make_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uint32_
   const size_t per_route = 4 * ((h + 32) * 2 + 2 * i + (i + 32) + 2 * (h / 32 + i / 32 + 2)) + 64;
   if (routes > INT32_MAX || routes > (SIZE_MAX / 4) / per_route ||
       s.num_experts > (SIZE_MAX / 64) / 16 || size_t{m} > (SIZE_MAX / 8) / s.num_experts ||
-      max_parallel_tasks(threads) > (SIZE_MAX / 4) / s.row_scratch_bytes) {
+      (s.row_scratch_bytes != 0 &&
+       max_parallel_tasks(threads) > (SIZE_MAX / 4) / s.row_scratch_bytes)) {
     return false;
   }
   Layout l{};
