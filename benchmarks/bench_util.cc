@@ -359,8 +359,10 @@ const ReadRoof& read_roof() {
     ReadRoof r{};
     r.isa = best_supported_isa();
     r.threads = hardware_threads();
+    // 8x the whole host's LLC (every instance: on a host with several L3s one instance's
+    // size would leave the all-thread roof partly cache-resident).
     r.buffer_bytes =
-        std::max(8 * cache_sizes().llc, 256 * kMiB) / (64 * r.threads) * (64 * r.threads);
+        std::max(8 * llc_total_bytes(), 256 * kMiB) / (64 * r.threads) * (64 * r.threads);
     const ReadBandwidthFn read = kernel_table_for_isa(r.isa)->read_bandwidth.fn;
     r.one_thread_bytes_per_s = measure_read_bandwidth(read, 1, r.buffer_bytes);
     r.all_threads_bytes_per_s = measure_read_bandwidth(read, r.threads, r.buffer_bytes);

@@ -140,7 +140,7 @@ void register_convert_benchmarks() {
       if (std::strcmp(size.name, "l1") == 0) working_set = 4 * kKiB / op.dst_bytes * element_bytes;
       if (std::strcmp(size.name, "l2") == 0) working_set = caches.l2 / 2;
       if (std::strcmp(size.name, "llc") == 0) working_set = caches.llc / 2;
-      if (std::strcmp(size.name, "dram") == 0) working_set = 4 * caches.llc;
+      if (std::strcmp(size.name, "dram") == 0) working_set = 4 * llc_total_bytes();
       const size_t row = working_set / element_bytes;
 
       std::vector<size_t> thread_counts = {1};

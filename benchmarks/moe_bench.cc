@@ -150,6 +150,10 @@ struct Case {
 };
 
 // The routing of successive calls (see the file comment): ids [m, k], weights that sum to 1.
+// The walk's position (cursor_, layer_) is one per process, shared by every router: Google
+// Benchmark calls a benchmark function once per probe run and per repetition, and a router
+// whose walk restarted at layer 0, expert 0 each time re-read, in the reported run, experts
+// its own probe run had just read (on a 300 MiB L3, up to a fifth of one-thread M = 1 reads).
 class ColdRouter {
  public:
   explicit ColdRouter(uint32_t m) : m_(m), ids_(size_t{m} * kTopK), weights_(ids_.size()) {}
@@ -181,8 +185,9 @@ class ColdRouter {
   const float* weights() const { return weights_.data(); }
 
  private:
-  uint32_t m_, cursor_ = 0;
-  size_t layer_ = 0;
+  uint32_t m_;
+  inline static uint32_t cursor_ = 0;
+  inline static size_t layer_ = 0;
   uint64_t seed_ = 0x5EEDull;
   std::vector<int32_t> ids_;
   std::vector<float> weights_;

@@ -55,7 +55,7 @@ void register_read_bandwidth_benchmarks() {
   if (cpuinfo_initialize() && cpuinfo_get_l2_caches_count() > 0) {
     l2_sharers = std::max<uint32_t>(1, cpuinfo_get_l2_cache(0)->processor_count);
   }
-  const size_t dram_total = std::max(8 * caches.llc, 256 * kMiB);
+  const size_t dram_total = std::max(8 * llc_total_bytes(), 256 * kMiB);  // every L3 instance
 
   std::vector<size_t> thread_counts = {1};
   if (all > 1) thread_counts.push_back(all);

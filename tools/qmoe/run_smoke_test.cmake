@@ -91,6 +91,13 @@ function(check_decode type out_checksum)
     if(NOT weights_gbps GREATER 0 OR NOT weights_ratio GREATER 0)
       message(FATAL_ERROR "no read bandwidth over the weights with ${where}:\n${json}")
     endif()
+    # The best step's ratio is at least the mean one (sum b / sum t <= max b_s / t_s); it once
+    # divided the mean bytes by the fastest whole step and came out below it.
+    string(JSON ratio GET "${json}" bandwidth_ratio)
+    string(JSON ratio_best GET "${json}" bandwidth_ratio_best_step)
+    if(ratio_best LESS ratio)
+      message(FATAL_ERROR "ratio over the best step ${ratio_best} < ratio ${ratio} with ${where}")
+    endif()
     list(APPEND checksums "${checksum}")
   endforeach()
   list(GET checksums 0 one)
