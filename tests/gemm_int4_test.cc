@@ -458,6 +458,8 @@ TEST(GemmInt4Api, BadInputGetsAStatus) {
             QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.scale_block_stride = size_t{1} << 60; }),
             QMOE_STATUS_INVALID_ARGUMENT);
+  // None of the refusals above wrote an output (the accepted call below writes them all).
+  for (float v : y) ASSERT_EQ(std::memcmp(&v, &kPoison, sizeof v), 0) << "a refused call wrote y";
   // A caller whose struct ends before the group strides gets 0 (plain planes), whatever
   // follows its struct in memory.
   EXPECT_EQ(with([](qmoe_quant_matrix& d) {

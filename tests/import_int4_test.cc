@@ -15,13 +15,16 @@
 namespace {
 
 TEST(ImportInt4Onnx, HandWrittenRowMatchesTheCanonicalBytes) {
-  // One row, K = 32, code k = k % 16: ONNX Runtime packs k = 2i low, k = 2i + 1 high.
+  // One row, K = 32, code k = k for k < 16 and 31 - k above (so codes j and j + 16 differ and
+  // an importer with the nibble halves swapped fails): ONNX Runtime packs k = 2i low,
+  // k = 2i + 1 high.
   const uint8_t onnx[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE,
-                            0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE};
-  // Canonical byte j: code j low, code j + 16 high -> j | j << 4; rows 1-7 are zero padding.
+                            0xEF, 0xCD, 0xAB, 0x89, 0x67, 0x45, 0x23, 0x01};
+  // Canonical byte j: code j low, code j + 16 high -> j | (15 - j) << 4; rows 1-7 are zero
+  // padding.
   std::vector<uint8_t> expected(128, 0);
-  const uint8_t row0[16] = {0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77,
-                            0x88, 0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xFF};
+  const uint8_t row0[16] = {0xF0, 0xE1, 0xD2, 0xC3, 0xB4, 0xA5, 0x96, 0x87,
+                            0x78, 0x69, 0x5A, 0x4B, 0x3C, 0x2D, 0x1E, 0x0F};
   std::memcpy(expected.data(), row0, 16);
   std::vector<uint8_t> out(128, 0xA5);
   ASSERT_EQ(qmoe_import_int4_onnx(onnx, 1, 32, out.data(), out.size()), QMOE_STATUS_OK);
@@ -191,9 +194,12 @@ TEST(ImportInt4Onnx, MultiplyMatchesOnnxRuntimeSemantics) {
 }
 
 TEST(ImportInt4, BadInputGetsAStatus) {
+  // Outputs filled with a pattern no import writes (the importers clear their destination
+  // first, so a zero-filled one could not show an early write).
   uint8_t src[64] = {};
-  std::vector<uint8_t> dst(256);
+  std::vector<uint8_t> dst(256, 0xA5);
   uint16_t scales[8];
+  std::fill(std::begin(scales), std::end(scales), uint16_t{0xA5A5});
   EXPECT_EQ(qmoe_import_int4_onnx(nullptr, 1, 32, dst.data(), dst.size()),
             QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(qmoe_import_int4_onnx(src, 1, 32, nullptr, 128), QMOE_STATUS_INVALID_ARGUMENT);
@@ -254,7 +260,8 @@ TEST(ImportInt4, BadInputGetsAStatus) {
       QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(qmoe_import_int4_onnx_zero_points(src, 1, 0xFFFFFFFFu, 1, dst.data(), 1, 1),
             QMOE_STATUS_INVALID_ARGUMENT);
-  EXPECT_EQ(dst, std::vector<uint8_t>(256, 0));
+  EXPECT_EQ(dst, std::vector<uint8_t>(256, 0xA5));
+  for (uint16_t v : scales) EXPECT_EQ(v, 0xA5A5);
   // Disjoint buffers still work.
   EXPECT_EQ(qmoe_import_int4_onnx(both.data() + 256, 1, 32, both.data(), 128), QMOE_STATUS_OK);
   EXPECT_EQ(qmoe_import_int4_q4_0(src, 1, 32, dst.data(), dst.size(), scales, 1, 1),

@@ -478,6 +478,7 @@ TEST_F(MoeApi, ForwardRejectsBadInputAndWritesNothing) {
               }),
               QMOE_STATUS_INVALID_ARGUMENT);
     EXPECT_NE(std::string(qmoe_last_error_message()).find("weights"), std::string::npos);
+    EXPECT_TRUE(poisoned(y));
     opt.workspace = arena.data() + 2048;  // past the codes (at most 1 KiB here): accepted
     ASSERT_LE(codes_bytes, 2048u);
     EXPECT_EQ(with([&](Call& c) {
@@ -515,9 +516,13 @@ TEST_F(MoeApi, ForwardRejectsBadInputAndWritesNothing) {
   EXPECT_EQ(qmoe_moe_workspace_size(ctx_, set.get(), QMOE_ACCURACY_FAST, UINT32_MAX, 4, &bytes),
             QMOE_STATUS_INVALID_ARGUMENT);
 
-  // And the good call still works (and writes every output).
+  // And the good call still works (and writes every output: no element keeps the poison, which
+  // is itself finite).
   EXPECT_EQ(forward(good), QMOE_STATUS_OK) << qmoe_last_error_message();
-  for (float v : y) EXPECT_TRUE(std::isfinite(v));
+  for (float v : y) {
+    EXPECT_TRUE(std::isfinite(v));
+    EXPECT_NE(std::memcmp(&v, &kPoison, sizeof(float)), 0) << "an output was not written";
+  }
 }
 
 TEST(MoeApiValues, EnumValuesAreFixed) {

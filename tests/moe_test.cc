@@ -379,7 +379,9 @@ TEST_P(MoeLayer, AccumulateAndInPlace) {
 }
 
 // Zero-weight slots are skipped (their expert does not run for that token), and an expert
-// listed twice for one token contributes twice.
+// listed twice for one token contributes twice. Running a zero-weighted expert and multiplying
+// its output by 0 would give the same zeros for finite weights, so the second half gives the
+// zero-weighted experts NaN FC2 scales: skipped, they change nothing; run, they make NaN.
 TEST_P(MoeLayer, ZeroWeightsAndRepeatedExperts) {
   const uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
@@ -390,11 +392,40 @@ TEST_P(MoeLayer, ZeroWeightsAndRepeatedExperts) {
   const std::vector<float> x = moe_activations(2, o.hidden, 2.0f, rng);
   const std::vector<int32_t> ids = {4, 4, 1, 2, 5, 0};
   const std::vector<float> w = {0.25f, 0.5f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<std::vector<float>> finite;
   for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
     const auto y =
         run_checked(ctx.get(), *model, set.get(), level, x, 2, ids, w, 3, nullptr, nullptr,
                     std::string(level_name(level)) + " seed=" + std::to_string(seed));
     for (uint32_t n = 0; n < o.hidden; ++n) EXPECT_EQ(y[o.hidden + n], 0.0f);
+    finite.push_back(y);
+  }
+
+  // Experts 0, 1, 2 and 5 carry only zero weights: every FC2 scale of theirs becomes a NaN, in
+  // place (the set reads the model's planes where they are).
+  for (int e : {0, 1, 2, 5}) {
+    Int4Matrix& fc2 = model->fc2[e];
+    const size_t element = fc2.desc.scale_dtype == QMOE_DTYPE_F32 ? 4 : 2;
+    // Quiet NaN in each dtype: FP32 0x7FC00000, FP16 0x7E00, BF16 0x7FC0.
+    const uint32_t nan = fc2.desc.scale_dtype == QMOE_DTYPE_F32   ? 0x7FC00000u
+                         : fc2.desc.scale_dtype == QMOE_DTYPE_F16 ? 0x7E00u
+                                                                  : 0x7FC0u;
+    for (size_t i = 0; i + element <= fc2.scales.size(); i += element) {
+      std::memcpy(fc2.scales.data() + i, &nan, element);
+    }
+  }
+  const qmoe_accuracy levels[] = {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST};
+  for (int l = 0; l < 2; ++l) {
+    std::vector<float> y(size_t{2} * o.hidden, -1.0f);
+    ASSERT_EQ(qmoe_moe_forward(ctx.get(), set.get(), levels[l], 2, x.data(), o.hidden, ids.data(),
+                               w.data(), 3, y.data(), o.hidden, nullptr),
+              QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&y[i], &finite[l][i], sizeof(float)), 0)
+          << level_name(levels[l]) << " y[" << i << "] = " << y[i] << " with NaN scales on the "
+          << "zero-weighted experts, " << finite[l][i] << " without: a zero-weighted expert ran";
+    }
   }
 }
 

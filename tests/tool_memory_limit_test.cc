@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -78,10 +80,17 @@ TEST_F(CgroupTree, NoLimitAnywhereIsInfinite) {
   EXPECT_TRUE(std::isinf(limit("0::/odd")));
 }
 
-TEST(UsableMemory, AtMostPhysicalMemory) {
+TEST(UsableMemory, AtMostPhysicalMemoryAndTheCgroupLimit) {
   const double usable = usable_memory_bytes();
   EXPECT_GT(usable, 0.0);
   EXPECT_TRUE(std::isfinite(usable));
+  const double physical =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  EXPECT_LE(usable, physical);
+  std::ifstream file("/proc/self/cgroup");
+  std::stringstream text;
+  text << file.rdbuf();
+  EXPECT_LE(usable, cgroup_memory_limit_bytes(text.str(), "/sys/fs/cgroup"));
 }
 
 }  // namespace

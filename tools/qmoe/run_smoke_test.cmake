@@ -95,6 +95,10 @@ function(check_decode type out_checksum)
     # divided the mean bytes by the fastest whole step and came out below it.
     string(JSON ratio GET "${json}" bandwidth_ratio)
     string(JSON ratio_best GET "${json}" bandwidth_ratio_best_step)
+    if(NOT ratio MATCHES "^[0-9]+\\.[0-9]+$" OR NOT ratio_best MATCHES "^[0-9]+\\.[0-9]+$"
+       OR NOT ratio GREATER 0)
+      message(FATAL_ERROR "ratios '${ratio}', '${ratio_best}' are not positive numbers")
+    endif()
     if(ratio_best LESS ratio)
       message(FATAL_ERROR "ratio over the best step ${ratio_best} < ratio ${ratio} with ${where}")
     endif()
