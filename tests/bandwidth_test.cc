@@ -221,16 +221,22 @@ TEST(MeasureReadBandwidthArgs, ZeroRepetitions) {
 
 // --- qmoe_measure_read_bandwidth_over: the caller's memory -------------------------------------
 
-class MeasureReadBandwidthOver : public IsaTest {};
+class MeasureReadBandwidthOver : public IsaTest {
+ protected:
+  // A context of the tier under test with three threads of its own.
+  static ContextPtr three_thread_context() {
+    qmoe_context_options options;
+    qmoe_context_options_init(&options);
+    options.max_isa = static_cast<qmoe_isa>(GetParam());
+    options.num_threads = 3;
+    return make_context(&options);
+  }
+};
 
 // Positive and finite over unaligned ranges on one and all threads, and the memory is only
 // read: guard bytes around the range and the range itself keep their pattern.
 TEST_P(MeasureReadBandwidthOver, ReadsTheRangeAndWritesNothing) {
-  qmoe_context_options options;
-  qmoe_context_options_init(&options);
-  options.max_isa = static_cast<qmoe_isa>(GetParam());
-  options.num_threads = 3;
-  ContextPtr ctx = make_context(&options);
+  ContextPtr ctx = three_thread_context();
   ASSERT_NE(ctx, nullptr);
   std::vector<unsigned char> memory((size_t{1} << 20) + 256);
   for (size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<unsigned char>(i * 131 + 7);
@@ -261,11 +267,7 @@ TEST_P(MeasureReadBandwidthOver, ReadsTheRangeAndWritesNothing) {
 // fresh anonymous mapping is mapped before the call (mincore), and every one is after it (a
 // read maps the zero page). A measurement of some other buffer would leave them unmapped.
 TEST_P(MeasureReadBandwidthOver, ReadsEveryPageOfTheRange) {
-  qmoe_context_options options;
-  qmoe_context_options_init(&options);
-  options.max_isa = static_cast<qmoe_isa>(GetParam());
-  options.num_threads = 3;
-  ContextPtr ctx = make_context(&options);
+  ContextPtr ctx = three_thread_context();
   ASSERT_NE(ctx, nullptr);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   constexpr size_t kPages = 64;
