@@ -31,6 +31,23 @@ TEST(CudaDevice, CountOrAClearReason) {
 #endif
 }
 
+// Run by ctest's cuda.stub_driver_is_unavailable (tests/CMakeLists.txt) with LD_LIBRARY_PATH
+// at the toolkit's stub libcuda.so: a stub driver is "no usable driver", CUDA_UNAVAILABLE as
+// docs/abi.md says (it used to map to CUDA_ERROR). Elsewhere it skips and says why.
+TEST(CudaDevice, StubDriverIsUnavailable) {
+  if (std::getenv("QMOE_EXPECT_CUDA_STUB") == nullptr) {
+    GTEST_SKIP() << "runs under ctest's cuda.stub_driver_is_unavailable, with the stub driver";
+  }
+#if defined(QMOE_HAVE_CUDA)
+  int count = -1;
+  EXPECT_EQ(qmoe_cuda_get_device_count(&count), QMOE_STATUS_CUDA_UNAVAILABLE)
+      << qmoe_last_error_message();
+  EXPECT_EQ(count, -1);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 TEST(CudaDevice, NullOutputIsRejected) {
   const qmoe_status status = qmoe_cuda_get_device_count(nullptr);
 #if defined(QMOE_HAVE_CUDA)

@@ -38,7 +38,13 @@ list(GET pc_files 0 pc_file)
 get_filename_component(pc_dir ${pc_file} DIRECTORY)
 set(ENV{PKG_CONFIG_PATH} ${pc_dir})
 find_program(PKG_CONFIG pkg-config REQUIRED)
-run_checked(${PKG_CONFIG} --cflags --libs qmoe)
+# A static install needs its private dependencies on the link line.
+file(GLOB_RECURSE static_archives ${prefix}/*/libqmoe.a)
+set(static_flag "")
+if(static_archives)
+  set(static_flag --static)
+endif()
+run_checked(${PKG_CONFIG} --cflags --libs ${static_flag} qmoe)
 string(STRIP "${LAST_OUTPUT}" pc_flags)
 separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
 set(libdir_flag "")
@@ -52,3 +58,11 @@ run_checked(${C_COMPILER} -std=c99 ${CONSUMER_SOURCE_DIR}/consumer.c ${pc_flags}
             -o ${SCRATCH_DIR}/qmoe_consumer_pkgconfig)
 run_checked(${SCRATCH_DIR}/qmoe_consumer_pkgconfig)
 message(STATUS "pkg-config consumer: ${LAST_OUTPUT}")
+
+# 3. The installed tool runs as installed: it finds the installed shared library through its
+# RUNPATH (bin/../lib), with no LD_LIBRARY_PATH.
+if(EXISTS ${prefix}/bin/qmoe)
+  unset(ENV{LD_LIBRARY_PATH})
+  run_checked(${prefix}/bin/qmoe version)
+  message(STATUS "installed tool: ${LAST_OUTPUT}")
+endif()

@@ -8,9 +8,16 @@ qmoe_status status_from_cuda(cudaError_t error, const char* function, const char
   switch (error) {
     case cudaSuccess:
       return QMOE_STATUS_OK;
+    // No usable driver or device: none at all, too old, the toolkit's stub library found
+    // instead of a driver, a driver that does not match the kernel module, or devices all
+    // taken (exclusive mode).
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
     case cudaErrorNotSupported:
+    case cudaErrorStubLibrary:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorDevicesUnavailable:
       status = QMOE_STATUS_CUDA_UNAVAILABLE;
       break;
     case cudaErrorMemoryAllocation:
