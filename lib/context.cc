@@ -18,6 +18,9 @@ struct qmoe_context {
   // kLiveMagic while the context exists, kDeadMagic after destroy. Atomic only so that a
   // caller's racy misuse is a rejected handle rather than a data race inside the library.
   std::atomic<uint64_t> magic{0};
+  // Written only while the shell is not live (create, before the magic's release store), so a
+  // racing resolve never reads it during a write: destroy leaves it as it is (the dead magic
+  // already rejects the handle; clearing it here was a data race with a losing destroy).
   qmoe::Context* context = nullptr;
 };
 
@@ -82,15 +85,32 @@ unsigned char* grow_scratch(std::unique_ptr<unsigned char[]>* buffer, size_t* ca
   return buffer->get() + (align64(address) - address);
 }
 
+// A buffer of the lease's own, freed with it.
+ScratchLease owned_scratch_lease(size_t bytes) {
+  std::unique_ptr<unsigned char[]> own;
+  size_t capacity = 0;
+  unsigned char* data = grow_scratch(&own, &capacity, bytes);
+  return ScratchLease(data, nullptr, std::move(own));
+}
+
+// Set when this thread's ThreadScratch has been destroyed (thread exit). Trivially
+// destructible, so it stays readable from thread_local destructors that run later.
+thread_local bool t_thread_scratch_gone = false;
+
 // Scratch for a call that found its context's buffer held: the calling thread's own buffer
 // (kept until the thread exits), or, when a call on this thread already holds that one (a call
-// nested inside a caller's parallel-for), a buffer of the lease's own, freed with it.
+// nested inside a caller's parallel-for) or the thread is exiting and has destroyed it, a
+// buffer of the lease's own, freed with it. (A caller's thread_local object constructed before
+// this thread's first contended call is destroyed after `mine`; a libqmoe call from its
+// destructor used the freed buffer.)
 ScratchLease thread_scratch_lease(size_t bytes) {
   struct ThreadScratch {
     std::unique_ptr<unsigned char[]> buffer;
     size_t capacity = 0;
     std::atomic<bool> busy{false};  // only this thread reads or writes it
+    ~ThreadScratch() { t_thread_scratch_gone = true; }
   };
+  if (t_thread_scratch_gone) return owned_scratch_lease(bytes);
   thread_local ThreadScratch mine;
   if (!mine.busy.load(std::memory_order_relaxed)) {
     unsigned char* data = grow_scratch(&mine.buffer, &mine.capacity, bytes);
@@ -98,10 +118,7 @@ ScratchLease thread_scratch_lease(size_t bytes) {
     mine.busy.store(true, std::memory_order_relaxed);
     return ScratchLease(data, &mine.busy);
   }
-  std::unique_ptr<unsigned char[]> own;
-  size_t capacity = 0;
-  unsigned char* data = grow_scratch(&own, &capacity, bytes);
-  return ScratchLease(data, nullptr, std::move(own));
+  return owned_scratch_lease(bytes);
 }
 
 }  // namespace
@@ -235,7 +252,6 @@ QMOE_API qmoe_status qmoe_context_destroy(qmoe_context* context) {
                                                          qmoe::kDeadMagic)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_CONTEXT, "context was destroyed");
   }
-  context->context = nullptr;
   delete impl;
   qmoe::HandlePool<qmoe_context>::release(context);
   return QMOE_STATUS_OK;

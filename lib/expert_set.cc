@@ -17,6 +17,8 @@ struct qmoe_expert_set {
   // kLiveMagic while the set exists, kDeadMagic after destroy. Atomic only so that a caller's
   // racy misuse is a rejected handle rather than a data race inside the library.
   std::atomic<uint64_t> magic{0};
+  // Written only while the shell is not live (see qmoe_context in lib/context.cc): destroy
+  // leaves it as it is.
   qmoe::ExpertSet* set = nullptr;
 };
 
@@ -217,7 +219,6 @@ QMOE_API qmoe_status qmoe_expert_set_destroy(qmoe_expert_set* set) {
   if (!HandlePool<qmoe_expert_set>::claim_for_destroy(set, kLiveMagic, kDeadMagic)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "set was destroyed");
   }
-  set->set = nullptr;
   delete impl;
   HandlePool<qmoe_expert_set>::release(set);
   return QMOE_STATUS_OK;
