@@ -28,17 +28,19 @@ struct ContendedRun {
   qmoe_context* context = nullptr;
   const Int4Matrix* w = nullptr;
   const std::vector<float>* x = nullptr;
-  const std::vector<float>* expected = nullptr;
+  // Uncontended results for 1 and for 8 rows (a row's bits may depend on M: docs/abi.md).
+  const std::vector<float>* expected_one = nullptr;
+  const std::vector<float>* expected_eight = nullptr;
   std::atomic<std::thread::id> holder{};
   std::atomic<bool> holding{false}, release{false};
   std::atomic<int> mismatches{0}, calls_from_destructors{0};
 };
 ContendedRun* g_run = nullptr;
 
-// Y for the first `rows` rows of x (every row the same activation row, so every output row
-// must equal the uncontended one). More rows need more scratch: a call from a destructor asks
-// for more than the thread's earlier call grew its buffer to, so a destroyed buffer would be
-// freed a second time (glibc aborts) rather than reused quietly.
+// Y for the first 1 or 8 rows of x, compared with the uncontended call of the same M. Eight
+// rows need more scratch than one: a call from a destructor asks for more than the thread's
+// earlier call grew its buffer to, so a destroyed buffer would be freed a second time (glibc
+// aborts) rather than reused quietly.
 bool gemm_matches(const ContendedRun& r, uint32_t rows) {
   const uint32_t n = r.w->options.n, k = r.w->options.k;
   std::vector<float> y(size_t{rows} * n, -1.0f);
@@ -46,12 +48,8 @@ bool gemm_matches(const ContendedRun& r, uint32_t rows) {
                 n) != QMOE_STATUS_OK) {
     return false;
   }
-  for (uint32_t i = 0; i < rows; ++i) {
-    if (std::memcmp(y.data() + size_t{i} * n, r.expected->data(), n * sizeof(float)) != 0) {
-      return false;
-    }
-  }
-  return true;
+  const std::vector<float>& expected = rows == 1 ? *r.expected_one : *r.expected_eight;
+  return std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)) == 0;
 }
 
 // The caller's parallel-for: tasks inline; on the holder thread it first signals that the
@@ -79,7 +77,7 @@ TEST(ScratchAtThreadExit, CallsFromThreadLocalDestructorsGetScratchOfTheirOwn) {
   std::mt19937_64 rng(20261130);
   const Int4Matrix w =
       make_int4_matrix(Int4Options{256, 512, 32, QMOE_DTYPE_F16, ScaleOrder::kGrouped, false}, rng);
-  // Eight copies of one activation row.
+  // Eight copies of one activation row (the M = 8 call reads them all).
   const std::vector<float> row = random_activations(1, 512, rng);
   std::vector<float> x;
   for (int i = 0; i < 8; ++i) x.insert(x.end(), row.begin(), row.end());
@@ -90,8 +88,11 @@ TEST(ScratchAtThreadExit, CallsFromThreadLocalDestructorsGetScratchOfTheirOwn) {
   o.parallel_for = &holding_parallel_for;
   qmoe_context* ctx = nullptr;
   ASSERT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_OK) << qmoe_last_error_message();
-  std::vector<float> expected(w.options.n, -2.0f);
-  ASSERT_EQ(qmoe_gemm(ctx, &w.desc, QMOE_ACCURACY_FAST, 1, x.data(), 512, expected.data(),
+  std::vector<float> expected_one(w.options.n, -2.0f), expected_eight(8 * w.options.n, -2.0f);
+  ASSERT_EQ(qmoe_gemm(ctx, &w.desc, QMOE_ACCURACY_FAST, 1, x.data(), 512, expected_one.data(),
+                      w.options.n, 0, w.options.n),
+            QMOE_STATUS_OK);
+  ASSERT_EQ(qmoe_gemm(ctx, &w.desc, QMOE_ACCURACY_FAST, 8, x.data(), 512, expected_eight.data(),
                       w.options.n, 0, w.options.n),
             QMOE_STATUS_OK);
 
@@ -99,7 +100,8 @@ TEST(ScratchAtThreadExit, CallsFromThreadLocalDestructorsGetScratchOfTheirOwn) {
   run.context = ctx;
   run.w = &w;
   run.x = &x;
-  run.expected = &expected;
+  run.expected_one = &expected_one;
+  run.expected_eight = &expected_eight;
   g_run = &run;
   std::thread holder([&run] {
     run.holder.store(std::this_thread::get_id());
