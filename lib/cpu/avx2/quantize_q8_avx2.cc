@@ -10,9 +10,9 @@
 // float as the float comparison does and put NaN above +Inf: one compare then tells whether a
 // batch holds a NaN or an Inf. A batch of finite values quantizes with one multiply and one
 // conversion per vector: |x| <= max gives |x * inv| <= 127 * (1 + 2^-24)^2 < 127.5 (inv is
-// finite: flushed chunks have inv = 0), which converts to at most 127, so the clamp changes
-// nothing and no product is NaN. Any other batch, and the last full chunks and a partial one, take
-// the one-chunk path, which clamps and maps NaN to 0 as the scalar tier does.
+// finite: flushed chunks have inv = 0), which converts to at most 127, so the scalar tier's
+// clamp would change nothing and no product is NaN. Any other batch, and the last full chunks
+// and a partial one, take the one-chunk path, which maps NaN to 0 as the scalar tier does.
 #include <immintrin.h>
 
 #include <cstring>
@@ -60,13 +60,12 @@ inline void quantize_chunk(const float* x, int8_t* q, float* scale, float* sum_q
   const float amax = horizontal_max(m);
   const bool flush = amax < kQ8FlushBelow;
   const __m256 inv = _mm256_set1_ps(flush ? 0.0f : 127.0f / amax);
-  // As the scalar tier: NaN products become 0 and the rest clamp to [-127, 127] before the
-  // conversion (with an Inf in the chunk, inv is 0 and that product NaN).
+  // As the scalar tier: NaN products become 0 (with an Inf in the chunk, inv is 0 and that
+  // product NaN). The scalar tier's clamp to [-127, 127] changes nothing: inv is finite, so
+  // |x * inv| < 127.5 (see the top of the file).
   const auto scaled = [&inv](__m256 v) {
-    __m256 p = _mm256_mul_ps(v, inv);
-    p = _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
-    p = _mm256_max_ps(_mm256_min_ps(p, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-127.0f));
-    return _mm256_cvtps_epi32(p);
+    const __m256 p = _mm256_mul_ps(v, inv);
+    return _mm256_cvtps_epi32(_mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q)));
   };
   const __m256i i0 = scaled(v0);
   const __m256i i1 = scaled(v1);

@@ -11,9 +11,8 @@
 //
 // A chunk whose max|x| is below kQ8FlushBelow (zero included) gives q = 0 and scale 0
 // (lib/quant_layout.h says why). Every other 127 / max|x| is finite and |x * inv| < 127.5, so
-// the batch path needs no clamp; the one-chunk path keeps the scalar tier's clamp, which then
-// changes nothing. A NaN product (x NaN, or x = +-Inf where inv = 127 / Inf = 0) maps to 0
-// everywhere, as in the scalar tier.
+// no product needs the scalar tier's clamp to [-127, 127] (it changes nothing there either). A
+// NaN product (x NaN, or x = +-Inf where inv = 127 / Inf = 0) maps to 0, as in the scalar tier.
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"
@@ -22,16 +21,10 @@
 namespace qmoe::avx512 {
 namespace {
 
-// round(v * inv) as int32, NaN -> 0; with kClamp, clamped to [-127, 127] first (see above).
-template <bool kClamp>
+// round(v * inv) as int32, NaN -> 0 (no clamp: see above).
 inline __m512i quantize_lanes(__m512 v, __m512 inv) {
-  __m512 t = _mm512_mul_ps(v, inv);
-  const __mmask16 ordered = _mm512_cmp_ps_mask(t, t, _CMP_ORD_Q);
-  if constexpr (kClamp) {
-    // min/max return their second operand when either is NaN: NaN stays NaN through both.
-    t = _mm512_max_ps(_mm512_set1_ps(-127.0f), _mm512_min_ps(_mm512_set1_ps(127.0f), t));
-  }
-  return _mm512_maskz_cvtps_epi32(ordered, t);
+  const __m512 t = _mm512_mul_ps(v, inv);
+  return _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t);
 }
 
 // max(|v0|, |v1|, 0) lane-wise: a NaN lane yields the other operand, as the scalar tier's
@@ -72,8 +65,8 @@ inline void quantize_8_chunks(const float* x, const float inv[8], int8_t* q, flo
   __m512 sums[8];
   for (int j = 0; j < 8; ++j) {
     const __m512 v = _mm512_set1_ps(inv[j]);
-    const __m512i i0 = quantize_lanes<false>(_mm512_loadu_ps(x + 32 * j), v);
-    const __m512i i1 = quantize_lanes<false>(_mm512_loadu_ps(x + 32 * j + 16), v);
+    const __m512i i0 = quantize_lanes(_mm512_loadu_ps(x + 32 * j), v);
+    const __m512i i1 = quantize_lanes(_mm512_loadu_ps(x + 32 * j + 16), v);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * j), _mm512_cvtepi32_epi8(i0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * j + 16), _mm512_cvtepi32_epi8(i1));
     sums[j] = _mm512_castsi512_ps(_mm512_add_epi32(i0, i1));
@@ -105,8 +98,8 @@ inline void quantize_chunk(const float* x, __mmask16 m0, __mmask16 m1, int8_t* q
   const float amax = _mm512_reduce_max_ps(lane_max(v0, v1));
   const bool flush = amax < kQ8FlushBelow;
   const __m512 inv = _mm512_set1_ps(flush ? 0.0f : 127.0f / amax);
-  const __m512i i0 = quantize_lanes<true>(v0, inv);
-  const __m512i i1 = quantize_lanes<true>(v1, inv);
+  const __m512i i0 = quantize_lanes(v0, inv);
+  const __m512i i1 = quantize_lanes(v1, inv);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(i0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(i1));
   *scale = flush ? 0.0f : amax / 127.0f;
