@@ -439,10 +439,9 @@ int run_run_command(int argc, char** argv) {
   uint64_t experts_computed = 0;
   std::vector<double> step_ms;  // wall time of each timed step
   step_ms.reserve(o.tokens);
-  // Per timed step: the time inside moe_forward and the experts it computed, for the best
-  // step's ratio (the same quantity as `ratio`, over one step instead of all of them).
-  std::vector<double> step_moe_s;
-  std::vector<uint64_t> step_experts;
+  // The best timed step's weight bytes over its time inside moe_forward: `ratio`'s quantity
+  // over the step the least host noise hit.
+  double best_step_bytes_per_s = 0.0;
   // One untimed warm-up step (thread pool, first touches), then the timed steps.
   const uint32_t steps = o.tokens + 1;
   const auto decode_start = Clock::now();
@@ -495,8 +494,11 @@ int run_run_command(int argc, char** argv) {
       }
       if (timed) {
         step_ms.push_back(seconds_since(step_start) * 1e3);
-        step_moe_s.push_back(this_moe_s);
-        step_experts.push_back(this_experts);
+        if (this_moe_s > 0) {
+          best_step_bytes_per_s =
+              std::max(best_step_bytes_per_s,
+                       static_cast<double>(this_experts) * bytes_per_expert / this_moe_s);
+        }
       }
     }
     progress.finish();
@@ -533,15 +535,9 @@ int run_run_command(int argc, char** argv) {
   const double huge_page_bytes = std::min(anon_huge_page_bytes(), weight_bytes_total);
   const double ideal_ms_per_step =
       bw_reference > 0 ? bytes_read / bw_reference / o.tokens * 1e3 : 0;
-  // `ratio` over the step with the best one: that step's bytes over its moe_forward time (the
-  // fastest whole step, tool work included, against the mean bytes per step once stood here).
-  double ratio_best_step = 0.0;
-  for (size_t s = 0; s < step_moe_s.size(); ++s) {
-    if (step_moe_s[s] > 0 && bw_reference > 0) {
-      const double step_bytes = static_cast<double>(step_experts[s]) * bytes_per_expert;
-      ratio_best_step = std::max(ratio_best_step, step_bytes / step_moe_s[s] / bw_reference);
-    }
-  }
+  // Not the fastest whole step (tool work included) against the mean bytes per step, which
+  // once stood here and could fall below `ratio`.
+  const double ratio_best_step = bw_reference > 0 ? best_step_bytes_per_s / bw_reference : 0.0;
 
   std::fprintf(out, "\nResults (%u timed steps after 1 warm-up step)\n", o.tokens);
   std::fprintf(out, "  %-24s %.2f s (%u threads)\n", "weight generation", generate_s,
