@@ -25,8 +25,10 @@
 // line (0: none, the default). Overridable at build time for tuning runs. 16 was tried on
 // 2026-11-30: alternated with 0 over 3 rounds on the device host and 2 on the dev host (cold
 // Qwen3 and gpt-oss rows at M = 1 and 4, exact and fast, and the 1-thread decode), it won some
-// rounds and lost others by as much (docs/benchmarks.md): the hardware prefetchers already
-// follow the scale stream, so the default stays off.
+// rounds and lost others by as much (docs/benchmarks.md), so the default stays off. The scale
+// stream does cost (about 7% of a one-thread fast M = 1 call, measured 2026-12-01); the GEMM
+// driver covers it by prefetching each group's whole scale run a group ahead into L2
+// (lib/gemm_driver.cc), which did separate.
 #ifndef QMOE_INT4_SCALE_PREFETCH_BLOCKS
 #define QMOE_INT4_SCALE_PREFETCH_BLOCKS 0
 #endif
