@@ -6,16 +6,10 @@
 cmake_policy(SET CMP0007 NEW)
 string(REPLACE "|" ";" OBJECTS "${OBJECTS}")
 list(REMOVE_ITEM OBJECTS "")
-find_program(OBJDUMP_EXECUTABLE objdump REQUIRED)
+include(${CMAKE_CURRENT_LIST_DIR}/disassembled_functions.cmake)
 set(found_function FALSE)
 foreach(object IN LISTS OBJECTS)
-  execute_process(COMMAND ${OBJDUMP_EXECUTABLE} -d --no-show-raw-insn ${object}
-                  OUTPUT_VARIABLE text RESULT_VARIABLE result)
-  if(NOT result EQUAL 0)
-    message(FATAL_ERROR "objdump failed on ${object}")
-  endif()
-  # One list item per function: objdump starts each with "<address> <symbol>:".
-  string(REGEX REPLACE "\n([0-9a-f]+ <[^>\n]+>:)" ";\\1" functions "${text}")
+  disassembled_functions(${object} functions)
   foreach(function IN LISTS functions)
     string(REGEX MATCH "<[^>\n]+>:" name "${function}")
     if(name MATCHES "${FUNCTION}")
