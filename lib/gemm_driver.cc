@@ -37,18 +37,21 @@ namespace {
 // kernel's loads and prefetches with no arithmetic took 1.07x the read's time, and without the
 // scale loads 0.90x (for 89% of the bytes), so the separate scale stream cost about 7%.
 struct GroupRunPrefetch {
-  const unsigned char* base = nullptr;  // group 0's run; nullptr: nothing to prefetch
-  size_t group_bytes = 0;               // from one group's run to the next
-  size_t run_bytes = 0;                 // one group's run
-  uint32_t full_groups = 0;             // groups of 8 rows inside the plane
+  const unsigned char* plane = nullptr;  // nullptr: nothing to prefetch
+  size_t group_stride = 0;               // elements, as in qmoe_quant_matrix
+  size_t element_bytes = 0;
+  size_t run_bytes = 0;      // one group's run
+  uint32_t full_groups = 0;  // groups of 8 rows inside the plane
 
   // Group g's run, when g < g_end and the group is full (a last partial group goes through a
   // panel, and its run may end past the caller's plane). always_inline for the reason
   // lib/cpu/int4_prefetch.h gives (GCC once deleted a prefetch-only function's calls); the
   // ctest build.gemm_driver_emits_scale_run_prefetch checks the machine code.
   __attribute__((always_inline)) void prefetch(uint32_t g, uint32_t g_end) const {
-    if (base == nullptr || g >= g_end || g >= full_groups) return;
-    const unsigned char* run = base + size_t{g} * group_bytes;
+    if (plane == nullptr || g >= g_end || g >= full_groups) return;
+    // Where run_gemm_rows reads the group's planes from (row stride 1).
+    const unsigned char* run =
+        plane + plane_row_offset(g * kGroupRows, 1, group_stride) * element_bytes;
     for (size_t off = 0; off < run_bytes; off += 64) __builtin_prefetch(run + off, 0, 2);
   }
 };
@@ -59,8 +62,9 @@ GroupRunPrefetch group_run_prefetch(const GemmPlan& plan, const void* plane, siz
                                     size_t group_stride, size_t element_bytes) {
   GroupRunPrefetch p;
   if (!plan.direct_planes || block_stride != kGroupRows || group_stride == 0) return p;
-  p.base = static_cast<const unsigned char*>(plane);
-  p.group_bytes = group_stride * element_bytes;
+  p.plane = static_cast<const unsigned char*>(plane);
+  p.group_stride = group_stride;
+  p.element_bytes = element_bytes;
   p.run_bytes = size_t{plan.panel_blocks} * kGroupRows * element_bytes;
   p.full_groups = plan.w.n / kGroupRows;
   return p;
