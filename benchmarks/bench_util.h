@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "lib/cpu/kernel_table.h"
 #include "lib/dispatch.h"
-#include "lib/kernel_table.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe::bench {

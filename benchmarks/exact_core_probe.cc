@@ -1,5 +1,5 @@
 // qmoe_exact_core_probe: the ceiling of the AVX2 exact kernel at M = 1 on this core. Per 8
-// weights the kernel (lib/cpu/avx2/gemm_int4_exact_avx2.cc) runs one vpshufb (code byte to the
+// weights the kernel (lib/cpu/avx2/gemm_int4_exact_8x32_avx2.cc) runs one vpshufb (code byte to the
 // top of an int32 lane), one vcvtdq2ps and one FMA: 32 such triples per 128-byte chunk of codes
 // (8 rows x 32 k). This loop runs only those triples, over 8 KiB of codes in L1, into eight
 // independent accumulators, and reports cycles per chunk against a clock it measures with a

@@ -10,7 +10,7 @@
 #include "lib/abi_enum.h"
 #include "lib/dispatch.h"
 #include "lib/error.h"
-#include "lib/gemm_driver.h"
+#include "lib/gemm/gemm_driver.h"
 #include "lib/handle_pool.h"
 #include "lib/struct_size.h"
 

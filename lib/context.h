@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "lib/kernel_table.h"
+#include "lib/cpu/kernel_table.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "lib/kernel_table.h"
+#include "lib/cpu/kernel_table.h"
 
 namespace qmoe {
 

@@ -6,7 +6,7 @@
 #ifndef QMOE_LIB_DISPATCH_H_
 #define QMOE_LIB_DISPATCH_H_
 
-#include "lib/kernel_table.h"
+#include "lib/cpu/kernel_table.h"
 
 namespace qmoe {
 

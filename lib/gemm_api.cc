@@ -1,4 +1,4 @@
-// qmoe_gemm and qmoe_gemm_typed: argument checks, then the shared driver (lib/gemm_driver.h):
+// qmoe_gemm and qmoe_gemm_typed: argument checks, then the shared driver (lib/gemm/gemm_driver.h):
 // activations prepared once per call, the output columns split over the context's threads by
 // 8-row groups. A 16-bit X is widened to FP32 chunk by chunk as it is prepared, and a 16-bit Y
 // is computed into FP32 staging rows and rounded by each task, so the typed call gives the bits
@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "lib/activation_dtype.h"
 #include "lib/context.h"
 #include "lib/error.h"
-#include "lib/gemm_driver.h"
+#include "lib/formats/quant_matrix.h"
+#include "lib/gemm/activation_dtype.h"
+#include "lib/gemm/gemm_driver.h"
 #include "lib/memory_ranges.h"
-#include "lib/quant_matrix.h"
 
 namespace qmoe {
 namespace {

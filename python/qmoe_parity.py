@@ -72,7 +72,7 @@ def draw_logits(rng, m, experts, k, dtype=np.float32):
             return logits
 
 
-# A chunk whose max|x| is below this quantizes to 0 (lib/quant_layout.h, kQ8FlushBelow).
+# A chunk whose max|x| is below this quantizes to 0 (lib/formats/int4_layout.h, kQ8FlushBelow).
 Q8_FLUSH_BELOW = 2.0 ** -119
 
 

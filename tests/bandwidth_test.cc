@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/kernel_table.h"
+#include "lib/cpu/kernel_table.h"
 #include "qmoe/qmoe.h"
 #include "tests/isa_test_util.h"
 

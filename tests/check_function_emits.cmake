@@ -1,7 +1,7 @@
 # ctest -P script: the function whose symbol contains FUNCTION, in one of OBJECTS, holds the
 # instruction INSTRUCTION. For code whose only effect is on the memory system (a software
 # prefetch): no result-checking test can see it disappear, and GCC once deleted such a
-# prefetch without a warning (lib/cpu/int4_prefetch.h says how).
+# prefetch without a warning (lib/cpu/common/int4_prefetch.h says how).
 # Usage: cmake -DOBJECTS="a.o|b.o" -DFUNCTION=run_gemm_rows -DINSTRUCTION=prefetcht1 -P ...
 cmake_policy(SET CMP0007 NEW)
 string(REPLACE "|" ";" OBJECTS "${OBJECTS}")

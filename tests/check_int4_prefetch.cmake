@@ -1,5 +1,5 @@
 # ctest -P script: every function of the INT4 kernel objects that prefetches the code stream
-# into L1 (prefetcht0) also holds the L2 prefetch (prefetcht1) of lib/cpu/int4_prefetch.h.
+# into L1 (prefetcht0) also holds the L2 prefetch (prefetcht1) of lib/cpu/common/int4_prefetch.h.
 # GCC once deleted the L2 prefetch from every kernel without a warning (the header says how);
 # this catches that from the machine code, whatever the compiler decides next.
 # Usage: cmake -DOBJECTS="a.o|b.o" -P check_int4_prefetch.cmake ("|" or ";" between objects)

@@ -7,7 +7,7 @@
 
 #include "lib/cpu_features.h"
 #include "lib/dispatch.h"
-#include "lib/stream_tuning.h"
+#include "lib/gemm/stream_tuning.h"
 
 namespace qmoe {
 namespace {
@@ -38,7 +38,7 @@ TEST(CpuFeatures, ProbeAgreesWithCpuinfoOnEveryFeatureBothReport) {
   }
 }
 
-// The vendor string picks per-host stream tuning (lib/stream_tuning.h): it must name the same
+// The vendor string picks per-host stream tuning (lib/gemm/stream_tuning.h): it must name the same
 // vendor cpuinfo does.
 TEST(CpuFeatures, VendorAgreesWithCpuinfo) {
   ASSERT_TRUE(cpuinfo_initialize());

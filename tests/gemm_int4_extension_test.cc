@@ -19,10 +19,10 @@
 #include <utility>
 #include <vector>
 
+#include "lib/cpu/kernel_table.h"
 #include "lib/cpu_features.h"
 #include "lib/dispatch.h"
-#include "lib/kernel_table.h"
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 #include "tests/isa_test_util.h"
 
 namespace qmoe::testing {
@@ -238,7 +238,7 @@ TEST_P(GemmInt4Extension, TableProvidesOnlyTheFastKernelAndIsPickedOnlyWithTheFe
   qmoe_context_destroy(ctx);
 }
 
-// One 8-row group's inputs, built directly in the kernel contract (lib/quant_layout.h).
+// One 8-row group's inputs, built directly in the kernel contract (lib/formats/int4_layout.h).
 struct Group {
   uint32_t chunks = 1, block = 32, m = 1;
   qmoe_dtype dtype = QMOE_DTYPE_F16;

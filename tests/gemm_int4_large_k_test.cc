@@ -19,7 +19,7 @@
 #include <cstring>
 #include <string>
 
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 #include "tests/isa_test_util.h"
 
 namespace qmoe::testing {

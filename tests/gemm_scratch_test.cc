@@ -1,4 +1,4 @@
-// Per-task scratch of the GEMM driver (lib/gemm_driver.h): a group panel of FP32 scales, zero
+// Per-task scratch of the GEMM driver (lib/gemm/gemm_driver.h): a group panel of FP32 scales, zero
 // points and 16-bit staging is built only for groups that cannot read the caller's planes in
 // place, so a plan whose groups all can needs none. Reserving it anyway cost 56 bytes per block
 // of 8 rows and task: at K = 2^31 with block 16 about 7 GiB per task, and the call failed with
@@ -9,7 +9,7 @@
 #include <optional>
 #include <random>
 
-#include "lib/gemm_driver.h"
+#include "lib/gemm/gemm_driver.h"
 #include "tests/int4_reference.h"
 
 namespace qmoe::testing {

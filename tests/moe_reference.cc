@@ -40,7 +40,7 @@ void dequantized_q8_bound(const std::vector<double>& a, const std::vector<double
     }
     const double s = amax / 127.0;
     const double scale_shift = damax + 1e-6 * amax;  // |s' - s| * 127, FP32 rounding included
-    // Chunks whose max|a| is below 2^-119 quantize to 0 (lib/quant_layout.h, kQ8FlushBelow).
+    // Chunks whose max|a| is below 2^-119 quantize to 0 (lib/formats/int4_layout.h, kQ8FlushBelow).
     constexpr double kFlush = 0x1p-119;
     for (uint32_t k = c0; k < c1; ++k) {
       if (amax + damax < kFlush) {  // flushed whatever the perturbation

@@ -1,6 +1,6 @@
-// The avx2 kernel table (see lib/kernel_table.h for the invariants).
+// The avx2 kernel table (see lib/cpu/kernel_table.h for the invariants).
 #include "lib/cpu/avx2/kernels_avx2.h"
-#include "lib/kernel_table.h"
+#include "lib/cpu/kernel_table.h"
 
 namespace qmoe {
 

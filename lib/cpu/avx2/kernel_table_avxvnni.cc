@@ -1,7 +1,7 @@
-// The avxvnni extension table (see lib/kernel_table.h for the invariants): overlaid on the avx2
+// The avxvnni extension table (see lib/cpu/kernel_table.h for the invariants): overlaid on the avx2
 // and avx512 tiers only when the probe reports AVX-VNNI (lib/dispatch.cc).
 #include "lib/cpu/avx2/kernels_avx2.h"
-#include "lib/kernel_table.h"
+#include "lib/cpu/kernel_table.h"
 
 namespace qmoe {
 

@@ -1,12 +1,12 @@
 // Prototypes of the avx2 kernels; only lib/cpu/avx2/ includes this header. Semantics of each
-// signature are in lib/kernel_table.h and the public header.
+// signature are in lib/cpu/kernel_table.h and the public header.
 #ifndef QMOE_LIB_CPU_AVX2_KERNELS_AVX2_H_
 #define QMOE_LIB_CPU_AVX2_KERNELS_AVX2_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx2 {
 

@@ -1,7 +1,8 @@
 // AVX2 activation quantization for the fast level: per 32 k, scale = max|x| / 127 and
 // q = round-half-even(x * (127 / max|x|)) clamped to [-127, 127], the same float operations as
 // the scalar tier, so both produce identical q, scales and sums for every input. A chunk whose
-// max|x| is below kQ8FlushBelow (zero included) gives q = 0 and scale 0 (lib/quant_layout.h).
+// max|x| is below kQ8FlushBelow (zero included) gives q = 0 and scale 0
+// (lib/formats/int4_layout.h).
 //
 // Eight chunks at a time: their eight maxima and eight sums are reduced together by one
 // transpose-and-combine tree each (21 instructions for eight chunks instead of about six per
@@ -18,7 +19,7 @@
 #include <cstring>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx2 {
 namespace {

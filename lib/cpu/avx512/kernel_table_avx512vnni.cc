@@ -1,7 +1,7 @@
-// The avx512vnni extension table (see lib/kernel_table.h for the invariants): overlaid on the
+// The avx512vnni extension table (see lib/cpu/kernel_table.h for the invariants): overlaid on the
 // avx512 tier only when the probe reports AVX512-VNNI (lib/dispatch.cc).
 #include "lib/cpu/avx512/kernels_avx512.h"
-#include "lib/kernel_table.h"
+#include "lib/cpu/kernel_table.h"
 
 namespace qmoe {
 

@@ -1,12 +1,12 @@
 // Prototypes of the avx512 kernels; only lib/cpu/avx512/ includes this header. Semantics of each
-// signature are in lib/kernel_table.h and the public header.
+// signature are in lib/cpu/kernel_table.h and the public header.
 #ifndef QMOE_LIB_CPU_AVX512_KERNELS_AVX512_H_
 #define QMOE_LIB_CPU_AVX512_KERNELS_AVX512_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx512 {
 

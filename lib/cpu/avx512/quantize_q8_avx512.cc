@@ -10,13 +10,13 @@
 // (masked loads: nothing past x + k is touched; padding quantizes to 0) take the one-chunk path.
 //
 // A chunk whose max|x| is below kQ8FlushBelow (zero included) gives q = 0 and scale 0
-// (lib/quant_layout.h says why). Every other 127 / max|x| is finite and |x * inv| < 127.5, so
-// no product needs the scalar tier's clamp to [-127, 127] (it changes nothing there either). A
+// (lib/formats/int4_layout.h says why). Every other 127 / max|x| is finite and |x * inv| < 127.5,
+// so no product needs the scalar tier's clamp to [-127, 127] (it changes nothing there either). A
 // NaN product (x NaN, or x = +-Inf where inv = 127 / Inf = 0) maps to 0, as in the scalar tier.
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx512 {
 namespace {

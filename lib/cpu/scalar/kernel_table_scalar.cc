@@ -1,6 +1,6 @@
-// The scalar kernel table (see lib/kernel_table.h for the invariants).
+// The scalar kernel table (see lib/cpu/kernel_table.h for the invariants).
+#include "lib/cpu/kernel_table.h"
 #include "lib/cpu/scalar/kernels_scalar.h"
-#include "lib/kernel_table.h"
 
 namespace qmoe {
 

@@ -1,12 +1,12 @@
 // Prototypes of the scalar kernels; only lib/cpu/scalar/ includes this header. Semantics of each
-// signature are in lib/kernel_table.h and the public header.
+// signature are in lib/cpu/kernel_table.h and the public header.
 #ifndef QMOE_LIB_CPU_SCALAR_KERNELS_SCALAR_H_
 #define QMOE_LIB_CPU_SCALAR_KERNELS_SCALAR_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::scalar {
 

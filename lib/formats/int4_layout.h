@@ -9,8 +9,8 @@
 // nibbles), and a GPU warp reads 4 chunks = 512 contiguous bytes.
 //
 // Types and constants only (no inline functions): included by every ISA folder.
-#ifndef QMOE_LIB_QUANT_LAYOUT_H_
-#define QMOE_LIB_QUANT_LAYOUT_H_
+#ifndef QMOE_LIB_FORMATS_INT4_LAYOUT_H_
+#define QMOE_LIB_FORMATS_INT4_LAYOUT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -74,10 +74,10 @@ struct Int4GroupArgs {
   uint32_t row_begin;
   uint32_t row_end;
   // Tuning, not semantics: how far ahead (bytes) to prefetch the code stream into L2 in
-  // addition to the fixed L1 prefetch; 0 for none (lib/cpu/int4_prefetch.h).
+  // addition to the fixed L1 prefetch; 0 for none (lib/cpu/common/int4_prefetch.h).
   uint32_t prefetch_l2_bytes;
 };
 
 }  // namespace qmoe
 
-#endif  // QMOE_LIB_QUANT_LAYOUT_H_
+#endif  // QMOE_LIB_FORMATS_INT4_LAYOUT_H_

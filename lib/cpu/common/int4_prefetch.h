@@ -9,8 +9,8 @@
 // the 256-bit kernel. On the Zen 3 development host (lower latency) 768 B to 8 KiB measured the
 // same within noise, but none at all is slower there too: fast M = 1 read 0.66-0.72 of the roof
 // without it against 0.78-0.81 with it (docs/benchmarks.md, 2026-11-30).
-#ifndef QMOE_LIB_CPU_INT4_PREFETCH_H_
-#define QMOE_LIB_CPU_INT4_PREFETCH_H_
+#ifndef QMOE_LIB_CPU_COMMON_INT4_PREFETCH_H_
+#define QMOE_LIB_CPU_COMMON_INT4_PREFETCH_H_
 
 #include <xmmintrin.h>
 
@@ -28,7 +28,7 @@
 // rounds and lost others by as much (docs/benchmarks.md), so the default stays off. The scale
 // stream does cost (about 7% of a one-thread fast M = 1 call, measured 2026-12-01); the GEMM
 // driver covers it by prefetching each group's whole scale run a group ahead into L2
-// (lib/gemm_driver.cc), which did separate.
+// (lib/gemm/gemm_driver.cc), which did separate.
 #ifndef QMOE_INT4_SCALE_PREFETCH_BLOCKS
 #define QMOE_INT4_SCALE_PREFETCH_BLOCKS 0
 #endif
@@ -45,7 +45,7 @@ namespace {
 
 // Called once per 128-byte chunk of the code stream: its two lines kInt4PrefetchBytes ahead
 // into L1, and, when `l2_bytes` is not 0 (Int4GroupArgs::prefetch_l2_bytes, chosen once per
-// process by lib/stream_tuning.h), two lines `l2_bytes` ahead into L2 only. Prefetches never
+// process by lib/gemm/stream_tuning.h), two lines `l2_bytes` ahead into L2 only. Prefetches never
 // fault, so running past the end of the codes is harmless.
 //
 // always_inline, because without it GCC 12 (-O3) silently deleted the L2 prefetch: its
@@ -91,4 +91,4 @@ __attribute__((always_inline)) inline void prefetch_int4_scales(const void* scal
 
 }  // namespace qmoe
 
-#endif  // QMOE_LIB_CPU_INT4_PREFETCH_H_
+#endif  // QMOE_LIB_CPU_COMMON_INT4_PREFETCH_H_

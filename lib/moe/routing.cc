@@ -1,7 +1,7 @@
 // Router logits -> top-k expert ids and weights, with ONNX Runtime QMoE's numerics: experts
 // ranked by logit, w_j = exp(l_j - l_max) * (1 / sum), in float, the sum over the k selected in
 // rank order (renormalised) or over all experts in id order.
-#include "lib/moe_routing.h"
+#include "lib/moe/routing.h"
 
 #include <cmath>
 #include <cstddef>

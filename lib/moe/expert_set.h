@@ -7,15 +7,15 @@
 // shell {magic, ExpertSet*} that is never returned to the allocator; a destroyed shell is
 // reused only after HandlePool::kQuarantine (lib/handle_pool.h) other sets have been destroyed, so
 // a destroyed handle is rejected instead of being a use-after-free within that window.
-#ifndef QMOE_LIB_EXPERT_SET_H_
-#define QMOE_LIB_EXPERT_SET_H_
+#ifndef QMOE_LIB_MOE_EXPERT_SET_H_
+#define QMOE_LIB_MOE_EXPERT_SET_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-#include "lib/gemm_driver.h"
+#include "lib/gemm/gemm_driver.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -45,4 +45,4 @@ qmoe_status resolve_expert_set(const qmoe_expert_set* handle, const char* functi
 
 }  // namespace qmoe
 
-#endif  // QMOE_LIB_EXPERT_SET_H_
+#endif  // QMOE_LIB_MOE_EXPERT_SET_H_

@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "lib/error.h"
+#include "lib/formats/int4_layout.h"
+#include "lib/formats/quant_matrix.h"
 #include "lib/memory_ranges.h"
-#include "lib/quant_layout.h"
-#include "lib/quant_matrix.h"
 
 namespace qmoe {
 namespace {

@@ -28,14 +28,14 @@
 #include <cmath>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
-#include "lib/cpu/int4_group_dispatch.h"
-#include "lib/cpu/int4_prefetch.h"
-#include "lib/quant_layout.h"
+#include "lib/cpu/common/int4_group_dispatch.h"
+#include "lib/cpu/common/int4_prefetch.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx2 {
 namespace {
 
-#include "lib/cpu/avx2/int4_scales_avx2.inc"
+#include "lib/cpu/common/int4_scales_ymm.inc"
 
 inline __m256i load_zero_bytes(const uint8_t* base, size_t index) {
   int64_t eight;
@@ -247,7 +247,7 @@ inline void for_each_chunk(const Int4GroupArgs& a, ChunkBody&& chunk_body) {
   for (uint32_t c = 0; c < a.chunks; ++c, codes += kChunkBytes) {
     prefetch_int4_chunk(codes, a.prefetch_l2_bytes);
     const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
-    // The scale stream's lines ahead (lib/cpu/int4_prefetch.h says which and why).
+    // The scale stream's lines ahead (lib/cpu/common/int4_prefetch.h says which and why).
     prefetch_int4_scales(a.scales, sizeof_scale<kScale>(), block_a, a.scale_block_stride);
     __m256i zeros_a, zeros_b;
     chunk_zero_points<kZeros, kBlock16>(a, block_a, &zeros_a, &zeros_b);

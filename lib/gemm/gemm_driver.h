@@ -12,14 +12,14 @@
 //
 // The format switch lives here and only here: a new weight format adds a case to the plan and
 // its kernels to the table; callers (qmoe_gemm, the MoE layer) do not change.
-#ifndef QMOE_LIB_GEMM_DRIVER_H_
-#define QMOE_LIB_GEMM_DRIVER_H_
+#ifndef QMOE_LIB_GEMM_GEMM_DRIVER_H_
+#define QMOE_LIB_GEMM_GEMM_DRIVER_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/kernel_table.h"
-#include "lib/quant_layout.h"
+#include "lib/cpu/kernel_table.h"
+#include "lib/formats/int4_layout.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -142,4 +142,4 @@ constexpr size_t align64(size_t value) {
 
 }  // namespace qmoe
 
-#endif  // QMOE_LIB_GEMM_DRIVER_H_
+#endif  // QMOE_LIB_GEMM_GEMM_DRIVER_H_

@@ -1,13 +1,13 @@
-#include "lib/gemm_driver.h"
+#include "lib/gemm/gemm_driver.h"
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
 
-#include "lib/activation_dtype.h"
-#include "lib/quant_matrix.h"
-#include "lib/stream_tuning.h"
+#include "lib/formats/quant_matrix.h"
+#include "lib/gemm/activation_dtype.h"
+#include "lib/gemm/stream_tuning.h"
 
 namespace qmoe {
 
@@ -45,7 +45,7 @@ struct GroupRunPrefetch {
 
   // Group g's run, when g < g_end and the group is full (a last partial group goes through a
   // panel, and its run may end past the caller's plane). always_inline for the reason
-  // lib/cpu/int4_prefetch.h gives (GCC once deleted a prefetch-only function's calls); the
+  // lib/cpu/common/int4_prefetch.h gives (GCC once deleted a prefetch-only function's calls); the
   // ctest build.gemm_driver_emits_scale_run_prefetch checks the machine code.
   __attribute__((always_inline)) void prefetch(uint32_t g, uint32_t g_end) const {
     if (plane == nullptr || g >= g_end || g >= full_groups) return;

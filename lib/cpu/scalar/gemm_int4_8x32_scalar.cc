@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "lib/cpu/scalar/kernels_scalar.h"
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::scalar {
 namespace {
@@ -108,7 +108,7 @@ void gemm_int4_fast(const Int4GroupArgs& a) {
 
 // x[0, k) -> q[0, chunks * 32), scale[chunks], sum_q[chunks]; symmetric per 32 k:
 // scale = max|x| / 127, q = round-half-even(x * (127 / max|x|)); a chunk whose max|x| is below
-// kQ8FlushBelow (zero included) gives q = 0 and scale 0 (lib/quant_layout.h says why).
+// kQ8FlushBelow (zero included) gives q = 0 and scale 0 (lib/formats/int4_layout.h says why).
 void quantize_activations_q8(const float* x, size_t k, int8_t* q, float* scale, float* sum_q) {
   const size_t chunks = (k + kChunkCodes - 1) / kChunkCodes;
   for (size_t c = 0; c < chunks; ++c) {

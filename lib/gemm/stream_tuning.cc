@@ -1,4 +1,4 @@
-#include "lib/stream_tuning.h"
+#include "lib/gemm/stream_tuning.h"
 
 #include <cstring>
 

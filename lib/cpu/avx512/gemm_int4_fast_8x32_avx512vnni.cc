@@ -11,9 +11,9 @@
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"
-#include "lib/cpu/int4_group_dispatch.h"
-#include "lib/cpu/int4_prefetch.h"
-#include "lib/quant_layout.h"
+#include "lib/cpu/common/int4_group_dispatch.h"
+#include "lib/cpu/common/int4_prefetch.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx512vnni {
 
@@ -21,7 +21,7 @@ namespace qmoe::avx512vnni {
 namespace ymm {
 namespace {
 #define QMOE_INT4_DPBUSD256 _mm256_dpbusd_epi32
-#include "lib/cpu/avx2/int4_row_sums_dpbusd.inc"
+#include "lib/cpu/common/int4_row_sums_dpbusd.inc"
 #undef QMOE_INT4_DPBUSD256
 }  // namespace
 }  // namespace ymm
@@ -50,6 +50,6 @@ inline __m512i chunk_partials(__m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1
 }  // namespace
 
 // Defines gemm_int4_fast (and its templates) in this namespace.
-#include "lib/cpu/avx512/gemm_int4_fast_avx512.inc"
+#include "lib/cpu/avx512/gemm_int4_fast_8x32_avx512.inc"
 
 }  // namespace qmoe::avx512vnni

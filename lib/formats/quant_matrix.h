@@ -1,13 +1,13 @@
 // Validation of qmoe_quant_matrix descriptions and the small per-group panels the GEMM
 // driver builds when it cannot read a caller's planes in place.
-#ifndef QMOE_LIB_QUANT_MATRIX_H_
-#define QMOE_LIB_QUANT_MATRIX_H_
+#ifndef QMOE_LIB_FORMATS_QUANT_MATRIX_H_
+#define QMOE_LIB_FORMATS_QUANT_MATRIX_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/kernel_table.h"
-#include "lib/quant_layout.h"
+#include "lib/cpu/kernel_table.h"
+#include "lib/formats/int4_layout.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -95,4 +95,4 @@ void load_bias(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t 
 
 }  // namespace qmoe
 
-#endif  // QMOE_LIB_QUANT_MATRIX_H_
+#endif  // QMOE_LIB_FORMATS_QUANT_MATRIX_H_

@@ -1,4 +1,4 @@
-#include "lib/expert_set.h"
+#include "lib/moe/expert_set.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,8 +9,8 @@
 
 #include "lib/abi_enum.h"
 #include "lib/error.h"
+#include "lib/formats/quant_matrix.h"
 #include "lib/handle_pool.h"
-#include "lib/quant_matrix.h"
 #include "lib/struct_size.h"
 
 struct qmoe_expert_set {

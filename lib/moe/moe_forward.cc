@@ -29,14 +29,14 @@
 #include <cmath>
 #include <cstring>
 
-#include "lib/activation_dtype.h"
 #include "lib/context.h"
 #include "lib/error.h"
-#include "lib/expert_set.h"
-#include "lib/gemm_driver.h"
+#include "lib/formats/quant_matrix.h"
+#include "lib/gemm/activation_dtype.h"
+#include "lib/gemm/gemm_driver.h"
 #include "lib/memory_ranges.h"
-#include "lib/moe_routing.h"
-#include "lib/quant_matrix.h"
+#include "lib/moe/expert_set.h"
+#include "lib/moe/routing.h"
 #include "lib/struct_size.h"
 
 namespace qmoe {

@@ -10,20 +10,20 @@
 #include <immintrin.h>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
-#include "lib/cpu/int4_group_dispatch.h"
-#include "lib/cpu/int4_prefetch.h"
-#include "lib/quant_layout.h"
+#include "lib/cpu/common/int4_group_dispatch.h"
+#include "lib/cpu/common/int4_prefetch.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avxvnni {
 namespace {
 
 #define QMOE_INT4_DPBUSD256 _mm256_dpbusd_avx_epi32
-#include "lib/cpu/avx2/int4_row_sums_dpbusd.inc"
+#include "lib/cpu/common/int4_row_sums_dpbusd.inc"
 #undef QMOE_INT4_DPBUSD256
 
 }  // namespace
 
 // Defines gemm_int4_fast (and its templates) in this namespace.
-#include "lib/cpu/avx2/gemm_int4_fast_avx2.inc"
+#include "lib/cpu/common/gemm_int4_fast_ymm.inc"
 
 }  // namespace qmoe::avxvnni

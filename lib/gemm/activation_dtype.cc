@@ -1,4 +1,4 @@
-#include "lib/activation_dtype.h"
+#include "lib/gemm/activation_dtype.h"
 
 #include <cstdint>
 #include <cstring>

@@ -7,13 +7,13 @@
 // Internal linkage (an unnamed namespace): this header is compiled under every tier's flags,
 // and an inline function with external linkage would leave the linker free to keep one tier's
 // copy for all (docs/dispatch.md, "Flags never leak").
-#ifndef QMOE_LIB_CPU_INT4_GROUP_DISPATCH_H_
-#define QMOE_LIB_CPU_INT4_GROUP_DISPATCH_H_
+#ifndef QMOE_LIB_CPU_COMMON_INT4_GROUP_DISPATCH_H_
+#define QMOE_LIB_CPU_COMMON_INT4_GROUP_DISPATCH_H_
 
 #include <cstddef>
 #include <type_traits>
 
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe {
 namespace {
@@ -61,4 +61,4 @@ inline void dispatch_int4_group(const Int4GroupArgs& a, GroupFn&& group) {
 }  // namespace
 }  // namespace qmoe
 
-#endif  // QMOE_LIB_CPU_INT4_GROUP_DISPATCH_H_
+#endif  // QMOE_LIB_CPU_COMMON_INT4_GROUP_DISPATCH_H_

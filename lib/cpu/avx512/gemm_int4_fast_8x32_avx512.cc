@@ -5,9 +5,9 @@
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"
-#include "lib/cpu/int4_group_dispatch.h"
-#include "lib/cpu/int4_prefetch.h"
-#include "lib/quant_layout.h"
+#include "lib/cpu/common/int4_group_dispatch.h"
+#include "lib/cpu/common/int4_prefetch.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx512 {
 namespace {
@@ -37,12 +37,12 @@ inline __m512i chunk_partials(__m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1
 // M = 1: the 256-bit body with vpmaddubsw (gemm_int4_fast_single_row.inc says why).
 namespace ymm {
 namespace {
-#include "lib/cpu/avx2/int4_row_sums_maddubs.inc"
+#include "lib/cpu/common/int4_row_sums_maddubs.inc"
 }  // namespace
 }  // namespace ymm
 #include "lib/cpu/avx512/gemm_int4_fast_single_row.inc"
 
 // Defines gemm_int4_fast (and its templates) in this namespace.
-#include "lib/cpu/avx512/gemm_int4_fast_avx512.inc"
+#include "lib/cpu/avx512/gemm_int4_fast_8x32_avx512.inc"
 
 }  // namespace qmoe::avx512

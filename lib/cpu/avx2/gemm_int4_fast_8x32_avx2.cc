@@ -1,22 +1,22 @@
 // AVX2 INT4 dequant-GEMM, fast level, with vpmaddubsw products: the kernel body is in
 // gemm_int4_fast_avx2.inc (its comment has the layout and reduction); this file supplies the
-// dot products (lib/cpu/avx2/int4_row_sums_maddubs.inc).
+// dot products (lib/cpu/common/int4_row_sums_maddubs.inc).
 #include <immintrin.h>
 #include <type_traits>
 
 #include "lib/cpu/avx2/kernels_avx2.h"
-#include "lib/cpu/int4_group_dispatch.h"
-#include "lib/cpu/int4_prefetch.h"
-#include "lib/quant_layout.h"
+#include "lib/cpu/common/int4_group_dispatch.h"
+#include "lib/cpu/common/int4_prefetch.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx2 {
 namespace {
 
-#include "lib/cpu/avx2/int4_row_sums_maddubs.inc"
+#include "lib/cpu/common/int4_row_sums_maddubs.inc"
 
 }  // namespace
 
 // Defines gemm_int4_fast (and its templates) in this namespace.
-#include "lib/cpu/avx2/gemm_int4_fast_avx2.inc"
+#include "lib/cpu/common/gemm_int4_fast_ymm.inc"
 
 }  // namespace qmoe::avx2

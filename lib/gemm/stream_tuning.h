@@ -1,7 +1,7 @@
 // Per-host tuning of how the INT4 kernels stream weights, chosen once per process. Tuning
 // only: every choice computes the same bits.
-#ifndef QMOE_LIB_STREAM_TUNING_H_
-#define QMOE_LIB_STREAM_TUNING_H_
+#ifndef QMOE_LIB_GEMM_STREAM_TUNING_H_
+#define QMOE_LIB_GEMM_STREAM_TUNING_H_
 
 #include <cstdint>
 
@@ -18,4 +18,4 @@ uint32_t int4_l2_prefetch_bytes();
 
 }  // namespace qmoe
 
-#endif  // QMOE_LIB_STREAM_TUNING_H_
+#endif  // QMOE_LIB_GEMM_STREAM_TUNING_H_

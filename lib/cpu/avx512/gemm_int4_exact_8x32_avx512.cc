@@ -24,10 +24,10 @@
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include "lib/cpu/avx512/kernels_avx512.h"
-#include "lib/cpu/int4_group_dispatch.h"
-#include "lib/cpu/int4_prefetch.h"
+#include "lib/cpu/common/int4_group_dispatch.h"
+#include "lib/cpu/common/int4_prefetch.h"
 #include "lib/cpu/scalar/kernels_scalar.h"
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx512 {
 namespace {
@@ -126,7 +126,7 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
     prefetch_int4_chunk(codes, a.prefetch_l2_bytes);
     const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
     if (block_a != table_block) {
-      // The scale stream's lines ahead (lib/cpu/int4_prefetch.h says which and why).
+      // The scale stream's lines ahead (lib/cpu/common/int4_prefetch.h says which and why).
       prefetch_int4_scales(a.scales, sizeof_scale<kScale>(), block_a, a.scale_block_stride);
       huge_scales |= build_tables<kScale, kZeros>(a, block_a, lut_a);
       if constexpr (kBlock16) huge_scales |= build_tables<kScale, kZeros>(a, block_a + 1, lut_b);

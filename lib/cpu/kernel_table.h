@@ -10,13 +10,13 @@
 //    assembled tables are always complete (the scalar table provides every entry).
 //  - Slots are the public qmoe_kernel_slot values; the X-macro below is the single list that
 //    drives the table struct, the slot names, the assembly and the tests.
-#ifndef QMOE_LIB_KERNEL_TABLE_H_
-#define QMOE_LIB_KERNEL_TABLE_H_
+#ifndef QMOE_LIB_CPU_KERNEL_TABLE_H_
+#define QMOE_LIB_CPU_KERNEL_TABLE_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/quant_layout.h"
+#include "lib/formats/int4_layout.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -83,4 +83,4 @@ extern const KernelTable kAvx512VnniKernelTable;  // avx512 tier + AVX512-VNNI
 
 }  // namespace qmoe
 
-#endif  // QMOE_LIB_KERNEL_TABLE_H_
+#endif  // QMOE_LIB_CPU_KERNEL_TABLE_H_

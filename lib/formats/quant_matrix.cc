@@ -1,12 +1,12 @@
-#include "lib/quant_matrix.h"
+#include "lib/formats/quant_matrix.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "lib/abi_enum.h"
 #include "lib/error.h"
+#include "lib/formats/int4_layout.h"
 #include "lib/memory_ranges.h"
-#include "lib/quant_layout.h"
 #include "lib/struct_size.h"
 
 namespace qmoe {

@@ -1,13 +1,13 @@
 // Activations (X, Y) in FP32, FP16 or BF16: the element types qmoe_gemm_typed and
 // qmoe_moe_forward_typed accept, and their exact widening to / rounding from FP32 through the
 // context's conversion kernels (so the bits are those of the qmoe_convert_* calls).
-#ifndef QMOE_LIB_ACTIVATION_DTYPE_H_
-#define QMOE_LIB_ACTIVATION_DTYPE_H_
+#ifndef QMOE_LIB_GEMM_ACTIVATION_DTYPE_H_
+#define QMOE_LIB_GEMM_ACTIVATION_DTYPE_H_
 
 #include <cstddef>
 
-#include "lib/kernel_table.h"
-#include "lib/quant_matrix.h"
+#include "lib/cpu/kernel_table.h"
+#include "lib/formats/quant_matrix.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -33,4 +33,4 @@ inline void* activation_at(void* base, qmoe_dtype dtype, size_t index) {
 
 }  // namespace qmoe
 
-#endif  // QMOE_LIB_ACTIVATION_DTYPE_H_
+#endif  // QMOE_LIB_GEMM_ACTIVATION_DTYPE_H_
