@@ -1,0 +1,110 @@
+#include "run_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "memory_limit.h"
+#include "moe_layer_call.h"
+#include "progress.h"
+#include "run_check.h"
+#include "run_clock.h"
+
+namespace {
+
+// 256 FP16 scales in [0.01, 0.02], from which the generator draws one per block.
+int make_scale_table(qmoe_context* context, std::vector<uint16_t>* table) {
+  std::vector<float> values(256);
+  for (int i = 0; i < 256; ++i) values[i] = 0.01f + 0.01f * static_cast<float>(i) / 255.0f;
+  table->resize(256);
+  QMOE_CHECK(qmoe_convert_f32_to_f16(context, values.data(), table->data(), 256));
+  return 0;
+}
+
+// The workspace grows with --batch (gigabytes at 65536 tokens) and needs an expert set to be
+// sized: checked against memory as soon as the first layer exists, not after all of them, and
+// before the OOM killer could answer instead.
+int size_workspace(const RunOptions& options, qmoe_context* context, RunModel* model) {
+  MoeLayerCall call;
+  call.context = context;
+  call.set = model->layers[0]->set();
+  call.accuracy = options.accuracy;
+  call.tokens = options.batch;
+  call.top_k = options.shape.top_k;
+  QMOE_CHECK(call_moe_layer(call, &model->workspace_bytes));
+  const double workspace = static_cast<double>(model->workspace_bytes);
+  if (model->usable_memory > 0 &&
+      model->weight_bytes_total + workspace > 0.8 * model->usable_memory) {
+    std::fprintf(stderr,
+                 "\nqmoe run: the weights (%.1f GB) and a --batch %u workspace (%.1f GB) are "
+                 "over 80%% of the %.1f GB of memory this process may use\n",
+                 model->weight_bytes_total * 1e-9, options.batch, workspace * 1e-9,
+                 model->usable_memory * 1e-9);
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int size_run_model(const ModelShape& shape, RunModel* model) {
+  std::string error;
+  if (!expert_bytes(shape, &model->expert_bytes, &error)) {
+    std::fprintf(stderr, "qmoe run: qmoe_quant_matrix_codes_size failed: %s\n", error.c_str());
+    return 1;
+  }
+  const double per_layer = static_cast<double>(model->expert_bytes.total()) * shape.experts;
+  model->weight_bytes_total = per_layer * shape.layers;
+  model->usable_memory = usable_memory_bytes();
+  const double usable = model->usable_memory;
+  if (usable > 0 && model->weight_bytes_total > 0.7 * usable) {
+    std::fprintf(stderr,
+                 "qmoe run: %u layers need %.1f GB of weights, over 70%% of the %.1f GB of "
+                 "memory this process may use (physical memory, or its cgroup's limit); at "
+                 "most %u layers fit here\n",
+                 shape.layers, model->weight_bytes_total * 1e-9, usable * 1e-9,
+                 static_cast<unsigned>(0.7 * usable / per_layer));
+    return 2;
+  }
+  return 0;
+}
+
+int generate_run_model(const RunOptions& options, qmoe_context* context, RunModel* model) {
+  const ModelShape& shape = options.shape;
+  std::vector<uint16_t> scale_table;
+  if (const int code = make_scale_table(context, &scale_table); code != 0) return code;
+
+  const auto start = Clock::now();
+  model->generate_threads = std::max(1u, std::thread::hardware_concurrency());
+  Progress progress("generating weights", uint64_t{shape.layers} * shape.experts, true);
+  for (uint32_t l = 0; l < shape.layers; ++l) {
+    model->layers.push_back(std::make_unique<SyntheticLayer>());
+    const uint64_t before = uint64_t{l} * shape.experts;
+    std::string error;
+    if (!model->layers.back()->generate(
+            shape, model->expert_bytes, options.seed, l, scale_table.data(),
+            model->generate_threads, [&](uint32_t done) { progress.update(before + done); },
+            &error)) {
+      std::fprintf(stderr, "\nqmoe run: %s\n", error.c_str());
+      return 1;
+    }
+    if (l > 0) continue;
+    if (const int code = size_workspace(options, context, model); code != 0) return code;
+  }
+  progress.finish();
+  model->generate_s = seconds_since(start);
+  return 0;
+}
+
+double weight_bytes_on_huge_pages(const RunModel& model) {
+  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return 0.0;
+  char line[256];
+  double kib = 0.0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "AnonHugePages: %lf kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return std::min(kib * 1024.0, model.weight_bytes_total);
+}

@@ -1,0 +1,163 @@
+#include "run_options.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+
+namespace {
+
+// Decimal digits only: no sign, no spaces, no 0x or leading-0 octal (strtoull's base 0 read
+// "010" as 8 and " -1" as 2^64 - 1).
+bool parse_u64(const char* text, uint64_t* value) {
+  if (text == nullptr || *text == '\0') return false;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9') return false;
+  }
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long parsed = std::strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *value = parsed;
+  return true;
+}
+
+bool parse_u32(const char* text, uint32_t min, uint32_t max, uint32_t* value) {
+  uint64_t parsed = 0;
+  if (!parse_u64(text, &parsed) || parsed < min || parsed > max) return false;
+  *value = static_cast<uint32_t>(parsed);
+  return true;
+}
+
+// The option values below are null when the option is the last argument.
+
+bool parse_accuracy(const char* value, qmoe_accuracy* accuracy) {
+  if (value != nullptr && std::strcmp(value, "exact") == 0) {
+    *accuracy = QMOE_ACCURACY_EXACT;
+    return true;
+  }
+  if (value != nullptr && std::strcmp(value, "fast") == 0) {
+    *accuracy = QMOE_ACCURACY_FAST;
+    return true;
+  }
+  return false;
+}
+
+bool parse_activations(const char* value, qmoe_dtype* activations) {
+  for (qmoe_dtype type : {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16}) {
+    if (value != nullptr && std::strcmp(value, activations_name(type)) == 0) {
+      *activations = type;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A tier name; false, with the complaint naming the tiers in *complaint, for anything else.
+// The tiers and the complaint are together so that both can come from the library.
+bool parse_isa(const char* value, qmoe_isa* isa, std::string* complaint) {
+  for (qmoe_isa tier : {QMOE_ISA_SCALAR, QMOE_ISA_AVX2, QMOE_ISA_AVX512}) {
+    if (value != nullptr && std::strcmp(value, qmoe_isa_name(tier)) == 0) {
+      *isa = tier;
+      return true;
+    }
+  }
+  *complaint = "takes scalar, avx2 or avx512";
+  return false;
+}
+
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void print_run_usage(std::FILE* out) {
+  std::fprintf(
+      out,
+      "usage: qmoe run [options]\n"
+      "\n"
+      "Decode with a synthetic MoE model of the Qwen3-30B-A3B shape (128 experts a layer,\n"
+      "top-8, hidden 2048, expert intermediate 768, INT4 block 32 with FP16 scales), weights\n"
+      "generated from --seed, router logits drawn per token. Each of the --tokens steps runs\n"
+      "--batch tokens through every layer: x += moe(x), then x is rescaled to unit RMS.\n"
+      "\n"
+      "options:\n"
+      "  --layers N            MoE layers (default 4; 48 is the full depth, ~16 GB)\n"
+      "  --tokens T            decode steps (default 64)\n"
+      "  --batch M             tokens per step (default 1)\n"
+      "  --format int4         weight format (only int4)\n"
+      "  --accuracy exact|fast dequant-GEMM level (default fast)\n"
+      "  --activations f32|f16|bf16  type of the hidden state each layer reads and writes\n"
+      "                        (default f32; f16/bf16 use qmoe_moe_forward_typed)\n"
+      "  --isa scalar|avx2|avx512  highest tier (default: the process default)\n"
+      "  --threads N           threads, at most 1024 (default 0 = one per physical core)\n"
+      "  --seed S              seed of weights and router logits (default 1)\n"
+      "  --json                JSON summary on stdout, human report on stderr\n"
+      "  --help                this text\n");
+}
+
+// --help anywhere wins over the other arguments, whatever their order; an option given twice
+// is an error rather than the last one silently winning.
+int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
+  if (asks_for_help(argc, argv)) {
+    *help = true;
+    return 0;
+  }
+  std::set<std::string> seen;
+  for (int i = 0; i < argc; ++i) {
+    const char* arg = argv[i];
+    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
+    auto bad = [&](const char* what) {
+      std::fprintf(stderr, "qmoe run: %s %s\n\n", arg, what);
+      print_run_usage(stderr);
+      return 2;
+    };
+    if (std::strncmp(arg, "--", 2) == 0 && !seen.insert(arg).second) return bad("is given twice");
+    if (std::strcmp(arg, "--json") == 0) {
+      o->json = true;
+      continue;
+    }
+    if (std::strcmp(arg, "--layers") == 0) {
+      if (!parse_u32(value, 1, 100000, &o->shape.layers)) return bad("takes a count >= 1");
+    } else if (std::strcmp(arg, "--tokens") == 0) {
+      if (!parse_u32(value, 1, 100000000, &o->tokens)) return bad("takes a count >= 1");
+    } else if (std::strcmp(arg, "--batch") == 0) {
+      if (!parse_u32(value, 1, 65536, &o->batch)) return bad("takes a count in [1, 65536]");
+    } else if (std::strcmp(arg, "--threads") == 0) {
+      static_assert(QMOE_MAX_THREADS == 1024u, "the message below names the limit");
+      if (!parse_u32(value, 0, QMOE_MAX_THREADS, &o->threads)) {
+        return bad("takes a count in [0, 1024] (0 = one per core)");
+      }
+    } else if (std::strcmp(arg, "--seed") == 0) {
+      if (!parse_u64(value, &o->seed)) return bad("takes an unsigned integer");
+    } else if (std::strcmp(arg, "--format") == 0) {
+      if (value == nullptr || std::strcmp(value, "int4") != 0) return bad("takes int4");
+    } else if (std::strcmp(arg, "--accuracy") == 0) {
+      if (!parse_accuracy(value, &o->accuracy)) return bad("takes exact or fast");
+    } else if (std::strcmp(arg, "--activations") == 0) {
+      if (!parse_activations(value, &o->activations)) return bad("takes f32, f16 or bf16");
+    } else if (std::strcmp(arg, "--isa") == 0) {
+      std::string complaint;
+      if (!parse_isa(value, &o->isa, &complaint)) return bad(complaint.c_str());
+    } else {
+      std::fprintf(stderr, "qmoe run: unknown option '%s'\n\n", arg);
+      print_run_usage(stderr);
+      return 2;
+    }
+    ++i;  // the option's value
+  }
+  return 0;
+}
+
+const char* accuracy_name(qmoe_accuracy accuracy) {
+  return accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact";
+}
+
+const char* activations_name(qmoe_dtype activations) {
+  return activations == QMOE_DTYPE_F32 ? "f32" : activations == QMOE_DTYPE_F16 ? "f16" : "bf16";
+}

@@ -1,0 +1,33 @@
+// `qmoe run`'s options: what a run can be asked to do, their --help text and their parsing.
+#ifndef QMOE_TOOLS_QMOE_RUN_OPTIONS_H_
+#define QMOE_TOOLS_QMOE_RUN_OPTIONS_H_
+
+#include <cstdint>
+#include <cstdio>
+
+#include "qmoe/qmoe.h"
+#include "synthetic_model.h"
+
+struct RunOptions {
+  ModelShape shape;      // --layers; the rest is the Qwen3-30B-A3B shape
+  uint32_t tokens = 64;  // timed decode steps
+  uint32_t batch = 1;    // tokens per step
+  qmoe_accuracy accuracy = QMOE_ACCURACY_FAST;
+  qmoe_dtype activations = QMOE_DTYPE_F32;  // of the hidden state x, in and out of each layer
+  qmoe_isa isa = QMOE_ISA_DEFAULT;          // the highest tier the context may use
+  uint32_t threads = 0;                     // 0: one per physical core
+  uint64_t seed = 1;                        // of the weights and the router logits
+  bool json = false;                        // JSON summary on stdout, the human report on stderr
+};
+
+void print_run_usage(std::FILE* out);
+
+// Returns 0 when the options are parsed or --help was asked for (*help set); otherwise 2, the
+// exit code of a usage error, after the complaint and the usage on stderr.
+int parse_run_options(int argc, char** argv, RunOptions* options, bool* help);
+
+// The option values as --accuracy and --activations spell them.
+const char* accuracy_name(qmoe_accuracy accuracy);
+const char* activations_name(qmoe_dtype activations);
+
+#endif  // QMOE_TOOLS_QMOE_RUN_OPTIONS_H_
