@@ -146,6 +146,19 @@ std::vector<size_t> one_and_all_threads() {
   return all > 1 ? std::vector<size_t>{1, all} : std::vector<size_t>{1};
 }
 
+std::vector<Isa> bench_tiers() {
+  std::vector<Isa> tiers;
+  for (uint32_t i = 0; i < built_tier_count(); ++i) tiers.push_back(built_tier_at(i));
+  return tiers;
+}
+
+const char* int4_gemm_kernel_name(const qmoe_context* context, qmoe_accuracy accuracy) {
+  const char* name = nullptr;
+  int available = 0;
+  qmoe_gemm_kernel_available(context, QMOE_WEIGHT_FORMAT_INT4, 32, accuracy, &available, &name);
+  return name != nullptr ? name : "?";
+}
+
 const KernelTable* table_or_skip(benchmark::State& state, Isa isa) {
   const KernelTable* table = kernel_table_for_isa(isa);
   if (table == nullptr) {

@@ -59,8 +59,11 @@ inline const char* level_name(qmoe_accuracy accuracy) {
   return accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact";
 }
 
-/// The tiers benchmarks iterate over, lowest first.
-inline constexpr Isa kBenchIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+/// The tiers the build has (lib/cpu/isa_list.inc), lowest first: the ones benchmarks register.
+std::vector<Isa> bench_tiers();
+
+/// The kernel a context runs for INT4 at `accuracy` (qmoe_gemm_kernel_available), or "?".
+const char* int4_gemm_kernel_name(const qmoe_context* context, qmoe_accuracy accuracy);
 
 /// The assembled table of `isa`, or nullptr after state.SkipWithError("<isa> unavailable: why").
 const KernelTable* table_or_skip(benchmark::State& state, Isa isa);

@@ -19,7 +19,7 @@ to the number of hardware threads, the script
     are written into the buffer both sides read, so each run routes to new experts of R layers
     whose weights together are several times the L3; every side sees the same logit sequence;
   * times the median of runs, divided by R x M: microseconds per token and layer;
-  * checks, on layer 0 for every M (assert, as tests/onnxruntime_qmoe_test.py does with
+  * checks, on layer 0 for every M (assert, as tests/python/onnxruntime_qmoe_test.py does with
     python/qmoe_parity.py): each output against an FP64 reference within the bounds of
     docs/abi.md, and libqmoe exact against ORT level 0, libqmoe fast against ORT level 4;
   * prints a table with the ratios ORT time / libqmoe time (> 1: libqmoe is faster).

@@ -9,6 +9,7 @@
 #include "lib/context.h"
 #include "lib/error.h"
 #include "lib/weight_memory.h"
+#include "qmoe/qmoe_experimental.h"
 
 namespace qmoe {
 namespace {

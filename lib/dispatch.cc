@@ -7,6 +7,7 @@
 
 #include <strings.h>
 
+#include "lib/cpu/kernel_tables.h"
 #include "lib/cpu_features.h"
 
 namespace qmoe {
@@ -18,39 +19,26 @@ int index_of(Isa isa) {
 
 constexpr Isa kTiers[kIsaCount] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
 
-// The per-ISA tables a tier is assembled from, lowest first: a tier overlays every layer of
-// its own tier or below whose extension feature (0: none) the host has. Non-x86 builds have
-// the scalar layer alone.
-struct Layer {
-  Isa tier;
-  uint32_t feature;
-  const KernelTable* table;
-};
-
-constexpr Layer kLayers[] = {
-    {Isa::kScalar, 0, &kScalarKernelTable},
-#if defined(QMOE_HAVE_X86_TIERS)
-    {Isa::kAvx2, 0, &kAvx2KernelTable},
-    {Isa::kAvx2, QMOE_CPU_FEATURE_AVXVNNI, &kAvxVnniKernelTable},
-    {Isa::kAvx512, 0, &kAvx512KernelTable},
-    {Isa::kAvx512, QMOE_CPU_FEATURE_AVX512VNNI, &kAvx512VnniKernelTable},
-#endif
-};
-
-// Whether the build has the tier's own (non-extension) table.
+// Whether the build has the tier's own (non-extension) ISA.
 bool tier_built(Isa isa) {
-  for (const Layer& layer : kLayers) {
-    if (layer.tier == isa && layer.feature == 0) return true;
+  for (uint32_t i = 0; i < kCpuIsaCount; ++i) {
+    const CpuIsaInfo& info = cpu_isa_info(static_cast<CpuIsa>(i));
+    if (info.tier == isa && info.feature == 0) return true;
   }
   return false;
 }
 
 // Take every entry the upper table provides.
 void overlay(KernelTable& dst, const KernelTable& upper) {
-#define QMOE_OVERLAY_(slot, member, type) \
+#define QMOE_OVERLAY_(member, type) \
   if (upper.member.fn != nullptr) dst.member = upper.member;
-  QMOE_KERNEL_TABLE_ENTRIES(QMOE_OVERLAY_)
+  QMOE_CPU_OPS(QMOE_OVERLAY_)
 #undef QMOE_OVERLAY_
+  for (uint32_t f = 0; f < kFormatSlots; ++f) {
+    for (uint32_t a = 0; a < kAccuracySlots; ++a) {
+      if (upper.gemm[f][a].fn != nullptr) dst.gemm[f][a] = upper.gemm[f][a];
+    }
+  }
 }
 
 struct DispatchState {
@@ -87,7 +75,8 @@ DispatchState build_state() {
       s.unavailable_reason[t] = "host lacks " + missing_features(isa_required_features(tier), have);
       continue;
     }
-    for (const Layer& layer : kLayers) {
+    for (uint32_t i = 0; i < kCpuIsaCount; ++i) {
+      const CpuIsaInfo& layer = cpu_isa_info(static_cast<CpuIsa>(i));
       if (index_of(layer.tier) > t) break;
       if ((have & layer.feature) == layer.feature) overlay(s.tables[t], *layer.table);
     }
@@ -119,26 +108,6 @@ const DispatchState& state() {
 bool valid_isa(Isa isa) {
   return index_of(isa) >= 0 && index_of(isa) < kIsaCount;
 }
-
-const char* const kSlotNames[] = {
-#define QMOE_SLOT_NAME_(slot, member, type) #member,
-    QMOE_KERNEL_TABLE_ENTRIES(QMOE_SLOT_NAME_)
-#undef QMOE_SLOT_NAME_
-};
-
-// The X-macro order must be the public slot order: slot k is the k-th entry.
-constexpr qmoe_kernel_slot kSlotOrder[] = {
-#define QMOE_SLOT_VALUE_(slot, member, type) slot,
-    QMOE_KERNEL_TABLE_ENTRIES(QMOE_SLOT_VALUE_)
-#undef QMOE_SLOT_VALUE_
-};
-constexpr bool slots_in_order() {
-  for (size_t i = 0; i < sizeof(kSlotOrder) / sizeof(kSlotOrder[0]); ++i) {
-    if (static_cast<size_t>(kSlotOrder[i]) != i) return false;
-  }
-  return true;
-}
-static_assert(slots_in_order(), "QMOE_KERNEL_TABLE_ENTRIES must list slots in enum order");
 
 }  // namespace
 
@@ -182,79 +151,17 @@ const char* isa_name(Isa isa) {
   return qmoe_isa_name(static_cast<qmoe_isa>(isa));
 }
 
-uint32_t kernel_slot_count() {
-  return sizeof(kSlotNames) / sizeof(kSlotNames[0]);
+uint32_t built_tier_count() {
+  uint32_t count = 0;
+  for (Isa tier : kTiers) count += tier_built(tier);
+  return count;
 }
 
-const char* kernel_slot_name(qmoe_kernel_slot slot) {
-  const auto i = static_cast<uint32_t>(slot);
-  return i < kernel_slot_count() ? kSlotNames[i] : nullptr;
-}
-
-const char* kernel_name(const KernelTable& table, qmoe_kernel_slot slot) {
-  switch (slot) {
-#define QMOE_SLOT_CASE_(slot_value, member, type) \
-  case slot_value:                                \
-    return table.member.name;
-    QMOE_KERNEL_TABLE_ENTRIES(QMOE_SLOT_CASE_)
-#undef QMOE_SLOT_CASE_
+Isa built_tier_at(uint32_t i) {
+  for (Isa tier : kTiers) {
+    if (tier_built(tier) && i-- == 0) return tier;
   }
-  return nullptr;
+  return Isa::kScalar;
 }
 
 }  // namespace qmoe
-
-extern "C" {
-
-QMOE_API const char* qmoe_isa_name(qmoe_isa isa) {
-  switch (isa) {
-    case QMOE_ISA_DEFAULT:
-      return "default";
-    case QMOE_ISA_SCALAR:
-      return "scalar";
-    case QMOE_ISA_AVX2:
-      return "avx2";
-    case QMOE_ISA_AVX512:
-      return "avx512";
-  }
-  return "unknown";
-}
-
-QMOE_API const char* qmoe_cpu_feature_name(uint32_t feature_bit) {
-  switch (feature_bit) {
-    case QMOE_CPU_FEATURE_AVX:
-      return "avx";
-    case QMOE_CPU_FEATURE_AVX2:
-      return "avx2";
-    case QMOE_CPU_FEATURE_FMA:
-      return "fma";
-    case QMOE_CPU_FEATURE_F16C:
-      return "f16c";
-    case QMOE_CPU_FEATURE_AVX512F:
-      return "avx512f";
-    case QMOE_CPU_FEATURE_AVX512BW:
-      return "avx512bw";
-    case QMOE_CPU_FEATURE_AVX512DQ:
-      return "avx512dq";
-    case QMOE_CPU_FEATURE_AVX512VL:
-      return "avx512vl";
-    case QMOE_CPU_FEATURE_AVX512VNNI:
-      return "avx512vnni";
-    case QMOE_CPU_FEATURE_AVX512BF16:
-      return "avx512bf16";
-    case QMOE_CPU_FEATURE_AVXVNNI:
-      return "avxvnni";
-    default:
-      return nullptr;
-  }
-}
-
-QMOE_API uint32_t qmoe_kernel_slot_count(void) {
-  return qmoe::kernel_slot_count();
-}
-
-QMOE_API const char* qmoe_kernel_slot_name(qmoe_kernel_slot slot) {
-  return qmoe::kernel_slot_name(slot);
-}
-
-}  // extern "C"

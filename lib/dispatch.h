@@ -6,7 +6,10 @@
 #ifndef QMOE_LIB_DISPATCH_H_
 #define QMOE_LIB_DISPATCH_H_
 
+#include <cstdint>
+
 #include "lib/cpu/kernel_table.h"
+#include "lib/formats/format_traits.h"
 
 namespace qmoe {
 
@@ -28,20 +31,29 @@ Isa default_isa();
 const char* max_isa_env_value();
 const char* default_isa_reason();
 
-/// Parse "scalar" | "avx2" | "avx512" (ASCII case-insensitive); false for anything else.
+/// The tiers this build has (one per base row of lib/cpu/isa_list.inc), lowest first; the
+/// host may still lack some of them.
+uint32_t built_tier_count();
+Isa built_tier_at(uint32_t i);
+
+/// Parse a tier name ("scalar", "avx2", "avx512"; ASCII case-insensitive) of any tier the
+/// public enum has; false for anything else.
 bool parse_isa_name(const char* text, Isa* isa);
 
 /// Lower-case tier name ("scalar", "avx2", "avx512").
 const char* isa_name(Isa isa);
 
-/// Kernel name of a table entry by public slot; nullptr for an unknown slot.
-const char* kernel_name(const KernelTable& table, qmoe_kernel_slot slot);
+/// Index of an accuracy level in KernelTable::gemm (value - 1).
+constexpr uint32_t accuracy_slot(qmoe_accuracy accuracy) {
+  return static_cast<uint32_t>(accuracy) - 1;
+}
 
-/// Public name of a slot ("convert_f16_to_f32"); nullptr for an unknown slot.
-const char* kernel_slot_name(qmoe_kernel_slot slot);
-
-/// Number of slots (the public qmoe_kernel_slot values are 0 .. count-1).
-uint32_t kernel_slot_count();
+/// The table's GEMM entry for a format and accuracy level that validation has accepted.
+inline const KernelEntry<GemmGroupFn>& gemm_kernel(const KernelTable& table,
+                                                   qmoe_weight_format format,
+                                                   qmoe_accuracy accuracy) {
+  return table.gemm[format_slot(format)][accuracy_slot(accuracy)];
+}
 
 }  // namespace qmoe
 

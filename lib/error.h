@@ -11,6 +11,9 @@ namespace qmoe {
 qmoe_status fail(qmoe_status status, const char* function, const char* format, ...)
     __attribute__((format(printf, 3, 4)));
 
+/// The calling thread's last message ("" when none).
+const char* last_error_message();
+
 }  // namespace qmoe
 
 /// QMOE_FAIL(status, "detail %d", x) inside an ABI function: records the message prefixed with

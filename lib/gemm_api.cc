@@ -1,4 +1,4 @@
-// qmoe_gemm and qmoe_gemm_typed: argument checks, then the shared driver (lib/gemm/gemm_driver.h):
+// qmoe_gemm and qmoe_gemm_typed: argument checks, then the shared driver (lib/gemm/gemm_rows.h):
 // activations prepared once per call, the output columns split over the context's threads by
 // 8-row groups. A 16-bit X is widened to FP32 chunk by chunk as it is prepared, and a 16-bit Y
 // is computed into FP32 staging rows and rounded by each task, so the typed call gives the bits
@@ -10,7 +10,10 @@
 #include "lib/error.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/gemm/activation_dtype.h"
-#include "lib/gemm/gemm_driver.h"
+#include "lib/gemm/activation_rows.h"
+#include "lib/gemm/gemm_plan.h"
+#include "lib/gemm/gemm_rows.h"
+#include "lib/gemm/task_split.h"
 #include "lib/memory_ranges.h"
 
 namespace qmoe {

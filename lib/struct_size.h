@@ -1,5 +1,5 @@
 // Checking the struct_size of a caller's versioned ABI struct (qmoe_context_options,
-// qmoe_quant_matrix, qmoe_expert_set_desc, qmoe_moe_options, qmoe_host_info).
+// qmoe_quant_matrix, qmoe_expert_set_desc, qmoe_moe_params, qmoe_host_info).
 //
 // libqmoe copies min(struct_size, sizeof) bytes of such a struct and gives every field past
 // the copy its default, so a caller compiled against an older, shorter version keeps working.
@@ -34,6 +34,11 @@ bool struct_size_ok(size_t size, size_t required, const FieldSpan (&fields)[kFie
     if (size > f.offset && size < f.offset + f.size) return false;
   }
   return true;
+}
+
+/// struct_size_ok for a struct with one version so far: from `required` to kMaxStructSize.
+inline bool struct_size_ok(size_t size, size_t required) {
+  return size >= required && size <= kMaxStructSize;
 }
 
 }  // namespace qmoe

@@ -2,7 +2,7 @@
 benchmarks and tests use.
 
 Why: the comparisons against ONNX Runtime (benchmarks/compare_onnxruntime*.py) and the parity
-test (tests/onnxruntime_qmoe_test.py) call the shared library from Python, in the same process
+test (tests/python/onnxruntime_qmoe_test.py) call the shared library from Python, in the same process
 as onnxruntime, so that both sides see the same bytes. One binding keeps the struct layouts in
 one place; they mirror qmoe.h field by field (enums are C ints, option structs start with
 struct_size), and every struct the library has an *_init function for is checked at load
@@ -10,7 +10,7 @@ time: the size the library writes into struct_size must equal ctypes.sizeof of t
 
 What: Library(path) loads libqmoe and offers contexts (with num_threads), quant-matrix import
 from ONNX Runtime's INT4 layout, qmoe_gemm, expert sets built from ONNX Runtime QMoE-layout
-weights, routing, qmoe_moe_forward and qmoe_moe_forward_logits. A failing call raises
+weights, routing, qmoe_moe_forward and qmoe_moe_forward on logits. A failing call raises
 QmoeError with the status name and qmoe_last_error_message(). Library.lib is the raw CDLL
 (argtypes set) for timing loops that want one bare ctypes call per iteration.
 """
@@ -88,10 +88,22 @@ class ExpertSetDesc(ctypes.Structure):
     ]
 
 
-class MoeOptions(ctypes.Structure):
-    """qmoe_moe_options."""
+class MoeParams(ctypes.Structure):
+    """qmoe_moe_params."""
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
+        ("accuracy", ctypes.c_int),
+        ("m", ctypes.c_uint32),
+        ("dtype", ctypes.c_int),
+        ("x", ctypes.c_void_p),
+        ("ldx", ctypes.c_size_t),
+        ("y", ctypes.c_void_p),
+        ("ldy", ctypes.c_size_t),
+        ("k", ctypes.c_uint32),
+        ("ids", ctypes.c_void_p),
+        ("weights", ctypes.c_void_p),
+        ("logits", ctypes.c_void_p),
+        ("renormalize", ctypes.c_int),
         ("run_mask", ctypes.c_void_p),
         ("accumulate", ctypes.c_int),
         ("workspace", ctypes.c_void_p),
@@ -268,15 +280,8 @@ _SIGNATURES = {
     "qmoe_expert_set_create": (_INT, [ctypes.POINTER(ExpertSetDesc), ctypes.POINTER(_P)]),
     "qmoe_expert_set_destroy": (_INT, [_P]),
     "qmoe_moe_route_topk": (_INT, [_P, _U32, _U32, _U32, _INT, _P, _P]),
-    "qmoe_moe_options_init": (None, [ctypes.POINTER(MoeOptions)]),
-    "qmoe_moe_forward": (_INT, [_P, _P, _INT, _U32, _P, _SZ, _P, _P, _U32, _P, _SZ,
-                                ctypes.POINTER(MoeOptions)]),
-    "qmoe_moe_forward_logits": (_INT, [_P, _P, _INT, _U32, _P, _SZ, _P, _U32, _INT, _P, _SZ,
-                                       ctypes.POINTER(MoeOptions)]),
-    "qmoe_moe_forward_typed": (_INT, [_P, _P, _INT, _U32, _INT, _P, _SZ, _P, _P, _U32, _P, _SZ,
-                                      ctypes.POINTER(MoeOptions)]),
-    "qmoe_moe_forward_logits_typed": (_INT, [_P, _P, _INT, _U32, _INT, _P, _SZ, _P, _U32, _INT,
-                                             _P, _SZ, ctypes.POINTER(MoeOptions)]),
+    "qmoe_moe_params_init": (None, [ctypes.POINTER(MoeParams)]),
+    "qmoe_moe_forward": (_INT, [_P, _P, ctypes.POINTER(MoeParams)]),
 }
 
 
@@ -349,7 +354,7 @@ class Library:
         # The mirrors above must have the library's struct sizes.
         for struct, init in ((ContextOptions, lib.qmoe_context_options_init),
                              (ExpertSetDesc, lib.qmoe_expert_set_desc_init),
-                             (MoeOptions, lib.qmoe_moe_options_init)):
+                             (MoeParams, lib.qmoe_moe_params_init)):
             probe = struct()
             init(ctypes.byref(probe))
             if probe.struct_size != ctypes.sizeof(struct):
@@ -607,8 +612,8 @@ class Library:
         return ids, weights
 
     def moe_forward(self, context, expert_set, accuracy, x, ids, weights, y=None):
-        """qmoe_moe_forward for float32 x [m, H], or qmoe_moe_forward_typed (QMOE_DTYPE_F16)
-        for float16 x, with routing ids/weights [m, k]; returns y of x's type. ids must be an
+        """qmoe_moe_forward with routing ids/weights [m, k] on x [m, H], float32 or float16
+        (QMOE_DTYPE_F16); returns y of x's type. ids must be an
         integer array whose values fit in int32 (converted only then, never cast); y, when
         given, a writeable C-contiguous array of x's type and shape."""
         ids = _exact_integer_array(ids, np.int32, "ids")
@@ -622,20 +627,28 @@ class Library:
         if y is None:
             y = np.zeros_like(x)
         y = _checked_array(y, dtype, x.shape, "y", writeable=True)
-        if dtype == np.float32:
-            name, typed = "qmoe_moe_forward", ()
-        else:
-            name, typed = "qmoe_moe_forward_typed", (QMOE_DTYPE_F16,)
-        self.check(getattr(self.lib, name)(context.handle, expert_set.handle, accuracy, m, *typed,
-                                           x.ctypes.data, x.shape[1], ids.ctypes.data,
-                                           weights.ctypes.data, k, y.ctypes.data, y.shape[1],
-                                           None), name)
+        params = self._moe_params(accuracy, dtype, x, y, k)
+        params.ids, params.weights = ids.ctypes.data, weights.ctypes.data
+        self.check(self.lib.qmoe_moe_forward(context.handle, expert_set.handle,
+                                             ctypes.byref(params)), "qmoe_moe_forward")
         return y
+
+    def _moe_params(self, accuracy, dtype, x, y, k):
+        """A qmoe_moe_params for x and y [m, H] of `dtype` (float32 or float16), k slots."""
+        params = MoeParams()
+        self.lib.qmoe_moe_params_init(ctypes.byref(params))
+        params.accuracy = accuracy
+        params.m = x.shape[0]
+        params.dtype = QMOE_DTYPE_F32 if dtype == np.float32 else QMOE_DTYPE_F16
+        params.x, params.ldx = x.ctypes.data, x.shape[1]
+        params.y, params.ldy = y.ctypes.data, y.shape[1]
+        params.k = k
+        return params
 
     def forward_logits_call(self, context, expert_set, accuracy, x, logits, k, y,
                             renormalize=True):
-        """A no-argument callable that runs qmoe_moe_forward_logits(x, logits) into y (all
-        float32), or qmoe_moe_forward_logits_typed with QMOE_DTYPE_F16 (all float16), with
+        """A no-argument callable that runs qmoe_moe_forward on x and router logits into y (all
+        float32, or all float16 as QMOE_DTYPE_F16), with
         every argument converted once (one bare ctypes call per run, for timing loops; the
         arrays are read at each call, so their contents may change between calls)."""
         m = _u32(np.shape(x)[0], "m (rows of x)")
@@ -644,30 +657,26 @@ class Library:
         x = _checked_array(x, dtype, (m, expert_set.hidden), "x")
         logits = _checked_array(logits, dtype, (m, expert_set.num_experts), "logits")
         y = _checked_array(y, dtype, x.shape, "y", writeable=True)
-        if dtype == np.float32:
-            name, typed = "qmoe_moe_forward_logits", ()
-        else:
-            name, typed = "qmoe_moe_forward_logits_typed", (QMOE_DTYPE_F16,)
-        function, check = getattr(self.lib, name), self.check
-        args = (context.handle, expert_set.handle, accuracy, m, *typed, x.ctypes.data,
-                x.shape[1], logits.ctypes.data, k, int(renormalize), y.ctypes.data, y.shape[1],
-                None)
+        params = self._moe_params(accuracy, dtype, x, y, k)
+        params.logits, params.renormalize = logits.ctypes.data, int(renormalize)
+        function, check = self.lib.qmoe_moe_forward, self.check
+        args = (context.handle, expert_set.handle, ctypes.byref(params))
 
         def call():
             status = function(*args)
             if status != QMOE_STATUS_OK:
-                check(status, name)
+                check(status, "qmoe_moe_forward")
         # Everything the bare call reaches: the arrays, and the set and context behind the raw
         # handles (an ExpertSet built inside the call expression would otherwise be collected
         # with the weights its C set points at, and call() read freed memory).
-        call.keep = (x, logits, y, expert_set, context)
+        call.keep = (x, logits, y, expert_set, context, params)
         return call
 
     def moe_forward_logits(self, context, expert_set, accuracy, x, logits, k,
                            renormalize=True):
-        """qmoe_moe_forward_logits: route logits [m, E] (top-k, softmax, renormalised unless
-        told otherwise) and run the layer on x [m, H], all float32, or all float16 through
-        qmoe_moe_forward_logits_typed; returns y [m, H] of x's type."""
+        """qmoe_moe_forward on router logits: route logits [m, E] (top-k, softmax, renormalised
+        unless told otherwise) and run the layer on x [m, H], all float32 or all float16;
+        returns y [m, H] of x's type."""
         y = np.zeros_like(x)
         self.forward_logits_call(context, expert_set, accuracy, x, logits, k, y, renormalize)()
         return y

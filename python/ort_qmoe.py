@@ -2,7 +2,7 @@
 layer: random INT4 layers in the operator's weight layout, one-node (or one-node-per-layer)
 ONNX models, and sessions with inputs and outputs bound once.
 
-Why: tests/onnxruntime_qmoe_test.py and benchmarks/compare_onnxruntime_qmoe.py feed the same
+Why: tests/python/onnxruntime_qmoe_test.py and benchmarks/compare_onnxruntime_qmoe.py feed the same
 bytes to ORT's CPU QMoE kernel and to libqmoe (python/libqmoe.py), so this module is the one
 place that knows the operator's interface.
 
@@ -23,7 +23,7 @@ The operator, as onnxruntime 1.32 defines it (the schema is read at run time by
            (std::partial_sort of (value, id) pairs with std::greater: equal values rank the
            higher id first) and weights them exp(l - max) / sum over the k selected, i.e. a
            softmax over the selected logits that sums to 1, whatever normalize_routing_weights
-           says; routes with weight <= 1e-8 are skipped. libqmoe's qmoe_moe_forward_logits with
+           says; routes with weight <= 1e-8 are skipped. libqmoe's qmoe_moe_forward on logits with
            renormalize = 1 computes the same (equal logits: lower id first).
   SwiGLU   g = min(g, limit), u = clamp(u, -limit, limit), g * sigmoid(alpha g) * (u + beta).
 INT4 codes: byte j of a row holds k = 2j in its low nibble and 2j + 1 in its high nibble;

@@ -2,7 +2,7 @@
 Runtime's QMoE against it and against each other.
 
 Why: a parity test is only as good as its tolerance. The bounds here are the ones
-docs/abi.md describes for qmoe_moe_forward (and tests/moe_reference.cc implements in C++),
+docs/abi.md describes for qmoe_moe_forward (and tests/moe/moe_reference.cc implements in C++),
 composed from the per-GEMM bounds of docs/formats.md, computed per output from FP64 values:
   FC1       |h' - h| <= e_h: FP32 activations 1e-5 * sum_k |x_k w_k|; int8 activations
             additionally the rounding of x (see below).
@@ -21,7 +21,7 @@ Three activation models:
   "qmoe_fast"  libqmoe's fast level: x and a quantized per 32 k exactly as docs/formats.md
                says (x's int8 rows reproduced bit for bit; a's within the perturbation, with
                one step more where a value lies near a rounding boundary), as
-               tests/moe_reference.cc does.
+               tests/moe/moe_reference.cc does.
   "int8"       the same quantization per `chunk` consecutive k (ORT accuracy_level 4: MLAS's
                int8 kernels quantize activations per block of the weights, 32, 64 or 128 k,
                with the same step max|.| / 127 and rounding to nearest), for x as well as a
@@ -97,7 +97,7 @@ def _q8_fast_rows(x):
 def _q8_bound(a, da, chunk):
     """Activations within da of `a` (FP64), quantized per `chunk` k with step max|.| / 127 and
     rounding to nearest: the dequantized values of `a` itself and a per-element bound on the
-    difference to the implementation's (tests/moe_reference.cc, dequantized_q8_bound, per
+    difference to the implementation's (tests/moe/moe_reference.cc, dequantized_q8_bound, per
     `chunk`): the step moves by at most max(da) / 127 (times |q| <= 127), and q can differ by
     one only where a * 127 / max|a| lies within the perturbation (plus 1e-4, FP32 evaluation
     of the scaling) of a rounding boundary k + 1/2."""

@@ -1,4 +1,4 @@
-// Test helpers for activations in FP32, FP16 or BF16 (qmoe_gemm_typed, qmoe_moe_forward_typed):
+// Test helpers for activations in FP32, FP16 or BF16 (qmoe_gemm_typed, qmoe_moe_forward):
 // raw element buffers, converted with the ABI's own conversions, so a typed call can be
 // compared bit for bit with the FP32 call wrapped in those conversions.
 #ifndef QMOE_TESTS_ACTIVATION_DTYPE_UTIL_H_

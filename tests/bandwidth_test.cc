@@ -20,7 +20,8 @@
 
 #include "lib/cpu/kernel_table.h"
 #include "qmoe/qmoe.h"
-#include "tests/isa_test_util.h"
+#include "qmoe/qmoe_experimental.h"
+#include "tests/cpu/isa_test_util.h"
 
 namespace {
 

@@ -1,7 +1,10 @@
-/* The public header as strict C99 (-std=c99 -pedantic -Werror), and the ABI called from C:
- * versions, statuses, contexts, conversions and their bad-input statuses. */
+/* The public headers (stable, experimental, CUDA) as strict C99 (-std=c99 -pedantic -Werror),
+ * and the ABI called from C: versions, statuses, contexts, kernels, conversions, the GEMM, the
+ * MoE layer, and their bad-input statuses. */
 #include <math.h>
 #include <qmoe/qmoe.h>
+#include <qmoe/qmoe_cuda.h>
+#include <qmoe/qmoe_experimental.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,7 +37,8 @@ int main(void) {
   uint16_t narrow[4];
   const char* name = NULL;
   int parallel_calls = 0;
-  uint32_t slot;
+  int available = 0;
+  uint32_t kernel_count = 0, i;
 
   CHECK(qmoe_version_number() == QMOE_VERSION_NUMBER);
   CHECK(strcmp(qmoe_version_string(), QMOE_VERSION_STRING) == 0);
@@ -54,9 +58,25 @@ int main(void) {
   CHECK(qmoe_context_create(&options, &context) == QMOE_STATUS_OK);
   CHECK(qmoe_context_get_isa(context, &isa) == QMOE_STATUS_OK);
   CHECK(isa == info.default_isa);
-  for (slot = 0; slot < qmoe_kernel_slot_count(); ++slot) {
-    CHECK(qmoe_context_get_kernel_name(context, (qmoe_kernel_slot)slot, &name) == QMOE_STATUS_OK);
-    CHECK(name != NULL && strncmp(name, "qmoe_", 5) == 0);
+  CHECK(qmoe_context_get_kernel_count(context, &kernel_count) == QMOE_STATUS_OK);
+  CHECK(kernel_count > 0);
+  for (i = 0; i < kernel_count; ++i) {
+    qmoe_kernel_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    CHECK(qmoe_context_get_kernel_info(context, i, &info) == QMOE_STATUS_OK);
+    CHECK(info.name != NULL && strncmp(info.name, "qmoe_", 5) == 0);
+  }
+  CHECK(qmoe_gemm_kernel_available(context, QMOE_WEIGHT_FORMAT_INT4, 32, QMOE_ACCURACY_FAST,
+                                   &available, &name) == QMOE_STATUS_OK);
+  CHECK(available == 1 && name != NULL && strncmp(name, "qmoe_gemm_int4_fast", 19) == 0);
+  CHECK(qmoe_isa_from_name("avx2", &isa) == QMOE_STATUS_OK && isa == QMOE_ISA_AVX2);
+  {
+    int devices = -1;
+    const qmoe_status cuda = qmoe_cuda_get_device_count(&devices);
+    CHECK(cuda == QMOE_STATUS_OK || cuda == QMOE_STATUS_CUDA_UNAVAILABLE ||
+          cuda == QMOE_STATUS_CUDA_ERROR);
+    CHECK(qmoe_cuda_get_device_count(NULL) == QMOE_STATUS_INVALID_ARGUMENT);
   }
 
   CHECK(qmoe_convert_f16_to_f32(context, halves, wide, 4) == QMOE_STATUS_OK);
@@ -86,7 +106,6 @@ int main(void) {
     static const uint16_t bf16_0123[4] = {0x0000, 0x3F80, 0x4000, 0x4040}; /* 0, 1, 2, 3 */
     qmoe_quant_matrix w;
     size_t bytes = 0;
-    int i;
     memset(codes, 0x99, sizeof codes);
     for (i = 0; i < 8; ++i) scales[i] = 0x3800; /* 0.5 */
     for (i = 0; i < 32; ++i) x[i] = (float)(i % 4);
@@ -126,6 +145,70 @@ int main(void) {
     CHECK(qmoe_moe_route_topk(logits, 1, 4, 5, 1, ids, weights) == QMOE_STATUS_INVALID_ARGUMENT);
   }
 
+  /* The MoE layer from C, through qmoe_moe_params: two experts, H = 32, I = 16, every weight
+   * 0.5 (code 9, zero point 8, scale 0.5), X = 1/32: h = 0.5, a = 0.5 * sigmoid(0.5) * 0.5,
+   * y = 0.5 * 16 * a for every output of the one expert a token is routed to. */
+  {
+    static unsigned char codes1[4 * 128], codes2[4 * 64];
+    static uint16_t scales1[32 * 2], scales2[32];
+    qmoe_quant_matrix fc1, fc2;
+    const qmoe_quant_matrix* fc1s[2];
+    const qmoe_quant_matrix* fc2s[2];
+    qmoe_expert_set_desc desc;
+    qmoe_expert_set* set = NULL;
+    qmoe_moe_params params;
+    float x[2 * 32], y[2 * 32];
+    const int32_t ids[2] = {1, 0};
+    const float weights[2] = {1.0f, 1.0f};
+    const double a = 0.5 * (1.0 / (1.0 + exp(-0.5))) * 0.5;
+    memset(codes1, 0x99, sizeof codes1);
+    memset(codes2, 0x99, sizeof codes2);
+    for (i = 0; i < 64; ++i) scales1[i] = 0x3800;
+    for (i = 0; i < 32; ++i) scales2[i] = 0x3800;
+    for (i = 0; i < 64; ++i) x[i] = 1.0f / 32.0f;
+    memset(&fc1, 0, sizeof fc1);
+    fc1.struct_size = sizeof fc1;
+    fc1.format = QMOE_WEIGHT_FORMAT_INT4;
+    fc1.n = 32;
+    fc1.k = 32;
+    fc1.block_size = 32;
+    fc1.codes = codes1;
+    fc1.scale_dtype = QMOE_DTYPE_F16;
+    fc1.scales = scales1;
+    fc1.scale_row_stride = 1;
+    fc1.scale_block_stride = 32;
+    fc2 = fc1;
+    fc2.n = 32;
+    fc2.k = 16;
+    fc2.block_size = 16;
+    fc2.codes = codes2;
+    fc2.scales = scales2;
+    fc1s[0] = fc1s[1] = &fc1;
+    fc2s[0] = fc2s[1] = &fc2;
+    qmoe_expert_set_desc_init(&desc);
+    desc.num_experts = 2;
+    desc.hidden = 32;
+    desc.intermediate = 16;
+    desc.fc1 = fc1s;
+    desc.fc2 = fc2s;
+    CHECK(qmoe_expert_set_create(&desc, &set) == QMOE_STATUS_OK);
+    qmoe_moe_params_init(&params);
+    params.accuracy = QMOE_ACCURACY_EXACT;
+    params.m = 2;
+    params.x = x;
+    params.ldx = 32;
+    params.y = y;
+    params.ldy = 32;
+    params.k = 1;
+    params.ids = ids;
+    params.weights = weights;
+    CHECK(qmoe_moe_forward(context, set, &params) == QMOE_STATUS_OK);
+    CHECK(fabs(y[0] - 8.0 * a) < 1e-5 && fabs(y[63] - 8.0 * a) < 1e-5);
+    params.logits = weights; /* both routings: refused */
+    CHECK(qmoe_moe_forward(context, set, &params) == QMOE_STATUS_INVALID_ARGUMENT);
+    CHECK(qmoe_expert_set_destroy(set) == QMOE_STATUS_OK);
+  }
+
   /* Read bandwidth over the caller's memory. */
   {
     static unsigned char memory[8192];
@@ -141,8 +224,9 @@ int main(void) {
   CHECK(qmoe_convert_f16_to_f32(context, NULL, wide, 4) == QMOE_STATUS_INVALID_ARGUMENT);
   CHECK(qmoe_convert_f32_to_f16(context, floats, NULL, 4) == QMOE_STATUS_INVALID_ARGUMENT);
   CHECK(qmoe_convert_f32_to_f16(context, NULL, NULL, 0) == QMOE_STATUS_OK);
-  CHECK(qmoe_context_get_kernel_name(context, (qmoe_kernel_slot)9999, &name) ==
-        QMOE_STATUS_INVALID_ARGUMENT);
+  CHECK(qmoe_context_get_kernel_info(context, kernel_count, NULL) == QMOE_STATUS_INVALID_ARGUMENT);
+  CHECK(qmoe_gemm_kernel_available(context, QMOE_WEIGHT_FORMAT_INT4, 32, QMOE_ACCURACY_FAST, NULL,
+                                   NULL) == QMOE_STATUS_INVALID_ARGUMENT);
 
   CHECK(qmoe_context_destroy(context) == QMOE_STATUS_OK);
   CHECK(qmoe_convert_f16_to_f32(context, halves, wide, 4) == QMOE_STATUS_INVALID_CONTEXT);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/isa_test_util.h"
+#include "tests/cpu/isa_test_util.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "qmoe/qmoe.h"
-#include "tests/int4_reference.h"
+#include "tests/gemm/int4_reference.h"
 
 namespace qmoe::testing {
 namespace {

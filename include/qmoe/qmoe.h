@@ -1,7 +1,9 @@
 /*
  * libqmoe: quantized mixture-of-experts kernels with CPU/GPU expert offload.
  *
- * The stable C ABI. C99-clean; C++ callers include it as it is.
+ * The stable C ABI: what a runtime links against. C99-clean; C++ callers include it as it is.
+ * Introspection and measurement calls are in qmoe/qmoe_experimental.h (no stability promise),
+ * the CUDA calls in qmoe/qmoe_cuda.h.
  *
  * Conventions that hold for every function below:
  *  - Every function that can fail returns a qmoe_status. On failure it writes nothing through
@@ -29,7 +31,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define QMOE_VERSION_MAJOR 0
-#define QMOE_VERSION_MINOR 1
+#define QMOE_VERSION_MINOR 2
 #define QMOE_VERSION_PATCH 0
 /** MAJOR * 10000 + MINOR * 100 + PATCH, comparable with qmoe_version_number(). */
 #define QMOE_VERSION_NUMBER \
@@ -82,7 +84,9 @@ QMOE_API const char* qmoe_last_error_message(void);
  * CPU instruction-set tiers and host information
  * ------------------------------------------------------------------------------------------- */
 
-/** Kernel tiers. Each tier implies the ones below it. */
+/** Kernel tiers. Each tier implies the ones below it. Values 4-15 are reserved for further x86
+ * tiers, 16-31 for Arm (NEON, SVE) and 32-47 for other architectures; a tier a build does not
+ * have is UNSUPPORTED_HARDWARE wherever one is asked for. */
 typedef enum qmoe_isa {
   /** In options: "the process default" (best tier, capped by QMOE_MAX_ISA). */
   QMOE_ISA_DEFAULT = 0,
@@ -96,6 +100,10 @@ typedef enum qmoe_isa {
 
 /// Lower-case name of a tier ("scalar", "avx2", "avx512", "default"); "unknown" otherwise.
 QMOE_API const char* qmoe_isa_name(qmoe_isa isa);
+/// The tier named `name` (qmoe_isa_name's names but "default", ASCII case-insensitive), for a
+/// runtime's own configuration strings: INVALID_ARGUMENT for any other name or NULL. Whether
+/// the host runs it is another question (qmoe_context_create answers it).
+QMOE_API qmoe_status qmoe_isa_from_name(const char* name, qmoe_isa* isa);
 
 /** CPU feature bits of qmoe_host_info.cpu_features; each set bit means the CPU has the
  * feature and the OS saves its register state. Bit positions are fixed. */
@@ -181,26 +189,6 @@ QMOE_API qmoe_status qmoe_context_get_isa(const qmoe_context* context, qmoe_isa*
 QMOE_API qmoe_status qmoe_context_get_num_threads(const qmoe_context* context,
                                                   uint32_t* num_threads);
 
-/** Entries of a context's kernel table; fixed values, appended over time. */
-typedef enum qmoe_kernel_slot {
-  QMOE_KERNEL_CONVERT_F16_TO_F32 = 0,
-  QMOE_KERNEL_CONVERT_F32_TO_F16 = 1,
-  QMOE_KERNEL_CONVERT_BF16_TO_F32 = 2,
-  QMOE_KERNEL_CONVERT_F32_TO_BF16 = 3,
-  QMOE_KERNEL_READ_BANDWIDTH = 4,
-  QMOE_KERNEL_QUANTIZE_ACTIVATIONS_Q8 = 5,
-  QMOE_KERNEL_GEMM_INT4_EXACT = 6,
-  QMOE_KERNEL_GEMM_INT4_FAST = 7
-} qmoe_kernel_slot;
-
-/// Number of kernel slots this library knows (slots are 0 .. count-1).
-QMOE_API uint32_t qmoe_kernel_slot_count(void);
-/// Name of a slot ("convert_f16_to_f32", ...); NULL for an unknown slot.
-QMOE_API const char* qmoe_kernel_slot_name(qmoe_kernel_slot slot);
-/// Name of the kernel behind `slot` in this context's table, e.g. "qmoe_convert_f16_to_f32__avx2".
-QMOE_API qmoe_status qmoe_context_get_kernel_name(const qmoe_context* context,
-                                                  qmoe_kernel_slot slot, const char** name);
-
 /* ---------------------------------------------------------------------------------------------
  * Row conversions (any count, any alignment; src and dst must not overlap)
  *
@@ -238,7 +226,7 @@ QMOE_API qmoe_status qmoe_convert_f32_to_bf16(qmoe_context* context, const float
  * and device with a plain copy; libqmoe's CUDA expert kernels are not written yet.
  * ------------------------------------------------------------------------------------------- */
 
-/** Weight formats; fixed values. */
+/** Weight formats; fixed values. qmoe_gemm_kernel_available says which this build runs. */
 typedef enum qmoe_weight_format {
   QMOE_WEIGHT_FORMAT_INT4 = 1 /**< unsigned 4-bit codes 0..15, default zero point 8 */
 } qmoe_weight_format;
@@ -308,6 +296,17 @@ typedef struct qmoe_quant_matrix {
 QMOE_API qmoe_status qmoe_quant_matrix_codes_size(qmoe_weight_format format, uint32_t n, uint32_t k,
                                                   size_t* bytes);
 
+/// Whether `context` runs the dequant-GEMM (and so qmoe_gemm and the MoE layer) for weights of
+/// `format` with `block_size` at `accuracy`: *available is 1 or 0. *kernel_name, when
+/// kernel_name is not NULL, is the name of the kernel its tier uses ("qmoe_gemm_int4_fast_8x32__
+/// avx512vnni"; static storage), or NULL when not available. INVALID_ARGUMENT for a NULL
+/// `available` or an accuracy that is not a qmoe_accuracy; any format and block size value is
+/// an answer (0 for unknown ones).
+QMOE_API qmoe_status qmoe_gemm_kernel_available(const qmoe_context* context,
+                                                qmoe_weight_format format, uint32_t block_size,
+                                                qmoe_accuracy accuracy, int* available,
+                                                const char** kernel_name);
+
 /// Y[m, j] = sum_k X[m, k] * W[j, k] (+ bias[j]) for m < M and n_begin <= j < n_end, with
 /// X row m at x + m * ldx (K floats) and Y row m at y + m * ldy. Writes only columns
 /// [n_begin, n_end) of each Y row; splits the columns over the context's threads, and the
@@ -367,7 +366,7 @@ QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t bloc
                                       size_t src_block_stride, void* dst, size_t dst_bytes);
 
 /* ---------------------------------------------------------------------------------------------
- * Memory for weights, and memory bandwidth
+ * Memory for weights
  * ------------------------------------------------------------------------------------------- */
 
 /// Allocates `bytes` (>= 1) of uninitialised memory for expert weights (codes and scale planes)
@@ -381,33 +380,6 @@ QMOE_API qmoe_status qmoe_alloc_weight_memory(size_t bytes, void** memory);
 
 /// Frees memory from qmoe_alloc_weight_memory; NULL is a no-op.
 QMOE_API void qmoe_free_weight_memory(void* memory);
-
-/// Measure read bandwidth (bytes/s) by streaming a private buffer of `buffer_bytes` (at least
-/// 4096) `repetitions` times (>= 1) with the context's read kernel, on one thread or on all of
-/// the context's threads; reports the best repetition. Use a buffer several times the
-/// last-level cache for DRAM bandwidth.
-QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t buffer_bytes,
-                                                 uint32_t repetitions, int use_all_threads,
-                                                 double* bytes_per_second);
-
-/// The same measurement over the caller's memory [data, data + bytes), which is only read: the
-/// whole 64-byte lines inside the range (at least 4096 bytes of them), split into one
-/// contiguous slice per thread with use_all_threads. For the bandwidth of the pages a runtime's
-/// expert weights actually live in, to set beside qmoe_measure_read_bandwidth's fresh buffer
-/// (on virtual machines the two can differ from one process to the next). Use a range several
-/// times the last-level cache for DRAM bandwidth.
-QMOE_API qmoe_status qmoe_measure_read_bandwidth_over(qmoe_context* context, const void* data,
-                                                      size_t bytes, uint32_t repetitions,
-                                                      int use_all_threads,
-                                                      double* bytes_per_second);
-
-/* ---------------------------------------------------------------------------------------------
- * CUDA
- * ------------------------------------------------------------------------------------------- */
-
-/// Number of CUDA devices visible; QMOE_STATUS_CUDA_UNAVAILABLE in a build without CUDA,
-/// QMOE_STATUS_CUDA_ERROR (message names the CUDA error) when the runtime cannot be queried.
-QMOE_API qmoe_status qmoe_cuda_get_device_count(int* device_count);
 
 /* ---------------------------------------------------------------------------------------------
  * Expert FFN and MoE layer
@@ -472,9 +444,29 @@ QMOE_API qmoe_status qmoe_expert_set_destroy(qmoe_expert_set* set);
 QMOE_API qmoe_status qmoe_moe_route_topk(const float* logits, uint32_t m, uint32_t num_experts,
                                          uint32_t k, int renormalize, int32_t* ids, float* weights);
 
-/** Less common options of qmoe_moe_forward; NULL means all defaults. */
-typedef struct qmoe_moe_options {
-  size_t struct_size; /**< caller sets sizeof(qmoe_moe_options) */
+/** One MoE layer call: its activations, routing and options (MLAS's DataParams). Fill it with
+ * qmoe_moe_params_init first: later versions append fields whose defaults keep today's
+ * behaviour. */
+typedef struct qmoe_moe_params {
+  size_t struct_size;     /**< caller sets sizeof(qmoe_moe_params) */
+  qmoe_accuracy accuracy; /**< EXACT or FAST (default FAST) */
+  uint32_t m;             /**< tokens, >= 1 */
+  /** Element type of x, y and logits: F32 (the default), F16 or BF16. */
+  qmoe_dtype dtype;
+  /** X row t at x + t * ldx elements (H of them); Y row t at y + t * ldy (H written, the rest
+   * of the row untouched). y may be x itself (ldy == ldx): x is read before y is written. */
+  const void* x;
+  size_t ldx;
+  void* y;
+  size_t ldy;
+  uint32_t k; /**< routing slots per token, 1 to E */
+  /** The routing, one of two ways: ids and weights [m, k] (int32 expert ids in [0, E), finite
+   * FP32 weights), or logits [m, E] in `dtype` (ids and weights NULL), routed as
+   * qmoe_moe_route_topk does with `renormalize`, the logits widened to FP32 first. */
+  const int32_t* ids;
+  const float* weights;
+  const void* logits;
+  int renormalize;
   /** NULL: every routed expert runs. Otherwise num_experts bytes: only experts e with
    * run_mask[e] != 0 run (the offload "cold subset"); the others contribute nothing. */
   const uint8_t* run_mask;
@@ -486,62 +478,30 @@ typedef struct qmoe_moe_options {
    * held by a concurrent call on the same context uses scratch private to its thread). */
   void* workspace;
   size_t workspace_bytes;
-} qmoe_moe_options;
+} qmoe_moe_params;
 
-/// Fill `options` with the defaults (struct_size set, all experts, y = result, no workspace).
-QMOE_API void qmoe_moe_options_init(qmoe_moe_options* options);
+/// Fill `params` with the defaults: struct_size set, FAST, F32, renormalize 1, everything
+/// else 0/NULL.
+QMOE_API void qmoe_moe_params_init(qmoe_moe_params* params);
 
-/// Bytes of workspace qmoe_moe_forward, qmoe_moe_forward_logits and their _typed variants (any
-/// dtype) need for M tokens with k slots on this context (its thread count sizes per-thread
-/// scratch).
+/// Bytes of workspace qmoe_moe_forward needs for M tokens with k slots at `accuracy` on this
+/// context (any dtype and routing; its thread count sizes per-thread scratch).
 QMOE_API qmoe_status qmoe_moe_workspace_size(const qmoe_context* context,
                                              const qmoe_expert_set* set, qmoe_accuracy accuracy,
                                              uint32_t m, uint32_t k, size_t* bytes);
 
-/// MoE layer for M tokens, X row t at x + t * ldx (H floats), Y row t at y + t * ldy (H floats
-/// written, the rest of each row untouched): y_t (+)= sum over slots j in order of
-/// weights[t * k + j] * expert_{ids[t * k + j]}(x_t); slots with weight 0, or whose expert
-/// options->run_mask leaves out, are skipped (a token with none gets 0, or keeps y). Tokens
-/// are grouped by expert; FC1, SwiGLU and FC2 run with `accuracy` on the context's threads,
-/// and the result does not depend on the thread count. y may be x itself (same pointer and
-/// ldy == ldx: x is read before y is written); y overlapping any other input, the run mask,
-/// the workspace or the set's weights is INVALID_ARGUMENT, as are ids outside [0, E),
-/// non-finite weights, k = 0 or k > E.
+/// The MoE layer for params->m tokens: y_t (+)= sum over slots j in order of weight[t, j] *
+/// expert_{id[t, j]}(x_t); slots with weight 0, or whose expert params->run_mask leaves out,
+/// are skipped (a token with none gets 0, or keeps y). Tokens are grouped by expert; FC1,
+/// SwiGLU and FC2 run at params->accuracy on the context's threads, and the result does not
+/// depend on the thread count. A 16-bit X is widened to FP32 exactly, and each Y element is
+/// rounded to dtype once (with accumulate, from y widened plus the FP32 sum): the bits of
+/// qmoe_convert_* around an FP32 layer. y overlapping any other input, the run mask, the
+/// workspace or the set's weights is INVALID_ARGUMENT, as are ids outside [0, E), non-finite
+/// weights, NaN or +infinity logits or a row of -infinity only, both routings or neither,
+/// k = 0 or k > E.
 QMOE_API qmoe_status qmoe_moe_forward(qmoe_context* context, const qmoe_expert_set* set,
-                                      qmoe_accuracy accuracy, uint32_t m, const float* x,
-                                      size_t ldx, const int32_t* ids, const float* weights,
-                                      uint32_t k, float* y, size_t ldy,
-                                      const qmoe_moe_options* options);
-
-/// qmoe_moe_forward with X and Y in `dtype`: F32, F16 or BF16 (ldx and ldy count elements).
-/// X rows are widened to FP32 (exactly) as they are prepared, the layer runs as
-/// qmoe_moe_forward's, and each Y element is rounded to dtype once, to nearest even (with
-/// options->accumulate, from y widened plus the FP32 sum): the bits are those of
-/// qmoe_convert_*_to_f32 on X (and Y), qmoe_moe_forward, then qmoe_convert_f32_to_* on Y. In
-/// place (y == x, ldy == ldx) as qmoe_moe_forward. An unknown dtype is INVALID_ARGUMENT.
-QMOE_API qmoe_status qmoe_moe_forward_typed(qmoe_context* context, const qmoe_expert_set* set,
-                                            qmoe_accuracy accuracy, uint32_t m, qmoe_dtype dtype,
-                                            const void* x, size_t ldx, const int32_t* ids,
-                                            const float* weights, uint32_t k, void* y, size_t ldy,
-                                            const qmoe_moe_options* options);
-
-/// qmoe_moe_route_topk on router logits [M, E], then qmoe_moe_forward with the result (the
-/// routing lives in the workspace).
-QMOE_API qmoe_status qmoe_moe_forward_logits(qmoe_context* context, const qmoe_expert_set* set,
-                                             qmoe_accuracy accuracy, uint32_t m, const float* x,
-                                             size_t ldx, const float* logits, uint32_t k,
-                                             int renormalize, float* y, size_t ldy,
-                                             const qmoe_moe_options* options);
-
-/// qmoe_moe_forward_logits with X, the router logits and Y in `dtype` (F32, F16 or BF16, as
-/// ONNX Runtime's QMoE takes one type T for its input, router_probs and output): the logits
-/// are widened to FP32 (exactly) in the workspace and routed as qmoe_moe_route_topk, then the
-/// layer runs as qmoe_moe_forward_typed. The bits are those of qmoe_moe_route_topk on the
-/// widened logits followed by qmoe_moe_forward_typed.
-QMOE_API qmoe_status qmoe_moe_forward_logits_typed(
-    qmoe_context* context, const qmoe_expert_set* set, qmoe_accuracy accuracy, uint32_t m,
-    qmoe_dtype dtype, const void* x, size_t ldx, const void* logits, uint32_t k, int renormalize,
-    void* y, size_t ldy, const qmoe_moe_options* options);
+                                      const qmoe_moe_params* params);
 
 #ifdef __cplusplus
 } /* extern "C" */

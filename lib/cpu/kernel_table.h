@@ -1,22 +1,21 @@
-// The kernel table: one const table of function pointers per ISA folder, assembled once per
-// tier by lib/dispatch.cc and never written afterwards.
+// The kernel table: the function pointers one tier's calls go through. A const table per ISA is
+// generated from lib/cpu/kernel_list.inc (lib/cpu/kernel_tables.cc); lib/dispatch.cc overlays
+// them into one table per tier, once, and never writes it again.
 //
 // Invariants:
-//  - This header holds types and macros only: no inline functions, because it is included by
-//    translation units compiled with different -m flags (an inline function emitted by an
-//    AVX-512 unit could be the copy the linker keeps for the scalar path).
-//  - A per-ISA table may leave an entry empty ({nullptr, nullptr}); the assembled table for a
-//    tier takes each entry from the highest tier at or below it that provides one, so the
-//    assembled tables are always complete (the scalar table provides every entry).
-//  - Slots are the public qmoe_kernel_slot values; the X-macro below is the single list that
-//    drives the table struct, the slot names, the assembly and the tests.
+//  - Types and constants only (no functions): lib/cpu/kernels.h includes this header into
+//    translation units compiled with different -m flags, and an inline function emitted by an
+//    AVX-512 unit could be the copy the linker keeps for the scalar path.
+//  - A per-ISA table leaves the entries it does not provide empty ({nullptr, nullptr}); an
+//    assembled table takes each entry from the last ISA at or below its tier that provides it
+//    and the host runs, and the scalar ISA provides every entry, so assembled tables are full.
 #ifndef QMOE_LIB_CPU_KERNEL_TABLE_H_
 #define QMOE_LIB_CPU_KERNEL_TABLE_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/formats/int4_layout.h"
+#include "lib/gemm/group_args.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -29,57 +28,78 @@ enum class Isa : int {
 };
 constexpr int kIsaCount = 3;  // scalar, avx2, avx512
 
+/// The instruction sets kernels are compiled for (lib/cpu/isa_list.inc), in overlay order.
+enum class CpuIsa : uint32_t {
+#define QMOE_CPU_ISA(token, tier, feature) token,
+#include "lib/cpu/isa_list.inc"
+#undef QMOE_CPU_ISA
+};
+constexpr uint32_t kCpuIsaCount = 0
+#define QMOE_CPU_ISA(token, tier, feature) +1
+#include "lib/cpu/isa_list.inc"
+#undef QMOE_CPU_ISA
+    ;
+
 // Kernel signatures. Kernels validate nothing: the ABI layer checks arguments first.
 // FP16/BF16 values travel as raw bit patterns.
 using ConvertF16ToF32Fn = void (*)(const uint16_t* src, float* dst, size_t n);
 using ConvertF32ToF16Fn = void (*)(const float* src, uint16_t* dst, size_t n);
 using ConvertBf16ToF32Fn = void (*)(const uint16_t* src, float* dst, size_t n);
 using ConvertF32ToBf16Fn = void (*)(const float* src, uint16_t* dst, size_t n);
-// Reads every byte of [data, data + bytes) once, with the widest loads of the tier, and
-// returns the XOR of all its 64-bit little-endian words (the same value on every tier, and the
+// Reads every byte of [data, data + bytes) once, with the widest loads of the ISA, and
+// returns the XOR of all its 64-bit little-endian words (the same value on every ISA, and the
 // loads cannot be elided). `data` is 64-byte aligned and `bytes` a multiple of 64.
 using ReadBandwidthFn = uint64_t (*)(const void* data, size_t bytes);
 // One activation row for the fast level: x[0, k) -> q (ceil(k/32) * 32 int8, zero past k),
-// scale and sum_q per 32 k (see Q8Activations). Every tier produces identical values for
+// scale and sum_q per 32 k (see Q8Activations). Every ISA produces identical values for
 // finite inputs.
 using QuantizeActivationsQ8Fn = void (*)(const float* x, size_t k, int8_t* q, float* scale,
                                          float* sum_q);
-// One 8-row group of the INT4 dequant-GEMM (see Int4GroupArgs).
-using GemmInt4GroupFn = void (*)(const Int4GroupArgs& args);
+// One 8-row group of a dequant-GEMM (see GemmGroupArgs), for one format and accuracy level.
+using GemmGroupFn = void (*)(const GemmGroupArgs& args);
 
-// X(slot enumerator, table member, function-pointer type)
-#define QMOE_KERNEL_TABLE_ENTRIES(X)                                                               \
-  X(QMOE_KERNEL_CONVERT_F16_TO_F32, convert_f16_to_f32, ::qmoe::ConvertF16ToF32Fn)                 \
-  X(QMOE_KERNEL_CONVERT_F32_TO_F16, convert_f32_to_f16, ::qmoe::ConvertF32ToF16Fn)                 \
-  X(QMOE_KERNEL_CONVERT_BF16_TO_F32, convert_bf16_to_f32, ::qmoe::ConvertBf16ToF32Fn)              \
-  X(QMOE_KERNEL_CONVERT_F32_TO_BF16, convert_f32_to_bf16, ::qmoe::ConvertF32ToBf16Fn)              \
-  X(QMOE_KERNEL_READ_BANDWIDTH, read_bandwidth, ::qmoe::ReadBandwidthFn)                           \
-  X(QMOE_KERNEL_QUANTIZE_ACTIVATIONS_Q8, quantize_activations_q8, ::qmoe::QuantizeActivationsQ8Fn) \
-  X(QMOE_KERNEL_GEMM_INT4_EXACT, gemm_int4_exact, ::qmoe::GemmInt4GroupFn)                         \
-  X(QMOE_KERNEL_GEMM_INT4_FAST, gemm_int4_fast, ::qmoe::GemmInt4GroupFn)
+// The entries that do not depend on a format: X(table member, function-pointer type).
+#define QMOE_CPU_OPS(X)                              \
+  X(convert_f16_to_f32, ::qmoe::ConvertF16ToF32Fn)   \
+  X(convert_f32_to_f16, ::qmoe::ConvertF32ToF16Fn)   \
+  X(convert_bf16_to_f32, ::qmoe::ConvertBf16ToF32Fn) \
+  X(convert_f32_to_bf16, ::qmoe::ConvertF32ToBf16Fn) \
+  X(read_bandwidth, ::qmoe::ReadBandwidthFn)         \
+  X(quantize_activations_q8, ::qmoe::QuantizeActivationsQ8Fn)
 
 template <typename Fn>
 struct KernelEntry {
+  using Function = Fn;
   Fn fn;             // nullptr in a per-ISA table that does not provide this entry
-  const char* name;  // "qmoe_<job>__<isa>", static storage
+  const char* name;  // "qmoe_<op>__<isa>", static storage
 };
+
+// GEMM entries are indexed by format (value - 1, lib/formats/format_list.inc) and accuracy
+// level (value - 1).
+constexpr uint32_t kFormatSlots = 0
+#define QMOE_FORMAT(token, value, traits) +1
+#include "lib/formats/format_list.inc"
+#undef QMOE_FORMAT
+    ;
+constexpr uint32_t kAccuracySlots = 2;  // QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST
 
 struct KernelTable {
-#define QMOE_KERNEL_TABLE_MEMBER_(slot, member, type) KernelEntry<type> member;
-  QMOE_KERNEL_TABLE_ENTRIES(QMOE_KERNEL_TABLE_MEMBER_)
+#define QMOE_KERNEL_TABLE_MEMBER_(member, type) KernelEntry<type> member;
+  QMOE_CPU_OPS(QMOE_KERNEL_TABLE_MEMBER_)
 #undef QMOE_KERNEL_TABLE_MEMBER_
+  KernelEntry<GemmGroupFn> gemm[kFormatSlots][kAccuracySlots];
 };
 
-// The per-ISA tables, each defined in its ISA folder (kernel_table_<isa>.cc).
-extern const KernelTable kScalarKernelTable;
-#if defined(QMOE_HAVE_X86_TIERS)
-extern const KernelTable kAvx2KernelTable;
-extern const KernelTable kAvx512KernelTable;
-// Extension tables: kernels that need a feature beyond their tier's requirements, compiled in
-// translation units of their own and overlaid only when the probe reports the feature.
-extern const KernelTable kAvxVnniKernelTable;     // avx2 tier + AVX-VNNI
-extern const KernelTable kAvx512VnniKernelTable;  // avx512 tier + AVX512-VNNI
-#endif
+// The tokens of the kernel list's format and accuracy columns, as values.
+namespace list_format {
+#define QMOE_FORMAT(token, value, traits) constexpr qmoe_weight_format token = value;
+#include "lib/formats/format_list.inc"
+#undef QMOE_FORMAT
+}  // namespace list_format
+namespace list_accuracy {
+constexpr qmoe_accuracy exact = QMOE_ACCURACY_EXACT;
+constexpr qmoe_accuracy fast = QMOE_ACCURACY_FAST;
+}  // namespace list_accuracy
 
 }  // namespace qmoe
 

@@ -1,5 +1,5 @@
-// qmoe_group_plane / qmoe_grouped_plane_elements: rearranging a strided scale or zero-point
-// plane into the grouped order the kernels stream best (docs/formats.md, "grouped order").
+#include "lib/formats/grouped_plane.h"
+
 #include <cstdint>
 #include <cstring>
 
@@ -7,52 +7,54 @@
 #include "lib/formats/int4_layout.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/memory_ranges.h"
-#include "qmoe/qmoe.h"
 
-extern "C" {
+namespace qmoe {
 
-QMOE_API size_t qmoe_grouped_plane_elements(uint32_t n, uint32_t blocks) {
+size_t grouped_plane_elements(uint32_t n, uint32_t blocks) {
   if (n == 0 || blocks == 0) return 0;
   const size_t rows = size_t{qmoe::row_groups(n)} * qmoe::kGroupRows;
   if (rows > SIZE_MAX / blocks) return 0;
   return rows * blocks;
 }
 
-QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t blocks,
-                                      size_t element_bytes, size_t src_row_stride,
-                                      size_t src_block_stride, void* dst, size_t dst_bytes) {
-  using namespace qmoe;
+qmoe_status group_plane(const char* function, const void* src, uint32_t n, uint32_t blocks,
+                        size_t element_bytes, size_t src_row_stride, size_t src_block_stride,
+                        void* dst, size_t dst_bytes) {
   if (src == nullptr || dst == nullptr) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "%s is NULL", src == nullptr ? "src" : "dst");
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s is NULL",
+                src == nullptr ? "src" : "dst");
   }
   if (n == 0 || blocks == 0) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "n = %u and blocks = %u must be >= 1", n, blocks);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "n = %u and blocks = %u must be >= 1", n,
+                blocks);
   }
   if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "element_bytes = %zu is not 1, 2 or 4", element_bytes);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "element_bytes = %zu is not 1, 2 or 4",
+                element_bytes);
   }
   if (!plane_strides_fit(n, blocks, src_row_stride, src_block_stride)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-              "src strides (row %zu, block %zu) do not describe an [n=%u, blocks=%u] plane",
-              src_row_stride, src_block_stride, n, blocks);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "src strides (row %zu, block %zu) do not describe an [n=%u, blocks=%u] plane",
+                src_row_stride, src_block_stride, n, blocks);
   }
-  const size_t elements = qmoe_grouped_plane_elements(n, blocks);
+  const size_t elements = grouped_plane_elements(n, blocks);
   if (elements == 0 || elements > SIZE_MAX / element_bytes ||
       dst_bytes < elements * element_bytes) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "dst_bytes = %zu, the grouped plane needs %zu x %zu",
-              dst_bytes, elements, element_bytes);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "dst_bytes = %zu, the grouped plane needs %zu x %zu", dst_bytes, elements,
+                element_bytes);
   }
   // plane_strides_fit bounds each stride by 2^48, not a stride times up to 2^32 rows.
   size_t src_extent = 0;
   if (!plane_bytes(src, n, blocks, src_row_stride, src_block_stride, 0, element_bytes,
                    &src_extent)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-              "src strides (row %zu, block %zu) for %u rows run past the end of the address "
-              "space",
-              src_row_stride, src_block_stride, n);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "src strides (row %zu, block %zu) for %u rows run past the end of the address "
+                "space",
+                src_row_stride, src_block_stride, n);
   }
   if (ranges_overlap(src, src_extent, dst, elements * element_bytes)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "src and dst overlap");
   }
   const auto* in = static_cast<const unsigned char*>(src);
   auto* out = static_cast<unsigned char*>(dst);
@@ -68,4 +70,4 @@ QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t bloc
   return QMOE_STATUS_OK;
 }
 
-}  // extern "C"
+}  // namespace qmoe

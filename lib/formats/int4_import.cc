@@ -1,10 +1,13 @@
 // Importers into the canonical INT4 layout from ONNX Runtime's MatMulNBits/QMoE layout and
 // from ggml's Q4_0 blocks. Both are bit-exact: every code keeps its value, the canonical
 // padding is zero. Import runs once per weight load, so clarity wins over speed here.
+#include "lib/formats/int4_import.h"
+
 #include <cstdint>
 #include <cstring>
 
 #include "lib/error.h"
+#include "lib/formats/format_traits.h"
 #include "lib/formats/int4_layout.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/memory_ranges.h"
@@ -30,7 +33,7 @@ qmoe_status check_dst(const char* function, uint32_t n, uint32_t k, const void* 
                       size_t dst_bytes) {
   if (qmoe_status s = check_matrix_dims(function, n, k); s != QMOE_STATUS_OK) return s;
   if (dst == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "dst is NULL");
-  const size_t need = int4_codes_size(n, k);
+  const size_t need = codes_size(kInt4Format, n, k);
   if (dst_bytes < need) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "dst_bytes = %zu but an %u x %u INT4 matrix needs %zu", dst_bytes, n, k, need);
@@ -39,23 +42,19 @@ qmoe_status check_dst(const char* function, uint32_t n, uint32_t k, const void* 
 }
 
 }  // namespace
-}  // namespace qmoe
 
-extern "C" {
-
-QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
-                                           size_t dst_bytes) {
-  using namespace qmoe;
-  if (qmoe_status s = check_dst(__func__, n, k, dst, dst_bytes); s != QMOE_STATUS_OK) return s;
-  if (src == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src is NULL");
-  if (k % 2 != 0) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "k = %u is odd", k);
+qmoe_status import_int4_onnx(const char* function, const uint8_t* src, uint32_t n, uint32_t k,
+                             void* dst, size_t dst_bytes) {
+  if (qmoe_status s = check_dst(function, n, k, dst, dst_bytes); s != QMOE_STATUS_OK) return s;
+  if (src == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "src is NULL");
+  if (k % 2 != 0) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "k = %u is odd", k);
   // dst is cleared before src is read: an import in place would read zeros.
-  if (ranges_overlap(src, size_t{n} * (k / 2), dst, int4_codes_size(n, k))) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
+  if (ranges_overlap(src, size_t{n} * (k / 2), dst, codes_size(kInt4Format, n, k))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "src and dst overlap");
   }
   const uint32_t chunks = chunk_count(k);
   auto* out = static_cast<uint8_t*>(dst);
-  std::memset(out, 0, int4_codes_size(n, k));
+  std::memset(out, 0, codes_size(kInt4Format, n, k));
   const size_t row_bytes = k / 2;
   for (uint32_t row = 0; row < n; ++row) {
     const uint8_t* in = src + row * row_bytes;
@@ -72,33 +71,32 @@ QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint3
   return QMOE_STATUS_OK;
 }
 
-QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint32_t n, uint32_t k,
-                                                       uint32_t block_size, uint8_t* dst,
-                                                       size_t dst_row_stride,
-                                                       size_t dst_block_stride) {
-  using namespace qmoe;
+qmoe_status import_int4_onnx_zero_points(const char* function, const uint8_t* src, uint32_t n,
+                                         uint32_t k, uint32_t block_size, uint8_t* dst,
+                                         size_t dst_row_stride, size_t dst_block_stride) {
   if (src == nullptr || dst == nullptr) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "%s is NULL", src == nullptr ? "src" : "dst");
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s is NULL",
+                src == nullptr ? "src" : "dst");
   }
-  if (qmoe_status s = check_matrix_dims(__func__, n, k); s != QMOE_STATUS_OK) return s;
+  if (qmoe_status s = check_matrix_dims(function, n, k); s != QMOE_STATUS_OK) return s;
   if (block_size == 0 || k % block_size != 0) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "k = %u is not a multiple of block_size = %u", k,
-              block_size);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "k = %u is not a multiple of block_size = %u", k, block_size);
   }
   const uint32_t blocks = k / block_size;
   if (!plane_strides_fit(n, blocks, dst_row_stride, dst_block_stride)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "dst strides (row %zu, block %zu) alias",
-              dst_row_stride, dst_block_stride);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "dst strides (row %zu, block %zu) alias",
+                dst_row_stride, dst_block_stride);
   }
   const size_t src_row_bytes = (size_t{blocks} + 1) / 2;
   size_t dst_extent = 0;
   if (!plane_bytes(dst, n, blocks, dst_row_stride, dst_block_stride, 0, 1, &dst_extent)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-              "dst strides (row %zu, block %zu) run past the end of the address space",
-              dst_row_stride, dst_block_stride);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "dst strides (row %zu, block %zu) run past the end of the address space",
+                dst_row_stride, dst_block_stride);
   }
   if (ranges_overlap(src, n * src_row_bytes, dst, dst_extent)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src and dst overlap");
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "src and dst overlap");
   }
   for (uint32_t row = 0; row < n; ++row) {
     for (uint32_t b = 0; b < blocks; ++b) {
@@ -109,45 +107,46 @@ QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint3
   return QMOE_STATUS_OK;
 }
 
-QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t k, void* dst_codes,
-                                           size_t dst_bytes, uint16_t* scales,
-                                           size_t scale_row_stride, size_t scale_block_stride) {
-  using namespace qmoe;
-  if (qmoe_status s = check_dst(__func__, n, k, dst_codes, dst_bytes); s != QMOE_STATUS_OK) {
+qmoe_status import_int4_q4_0(const char* function, const void* src, uint32_t n, uint32_t k,
+                             void* dst_codes, size_t dst_bytes, uint16_t* scales,
+                             size_t scale_row_stride, size_t scale_block_stride) {
+  if (qmoe_status s = check_dst(function, n, k, dst_codes, dst_bytes); s != QMOE_STATUS_OK) {
     return s;
   }
   if (src == nullptr || scales == nullptr) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "%s is NULL", src == nullptr ? "src" : "scales");
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s is NULL",
+                src == nullptr ? "src" : "scales");
   }
   if (k % kChunkCodes != 0)
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "k = %u is not a multiple of 32", k);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "k = %u is not a multiple of 32", k);
   const uint32_t blocks = k / kChunkCodes;
   if (!plane_strides_fit(n, blocks, scale_row_stride, scale_block_stride)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "scale strides (row %zu, block %zu) alias",
-              scale_row_stride, scale_block_stride);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "scale strides (row %zu, block %zu) alias",
+                scale_row_stride, scale_block_stride);
   }
   // block_q4_0: { uint16_t d (FP16); uint8_t qs[16]; } = 18 bytes, no padding. Byte j of qs
   // holds code j (low nibble) and code j + 16 (high nibble): the canonical chunk-row bytes.
   constexpr size_t kBlockBytes = 2 + kChunkRowBytes;
   const size_t src_bytes = size_t{n} * blocks * kBlockBytes;
-  const size_t codes_bytes = int4_codes_size(n, k);
+  const size_t codes_bytes = codes_size(kInt4Format, n, k);
   if (reinterpret_cast<uintptr_t>(scales) % alignof(uint16_t) != 0) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "scales is not aligned to 2 bytes");
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "scales is not aligned to 2 bytes");
   }
   size_t scale_bytes = 0;
   if (!plane_bytes(scales, n, blocks, scale_row_stride, scale_block_stride, 0, sizeof(uint16_t),
                    &scale_bytes)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-              "scale strides (row %zu, block %zu) run past the end of the address space",
-              scale_row_stride, scale_block_stride);
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "scale strides (row %zu, block %zu) run past the end of the address space",
+                scale_row_stride, scale_block_stride);
   }
   if (ranges_overlap(src, src_bytes, dst_codes, codes_bytes) ||
       ranges_overlap(src, src_bytes, scales, scale_bytes) ||
       ranges_overlap(dst_codes, codes_bytes, scales, scale_bytes)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "src, dst_codes and scales must not overlap");
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "src, dst_codes and scales must not overlap");
   }
   auto* out = static_cast<uint8_t*>(dst_codes);
-  std::memset(out, 0, int4_codes_size(n, k));
+  std::memset(out, 0, codes_size(kInt4Format, n, k));
   const auto* in = static_cast<const uint8_t*>(src);
   for (uint32_t row = 0; row < n; ++row) {
     for (uint32_t b = 0; b < blocks; ++b) {
@@ -161,4 +160,4 @@ QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t
   return QMOE_STATUS_OK;
 }
 
-}  // extern "C"
+}  // namespace qmoe

@@ -1,82 +1,23 @@
-// The canonical INT4 layout and the arguments of the per-ISA dequant-GEMM kernels.
-//
-// Canonical codes (docs/formats.md): rows are tiled in groups of kGroupRows = 8, K in chunks of
-// kChunkCodes = 32. A group's chunks are contiguous, a chunk holds the 8 rows' 16-byte slices:
+// The canonical INT4 layout (docs/formats.md), in the tiling every format shares
+// (lib/formats/tiles.h): a tile holds the 8 rows' 16-byte slices of 32 codes,
 //   byte((n, k)) = ((n / 8) * chunks + k / 32) * 128 + (n % 8) * 16 + (k % 16)
 //   code k is the low nibble when k % 32 < 16, the high nibble otherwise.
-// So one thread computing a group of 8 outputs reads one sequential stream of chunks * 128
-// bytes, one 16-byte load unpacks to the 32 codes of a chunk in k order (low nibbles then high
-// nibbles), and a GPU warp reads 4 chunks = 512 contiguous bytes.
+// So one 16-byte load unpacks to the 32 codes of a row's tile in k order (low nibbles then high
+// nibbles) with an AND and a shift, and a GPU warp reads 4 tiles = 512 contiguous bytes.
 //
-// Types and constants only (no inline functions): included by every ISA folder.
+// Constants only (no functions): included by translation units of every ISA's flags.
 #ifndef QMOE_LIB_FORMATS_INT4_LAYOUT_H_
 #define QMOE_LIB_FORMATS_INT4_LAYOUT_H_
 
-#include <cstddef>
 #include <cstdint>
 
-#include "qmoe/qmoe.h"
+#include "lib/formats/tiles.h"
 
 namespace qmoe {
 
-constexpr uint32_t kGroupRows = 8;
-constexpr uint32_t kChunkCodes = 32;
-constexpr uint32_t kChunkRowBytes = 16;                        // one row's codes of one chunk
+constexpr uint32_t kChunkRowBytes = 16;                        // one row's codes of one tile
 constexpr uint32_t kChunkBytes = kGroupRows * kChunkRowBytes;  // 128
 constexpr uint32_t kInt4DefaultZeroPoint = 8;
-
-// Activations of one GEMM call quantized for the fast level, per row m and chunk c:
-//   x[m, 32c + i] ~= scale[m, c] * q[m, 32c + i],  q in [-127, 127], zero past K;
-//   sum_q[m, c] = sum_i q[m, 32c + i] (exact as float: |sum| <= 32 * 127).
-// A chunk whose max|x| is below kQ8FlushBelow (zero included) quantizes to q = 0, scale 0:
-// from there down 127 / max|x| overflows (below ~2^-121) or max|x| / 127 is subnormal and no
-// longer within 2^-24 of its value, so the documented bound could not hold. Above it both
-// divisions are normal and finite, every product |x * 127 / max| stays below 127.5, and no
-// division by zero is ever evaluated (the divide-by-zero flag stays clear).
-constexpr float kQ8FlushBelow = 0x1p-119f;
-struct Q8Activations {
-  const int8_t* q;     // m * q_stride bytes, q_stride = chunks * 32
-  const float* scale;  // m * chunks
-  const float* sum_q;  // m * chunks
-  size_t q_stride;
-  size_t chunk_stride;  // = chunks
-};
-
-// One kernel call: the outputs of rows [row_begin, row_end) of one 8-row group for all M
-// activation rows.
-//
-// Scales and zero points of block b for the group's 8 rows are 8 consecutive elements at
-// scales + b * scale_block_stride and zero_points + b * zero_point_block_stride. The driver
-// points these at the caller's planes when they are in [K/block, N] order (row stride 1), the
-// group is full and K is a multiple of 32; otherwise at panels it built (fp32 scales, block
-// stride 8; rows past N and a half-filled last chunk's missing block hold scale 0). Kernels
-// read blocks [0, ceil(chunks * 32 / block_size)) only.
-struct Int4GroupArgs {
-  const uint8_t* codes;  // the group's first chunk; chunks * 128 bytes
-  uint32_t chunks;       // ceil(K / 32)
-  uint32_t block_size;   // 16, 32, 64 or 128 (k of one scale)
-  qmoe_dtype scale_dtype;
-  const void* scales;
-  size_t scale_block_stride;   // elements
-  const uint8_t* zero_points;  // nullptr: every zero point is 8
-  size_t zero_point_block_stride;
-  const float* bias;  // 8 values (0 past N), or nullptr
-  uint32_t m;
-  // Exact level: X rows of chunks * 32 floats at x + i * ldx (zero past K).
-  const float* x;
-  size_t ldx;
-  // Fast level.
-  Q8Activations xq;
-  // Output: Y[i, row] at y[i * ldy + row] for row in [row_begin, row_end) (y points at the
-  // group's first column).
-  float* y;
-  size_t ldy;
-  uint32_t row_begin;
-  uint32_t row_end;
-  // Tuning, not semantics: how far ahead (bytes) to prefetch the code stream into L2 in
-  // addition to the fixed L1 prefetch; 0 for none (lib/cpu/common/int4_prefetch.h).
-  uint32_t prefetch_l2_bytes;
-};
 
 }  // namespace qmoe
 

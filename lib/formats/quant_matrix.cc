@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "lib/abi_enum.h"
 #include "lib/error.h"
-#include "lib/formats/int4_layout.h"
+#include "lib/formats/format_traits.h"
 #include "lib/memory_ranges.h"
 #include "lib/struct_size.h"
 
@@ -14,6 +15,17 @@ namespace {
 
 bool valid_dtype(int32_t d) {
   return d == QMOE_DTYPE_F32 || d == QMOE_DTYPE_F16 || d == QMOE_DTYPE_BF16;
+}
+
+// " (16, 32, 64 or 128)": the block sizes a format accepts, for messages.
+std::string block_size_list(const FormatTraits& format) {
+  std::string out;
+  for (uint32_t size = 1; size != 0 && size <= format.block_sizes; size <<= 1) {
+    if ((format.block_sizes & size) == 0) continue;
+    out += out.empty() ? " (" : ", ";
+    out += std::to_string(size);
+  }
+  return out.empty() ? out : out + ")";
 }
 
 // Whether stride >= count * other, false when the product does not fit in 64 bits (a
@@ -76,7 +88,7 @@ bool plane_bytes(const void* base, uint32_t n, uint32_t blocks, size_t row_strid
 size_t matrix_spans(const qmoe_quant_matrix& w, MemorySpan spans[4]) {
   const uint32_t blocks = w.k / w.block_size;
   size_t count = 0;
-  spans[count++] = {w.codes, int4_codes_size(w.n, w.k)};
+  spans[count++] = {w.codes, codes_size(*find_format(w.format), w.n, w.k)};
   size_t bytes = 0;
   if (!plane_bytes(w.scales, w.n, blocks, w.scale_row_stride, w.scale_block_stride,
                    w.scale_group_stride, dtype_size(w.scale_dtype), &bytes)) {
@@ -106,25 +118,6 @@ bool matrix_overlaps(const qmoe_quant_matrix& w, const void* p, size_t bytes) {
   return false;
 }
 
-namespace {
-
-float load_element(qmoe_dtype dtype, const void* base, size_t index, const KernelTable& kernels) {
-  float value;
-  switch (dtype) {
-    case QMOE_DTYPE_F16:
-      kernels.convert_f16_to_f32.fn(static_cast<const uint16_t*>(base) + index, &value, 1);
-      return value;
-    case QMOE_DTYPE_BF16:
-      kernels.convert_bf16_to_f32.fn(static_cast<const uint16_t*>(base) + index, &value, 1);
-      return value;
-    case QMOE_DTYPE_F32:
-      break;
-  }
-  return static_cast<const float*>(base)[index];
-}
-
-}  // namespace
-
 size_t dtype_size(qmoe_dtype dtype) {
   switch (dtype) {
     case QMOE_DTYPE_F32:
@@ -134,12 +127,6 @@ size_t dtype_size(qmoe_dtype dtype) {
       return 2;
   }
   return 0;
-}
-
-size_t int4_codes_size(uint32_t n, uint32_t k) {
-  const size_t groups = row_groups(n);
-  const size_t chunks = chunk_count(k);
-  return groups * chunks * kChunkBytes;
 }
 
 qmoe_status check_matrix_dims(const char* function, uint32_t n, uint32_t k) {
@@ -171,14 +158,15 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
   std::memcpy(&w, in, in->struct_size < sizeof(w) ? in->struct_size : sizeof(w));
   w.struct_size = sizeof(w);
 
-  if (enum_bits(w.format) != QMOE_WEIGHT_FORMAT_INT4) {
+  const FormatTraits* format = find_format(enum_bits(w.format));
+  if (format == nullptr) {
     return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function, "weight format %d is not supported",
                 enum_bits(w.format));
   }
   if (qmoe_status s = check_matrix_dims(function, w.n, w.k); s != QMOE_STATUS_OK) return s;
-  if (w.block_size != 16 && w.block_size != 32 && w.block_size != 64 && w.block_size != 128) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "block_size %u is not 16, 32, 64 or 128",
-                w.block_size);
+  if (!format_accepts_block_size(*format, w.block_size)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "block_size %u is not one %s accepts%s",
+                w.block_size, format->name, block_size_list(*format).c_str());
   }
   if (w.k % w.block_size != 0) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "k = %u is not a multiple of block_size %u",
@@ -191,6 +179,13 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
   if (!valid_dtype(enum_bits(w.scale_dtype))) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "scale_dtype %d is not a qmoe_dtype",
                 enum_bits(w.scale_dtype));
+  }
+  if (!format_accepts_scale_dtype(*format, enum_bits(w.scale_dtype))) {
+    return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function, "%s takes no scales of dtype %d",
+                format->name, enum_bits(w.scale_dtype));
+  }
+  if (w.zero_points != nullptr && !format->zero_points) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s takes no zero points", format->name);
   }
   const uint32_t blocks = w.k / w.block_size;
   if (!grouped_plane_strides_fit(w.n, blocks, w.scale_row_stride, w.scale_block_stride,
@@ -234,73 +229,4 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
   return QMOE_STATUS_OK;
 }
 
-void build_group_panels(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0,
-                        uint32_t rows, uint32_t blocks, float* scales, uint16_t* staging,
-                        uint8_t* zero_points) {
-  // Gather raw elements into [block][8] order first (plain copies, reading each row's run in
-  // order), then widen the whole panel with one call of the tier's conversion kernel: a
-  // per-element conversion call would cost more than the group's GEMM.
-  const uint32_t real_blocks = w.k / w.block_size;
-  const size_t panel = size_t{blocks} * kGroupRows;
-  if (w.scale_dtype == QMOE_DTYPE_F32) {
-    const auto* src = static_cast<const float*>(w.scales);
-    std::fill(scales, scales + panel, 0.0f);
-    for (uint32_t r = 0; r < rows; ++r) {
-      const float* row = src + plane_row_offset(n0 + r, w.scale_row_stride, w.scale_group_stride);
-      for (uint32_t b = 0; b < real_blocks; ++b) {
-        scales[b * kGroupRows + r] = row[b * w.scale_block_stride];
-      }
-    }
-  } else {
-    uint16_t* bits = staging;
-    std::fill(bits, bits + panel, uint16_t{0});
-    const auto* src = static_cast<const uint16_t*>(w.scales);
-    for (uint32_t r = 0; r < rows; ++r) {
-      const uint16_t* row =
-          src + plane_row_offset(n0 + r, w.scale_row_stride, w.scale_group_stride);
-      for (uint32_t b = 0; b < real_blocks; ++b) {
-        bits[b * kGroupRows + r] = row[b * w.scale_block_stride];
-      }
-    }
-    if (w.scale_dtype == QMOE_DTYPE_F16) {
-      kernels.convert_f16_to_f32.fn(bits, scales, panel);
-    } else {
-      kernels.convert_bf16_to_f32.fn(bits, scales, panel);
-    }
-  }
-  if (zero_points != nullptr) {
-    std::fill(zero_points, zero_points + panel, static_cast<uint8_t>(kInt4DefaultZeroPoint));
-    for (uint32_t r = 0; r < rows; ++r) {
-      const uint8_t* row = w.zero_points + plane_row_offset(n0 + r, w.zero_point_row_stride,
-                                                            w.zero_point_group_stride);
-      for (uint32_t b = 0; b < real_blocks; ++b) {
-        zero_points[b * kGroupRows + r] = row[b * w.zero_point_block_stride];
-      }
-    }
-  }
-}
-
-void load_bias(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0, uint32_t rows,
-               float bias[8]) {
-  for (uint32_t r = 0; r < kGroupRows; ++r) {
-    bias[r] = r < rows ? load_element(w.bias_dtype, w.bias, n0 + r, kernels) : 0.0f;
-  }
-}
-
 }  // namespace qmoe
-
-extern "C" {
-
-QMOE_API qmoe_status qmoe_quant_matrix_codes_size(qmoe_weight_format format, uint32_t n, uint32_t k,
-                                                  size_t* bytes) {
-  if (bytes == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "bytes out-pointer is NULL");
-  if (format != QMOE_WEIGHT_FORMAT_INT4) {
-    QMOE_FAIL(QMOE_STATUS_UNSUPPORTED_FORMAT, "weight format %d is not supported",
-              static_cast<int>(format));
-  }
-  if (qmoe_status s = qmoe::check_matrix_dims(__func__, n, k); s != QMOE_STATUS_OK) return s;
-  *bytes = qmoe::int4_codes_size(n, k);
-  return QMOE_STATUS_OK;
-}
-
-}  // extern "C"

@@ -1,22 +1,19 @@
-// Validation of qmoe_quant_matrix descriptions and the small per-group panels the GEMM
-// driver builds when it cannot read a caller's planes in place.
+// Validation of qmoe_quant_matrix descriptions, format-neutral: the format's traits row
+// (lib/formats/format_traits.h) says which block sizes, scale types and planes it accepts, and
+// how many bytes its codes take.
 #ifndef QMOE_LIB_FORMATS_QUANT_MATRIX_H_
 #define QMOE_LIB_FORMATS_QUANT_MATRIX_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/cpu/kernel_table.h"
-#include "lib/formats/int4_layout.h"
+#include "lib/formats/tiles.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
 
 /// Bytes of one element of `dtype` (0 for an unknown value).
 size_t dtype_size(qmoe_dtype dtype);
-
-/// Bytes of canonical codes for an n x k INT4 matrix.
-size_t int4_codes_size(uint32_t n, uint32_t k);
 
 /// Row groups covering rows [0, n) and chunks covering codes [0, k), rounded up in 64 bits:
 /// right for every n and k up to 2^32 - 1, where the same sum in 32 bits wraps (it once sized
@@ -77,21 +74,10 @@ inline size_t plane_row_offset(uint32_t n, size_t row_stride, size_t group_strid
 }
 
 /// Check a caller's description (struct size, format, sizes, block size, pointers, dtypes,
-/// strides) and copy it, defaults filled for fields an older caller's struct lacks.
+/// strides) against its format's traits and copy it, defaults filled for fields an older
+/// caller's struct lacks.
 qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* function,
                                   qmoe_quant_matrix* out);
-
-/// Scales (fp32) and zero points of rows [n0, n0 + rows) for blocks [0, blocks) as [block][8]
-/// panels; rows past `rows` and blocks past K / block_size get scale 0 and zero point 8.
-/// `zero_points` may be nullptr when the matrix has none. `staging` holds blocks * 8 elements
-/// (16-bit scales are gathered there, then widened in one conversion call).
-void build_group_panels(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0,
-                        uint32_t rows, uint32_t blocks, float* scales, uint16_t* staging,
-                        uint8_t* zero_points);
-
-/// bias[n0 + r] as fp32 for r < rows, 0 for r in [rows, 8).
-void load_bias(const qmoe_quant_matrix& w, const KernelTable& kernels, uint32_t n0, uint32_t rows,
-               float bias[8]);
 
 }  // namespace qmoe
 

@@ -1,5 +1,5 @@
 // Activations (X, Y) in FP32, FP16 or BF16: the element types qmoe_gemm_typed and
-// qmoe_moe_forward_typed accept, and their exact widening to / rounding from FP32 through the
+// qmoe_moe_forward accept, and their exact widening to / rounding from FP32 through the
 // context's conversion kernels (so the bits are those of the qmoe_convert_* calls).
 #ifndef QMOE_LIB_GEMM_ACTIVATION_DTYPE_H_
 #define QMOE_LIB_GEMM_ACTIVATION_DTYPE_H_

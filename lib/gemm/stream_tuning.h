@@ -7,7 +7,7 @@
 
 namespace qmoe {
 
-/// Int4GroupArgs::prefetch_l2_bytes for this host: 8192 on Intel CPUs, 0 elsewhere.
+/// GemmGroupArgs::prefetch_l2_bytes for this host: 8192 on Intel CPUs, 0 elsewhere.
 ///
 /// Why by vendor: a second, L2-only software prefetch 8 KiB ahead (beside the L1 prefetch
 /// 3 KiB ahead) took the fast M = 1 cold Qwen3 FC1 call on the Sapphire Rapids device host from

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "lib/gemm/gemm_driver.h"
+#include "lib/gemm/gemm_plan.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
@@ -38,6 +38,12 @@ struct ExpertSet {
   /// Whether [p, p + bytes) shares a byte with any weight of the set.
   bool overlaps_weights(const void* p, size_t bytes) const;
 };
+
+/// Plan every expert of a checked description (shapes against hidden and intermediate,
+/// formats, planes) into a new set; on failure nothing is allocated and the message names
+/// `function`, the expert and the field.
+qmoe_status make_expert_set(const qmoe_expert_set_desc& desc, const char* function,
+                            ExpertSet** set);
 
 /// The live ExpertSet behind a handle, or INVALID_ARGUMENT (message names `function`).
 qmoe_status resolve_expert_set(const qmoe_expert_set* handle, const char* function,

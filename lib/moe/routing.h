@@ -1,4 +1,4 @@
-// Top-k routing from router logits, shared by qmoe_moe_route_topk and qmoe_moe_forward_logits.
+// Top-k routing from router logits, shared by qmoe_moe_route_topk and qmoe_moe_forward on logits.
 #ifndef QMOE_LIB_MOE_ROUTING_H_
 #define QMOE_LIB_MOE_ROUTING_H_
 

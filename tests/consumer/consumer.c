@@ -1,5 +1,8 @@
-/* Outside consumer of an installed libqmoe: header/library versions agree and a call works. */
+/* Outside consumer of an installed libqmoe: the three headers are installed, header and library
+ * versions agree, and calls work. */
 #include <qmoe/qmoe.h>
+#include <qmoe/qmoe_cuda.h>
+#include <qmoe/qmoe_experimental.h>
 #include <stdio.h>
 
 int main(void) {
@@ -14,6 +17,17 @@ int main(void) {
       qmoe_convert_f16_to_f32(context, &one_fp16, &out, 1) != QMOE_STATUS_OK || out != 1.0f) {
     fprintf(stderr, "call failed: %s\n", qmoe_last_error_message());
     return 1;
+  }
+  {
+    uint32_t kernels = 0;
+    int devices = 0;
+    const qmoe_status cuda = qmoe_cuda_get_device_count(&devices);
+    if (qmoe_context_get_kernel_count(context, &kernels) != QMOE_STATUS_OK || kernels == 0 ||
+        (cuda != QMOE_STATUS_OK && cuda != QMOE_STATUS_CUDA_UNAVAILABLE &&
+         cuda != QMOE_STATUS_CUDA_ERROR)) {
+      fprintf(stderr, "call failed: %s\n", qmoe_last_error_message());
+      return 1;
+    }
   }
   qmoe_context_destroy(context);
   printf("libqmoe %s ok\n", qmoe_version_string());

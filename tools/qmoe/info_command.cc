@@ -7,6 +7,9 @@
 
 #include "commands.h"
 #include "qmoe/qmoe.h"
+#include "qmoe/qmoe_cuda.h"
+#include "qmoe/qmoe_experimental.h"
+#include "tier_names.h"
 
 namespace {
 
@@ -20,14 +23,8 @@ void print_size(const char* label, uint32_t bytes, uint32_t instances) {
   }
 }
 
-bool parse_isa(const char* text, qmoe_isa* isa) {
-  for (qmoe_isa candidate : {QMOE_ISA_SCALAR, QMOE_ISA_AVX2, QMOE_ISA_AVX512}) {
-    if (std::strcmp(text, qmoe_isa_name(candidate)) == 0) {
-      *isa = candidate;
-      return true;
-    }
-  }
-  return false;
+void print_usage(std::FILE* out) {
+  std::fprintf(out, "usage: qmoe info [--isa %s] [--bandwidth]\n", tier_name_list("|").c_str());
 }
 
 }  // namespace
@@ -39,7 +36,7 @@ int run_info_command(int argc, char** argv) {
   std::set<std::string> seen;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("usage: qmoe info [--isa scalar|avx2|avx512] [--bandwidth]\n");
+      print_usage(stdout);
       return 0;
     }
     if (std::strncmp(argv[i], "--", 2) == 0 && !seen.insert(argv[i]).second) {
@@ -49,12 +46,12 @@ int run_info_command(int argc, char** argv) {
     if (std::strcmp(argv[i], "--bandwidth") == 0) {
       measure_bandwidth = true;
     } else if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc) {
-      if (!parse_isa(argv[++i], &requested)) {
-        std::fprintf(stderr, "qmoe info: --isa takes scalar, avx2 or avx512\n");
+      if (!parse_tier_name(argv[++i], &requested)) {
+        std::fprintf(stderr, "qmoe info: --isa takes %s\n", tier_name_list(", ").c_str());
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: qmoe info [--isa scalar|avx2|avx512] [--bandwidth]\n");
+      print_usage(stderr);
       return 2;
     }
   }
@@ -82,7 +79,7 @@ int run_info_command(int argc, char** argv) {
   print_size("L3 cache", host.l3_cache_bytes, host.l3_cache_instances);
 
   std::printf("\nTiers\n");
-  for (qmoe_isa isa : {QMOE_ISA_SCALAR, QMOE_ISA_AVX2, QMOE_ISA_AVX512}) {
+  for (qmoe_isa isa : known_tiers()) {
     qmoe_context_options options;
     qmoe_context_options_init(&options);
     options.max_isa = isa;
@@ -116,10 +113,17 @@ int run_info_command(int argc, char** argv) {
   std::printf("\nContext\n  %-22s %s\n  %-22s %u\n", "tier", qmoe_isa_name(chosen), "threads",
               threads);
   std::printf("\nKernel table\n");
-  for (uint32_t slot = 0; slot < qmoe_kernel_slot_count(); ++slot) {
-    const char* kernel = nullptr;
-    qmoe_context_get_kernel_name(context, static_cast<qmoe_kernel_slot>(slot), &kernel);
-    std::printf("  %-22s %s\n", qmoe_kernel_slot_name(static_cast<qmoe_kernel_slot>(slot)), kernel);
+  uint32_t kernels = 0;
+  qmoe_context_get_kernel_count(context, &kernels);
+  for (uint32_t i = 0; i < kernels; ++i) {
+    qmoe_kernel_info info{};
+    info.struct_size = sizeof info;
+    if (qmoe_context_get_kernel_info(context, i, &info) != QMOE_STATUS_OK) continue;
+    std::string entry = info.operation;
+    if (info.format != 0) {
+      entry += info.accuracy == QMOE_ACCURACY_FAST ? " fast" : " exact";
+    }
+    std::printf("  %-22s %s\n", entry.c_str(), info.name);
   }
 
   int devices = 0;

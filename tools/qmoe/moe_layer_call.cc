@@ -1,21 +1,25 @@
 #include "moe_layer_call.h"
 
-qmoe_status call_moe_layer(const MoeLayerCall& call, size_t* workspace_bytes_needed) {
-  if (workspace_bytes_needed != nullptr) {
-    return qmoe_moe_workspace_size(call.context, call.set, call.accuracy, call.tokens, call.top_k,
-                                   workspace_bytes_needed);
-  }
-  qmoe_moe_options options;
-  qmoe_moe_options_init(&options);
-  options.accumulate = 1;  // y == x: x += moe(x)
-  options.workspace = call.workspace;
-  options.workspace_bytes = call.workspace_bytes;
-  if (call.activations == QMOE_DTYPE_F32) {
-    float* x = static_cast<float*>(call.state);
-    return qmoe_moe_forward(call.context, call.set, call.accuracy, call.tokens, x, call.hidden,
-                            call.ids, call.weights, call.top_k, x, call.hidden, &options);
-  }
-  return qmoe_moe_forward_typed(call.context, call.set, call.accuracy, call.tokens,
-                                call.activations, call.state, call.hidden, call.ids, call.weights,
-                                call.top_k, call.state, call.hidden, &options);
+qmoe_status moe_layer_workspace_size(const MoeLayerCall& call, size_t* bytes) {
+  return qmoe_moe_workspace_size(call.context, call.set, call.accuracy, call.tokens, call.top_k,
+                                 bytes);
+}
+
+qmoe_status run_moe_layer(const MoeLayerCall& call) {
+  qmoe_moe_params params;
+  qmoe_moe_params_init(&params);
+  params.accuracy = call.accuracy;
+  params.m = call.tokens;
+  params.dtype = call.activations;
+  params.x = call.state;
+  params.ldx = call.hidden;
+  params.y = call.state;  // in place: x is read before y is written
+  params.ldy = call.hidden;
+  params.k = call.top_k;
+  params.ids = call.ids;
+  params.weights = call.weights;
+  params.accumulate = 1;  // y == x: x += moe(x)
+  params.workspace = call.workspace;
+  params.workspace_bytes = call.workspace_bytes;
+  return qmoe_moe_forward(call.context, call.set, &params);
 }

@@ -1,5 +1,5 @@
-// The one place `qmoe run` calls the library's MoE layer (qmoe_moe_forward, its _typed variant
-// and qmoe_moe_workspace_size), so that a change of that entry point changes one function.
+// The one place `qmoe run` calls the library's MoE layer (qmoe_moe_forward and
+// qmoe_moe_workspace_size), so that a change of that entry point changes one file.
 #ifndef QMOE_TOOLS_QMOE_MOE_LAYER_CALL_H_
 #define QMOE_TOOLS_QMOE_MOE_LAYER_CALL_H_
 
@@ -20,12 +20,14 @@ struct MoeLayerCall {
   uint32_t hidden = 0;                      // elements a row
   const int32_t* ids = nullptr;             // [tokens, top_k]: each slot's expert
   const float* weights = nullptr;           // [tokens, top_k]: each slot's weight
-  void* workspace = nullptr;                // at least the bytes a size query gave
+  void* workspace = nullptr;                // at least moe_layer_workspace_size's bytes
   size_t workspace_bytes = 0;
 };
 
-// With `workspace_bytes_needed` null, runs the layer; otherwise only asks the library for the
-// workspace the call needs (context, set, accuracy, tokens and top_k are read) and runs nothing.
-qmoe_status call_moe_layer(const MoeLayerCall& call, size_t* workspace_bytes_needed);
+// Bytes of workspace the call needs (context, set, accuracy, tokens and top_k are read).
+qmoe_status moe_layer_workspace_size(const MoeLayerCall& call, size_t* bytes);
+
+// Runs the layer.
+qmoe_status run_moe_layer(const MoeLayerCall& call);
 
 #endif  // QMOE_TOOLS_QMOE_MOE_LAYER_CALL_H_

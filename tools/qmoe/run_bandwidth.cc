@@ -1,5 +1,7 @@
 #include "run_bandwidth.h"
 
+#include "qmoe/qmoe_experimental.h"
+
 #include <algorithm>
 
 #include "run_check.h"

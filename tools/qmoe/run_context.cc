@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "qmoe/qmoe_experimental.h"
 #include "run_check.h"
 
 int open_run_context(const RunOptions& options, RunContext* run) {
@@ -19,13 +20,18 @@ int open_run_context(const RunOptions& options, RunContext* run) {
 
   QMOE_CHECK(qmoe_context_get_isa(context, &run->tier));
   QMOE_CHECK(qmoe_context_get_num_threads(context, &run->threads));
-  const qmoe_kernel_slot gemm_slot = options.accuracy == QMOE_ACCURACY_FAST
-                                         ? QMOE_KERNEL_GEMM_INT4_FAST
-                                         : QMOE_KERNEL_GEMM_INT4_EXACT;
-  QMOE_CHECK(qmoe_context_get_kernel_name(context, gemm_slot, &run->gemm_kernel));
-  QMOE_CHECK(qmoe_context_get_kernel_name(context, QMOE_KERNEL_QUANTIZE_ACTIVATIONS_Q8,
-                                          &run->quantize_kernel));
-  QMOE_CHECK(
-      qmoe_context_get_kernel_name(context, QMOE_KERNEL_READ_BANDWIDTH, &run->bandwidth_kernel));
+  int available = 0;
+  QMOE_CHECK(qmoe_gemm_kernel_available(context, QMOE_WEIGHT_FORMAT_INT4, 32, options.accuracy,
+                                        &available, &run->gemm_kernel));
+  uint32_t count = 0;
+  QMOE_CHECK(qmoe_context_get_kernel_count(context, &count));
+  for (uint32_t i = 0; i < count; ++i) {
+    qmoe_kernel_info info{};
+    info.struct_size = sizeof info;
+    QMOE_CHECK(qmoe_context_get_kernel_info(context, i, &info));
+    if (std::strcmp(info.operation, "quantize_activations_q8") == 0)
+      run->quantize_kernel = info.name;
+    if (std::strcmp(info.operation, "read_bandwidth") == 0) run->bandwidth_kernel = info.name;
+  }
   return 0;
 }

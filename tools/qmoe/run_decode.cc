@@ -150,7 +150,7 @@ int decode_layer(const SyntheticLayer& layer, SplitMix64& rng, Router& router, H
   QMOE_CHECK(router.route());
   const auto t2 = Clock::now();
   call.set = layer.set();
-  QMOE_CHECK(call_moe_layer(call, nullptr));
+  QMOE_CHECK(run_moe_layer(call));
   const auto t3 = Clock::now();
   QMOE_CHECK(state.normalize());
   times->experts = router.distinct_experts();

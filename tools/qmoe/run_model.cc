@@ -32,7 +32,7 @@ int size_workspace(const RunOptions& options, qmoe_context* context, RunModel* m
   call.accuracy = options.accuracy;
   call.tokens = options.batch;
   call.top_k = options.shape.top_k;
-  QMOE_CHECK(call_moe_layer(call, &model->workspace_bytes));
+  QMOE_CHECK(moe_layer_workspace_size(call, &model->workspace_bytes));
   const double workspace = static_cast<double>(model->workspace_bytes);
   if (model->usable_memory > 0 &&
       model->weight_bytes_total + workspace > 0.8 * model->usable_memory) {

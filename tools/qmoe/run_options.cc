@@ -6,6 +6,8 @@
 #include <set>
 #include <string>
 
+#include "tier_names.h"
+
 namespace {
 
 // Decimal digits only: no sign, no spaces, no 0x or leading-0 octal (strtoull's base 0 read
@@ -57,13 +59,8 @@ bool parse_activations(const char* value, qmoe_dtype* activations) {
 // A tier name; false, with the complaint naming the tiers in *complaint, for anything else.
 // The tiers and the complaint are together so that both can come from the library.
 bool parse_isa(const char* value, qmoe_isa* isa, std::string* complaint) {
-  for (qmoe_isa tier : {QMOE_ISA_SCALAR, QMOE_ISA_AVX2, QMOE_ISA_AVX512}) {
-    if (value != nullptr && std::strcmp(value, qmoe_isa_name(tier)) == 0) {
-      *isa = tier;
-      return true;
-    }
-  }
-  *complaint = "takes scalar, avx2 or avx512";
+  if (parse_tier_name(value, isa)) return true;
+  *complaint = "takes " + tier_name_list(", ");
   return false;
 }
 
@@ -93,12 +90,13 @@ void print_run_usage(std::FILE* out) {
       "  --format int4         weight format (only int4)\n"
       "  --accuracy exact|fast dequant-GEMM level (default fast)\n"
       "  --activations f32|f16|bf16  type of the hidden state each layer reads and writes\n"
-      "                        (default f32; f16/bf16 use qmoe_moe_forward_typed)\n"
-      "  --isa scalar|avx2|avx512  highest tier (default: the process default)\n"
+      "                        (default f32)\n"
+      "  --isa %s  highest tier (default: the process default)\n"
       "  --threads N           threads, at most 1024 (default 0 = one per physical core)\n"
       "  --seed S              seed of weights and router logits (default 1)\n"
       "  --json                JSON summary on stdout, human report on stderr\n"
-      "  --help                this text\n");
+      "  --help                this text\n",
+      tier_name_list("|").c_str());
 }
 
 // --help anywhere wins over the other arguments, whatever their order; an option given twice

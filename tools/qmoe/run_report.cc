@@ -208,9 +208,8 @@ void print_run_header(std::FILE* out, const RunOptions& options, const RunContex
                run.gemm_kernel);
   if (options.accuracy == QMOE_ACCURACY_FAST)
     std::fprintf(out, "  %-24s %s\n", "activation quantizer", run.quantize_kernel);
-  std::fprintf(out, "  %-24s %s hidden state in and out of each layer%s\n", "activations",
-               activations_name(options.activations),
-               options.activations == QMOE_DTYPE_F32 ? "" : " (qmoe_moe_forward_typed)");
+  std::fprintf(out, "  %-24s %s hidden state in and out of each layer\n", "activations",
+               activations_name(options.activations));
   std::fprintf(out,
                "  %-24s %u layers x %u experts (top-%u), hidden %u, intermediate %u\n"
                "  %-24s INT4 block %u, FP16 scales in the grouped order (K/%u x 8 per row "

@@ -14,7 +14,7 @@
 
 #include <cstring>
 
-#include "lib/cpu/avx2/kernels_avx2.h"
+#include "lib/cpu/kernels.h"
 
 namespace qmoe::avx2 {
 namespace {

@@ -27,10 +27,11 @@
 
 #include <cmath>
 
-#include "lib/cpu/avx2/kernels_avx2.h"
 #include "lib/cpu/common/int4_group_dispatch.h"
 #include "lib/cpu/common/int4_prefetch.h"
+#include "lib/cpu/kernels.h"
 #include "lib/formats/int4_layout.h"
+#include "lib/gemm/group_args.h"
 
 namespace qmoe::avx2 {
 namespace {
@@ -46,7 +47,7 @@ inline __m256i load_zero_bytes(const uint8_t* base, size_t index) {
 // The zero points of the chunk's block(s) as bytes 0-7 of *zeros_a (first 16 k) and *zeros_b
 // (last 16 k; the same block unless the block size is 16); all 8 without a zero-point plane.
 template <bool kZeros, bool kBlock16>
-inline void chunk_zero_points(const Int4GroupArgs& a, uint32_t block_a, __m256i* zeros_a,
+inline void chunk_zero_points(const GemmGroupArgs& a, uint32_t block_a, __m256i* zeros_a,
                               __m256i* zeros_b) {
   const __m256i default_zero = _mm256_set1_epi8(static_cast<char>(kInt4DefaultZeroPoint));
   *zeros_a = *zeros_b = default_zero;
@@ -240,7 +241,7 @@ struct TilePair {
 // The walk over a group's chunks shared by both paths: per chunk, the prefetches and the
 // block's zero points, then `chunk_body(c, codes, block_a, zeros_a, zeros_b)`.
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16, typename ChunkBody>
-inline void for_each_chunk(const Int4GroupArgs& a, ChunkBody&& chunk_body) {
+inline void for_each_chunk(const GemmGroupArgs& a, ChunkBody&& chunk_body) {
   const uint32_t block_shift =
       kBlock16 ? 0 : static_cast<uint32_t>(__builtin_ctz(a.block_size / kChunkCodes));
   const uint8_t* codes = a.codes;
@@ -257,7 +258,7 @@ inline void for_each_chunk(const Int4GroupArgs& a, ChunkBody&& chunk_body) {
 
 // acc + sums * the scales of the chunk's block(s), permuted into the sums' row order.
 template <qmoe_dtype kScale, bool kBlock16>
-inline __m256 add_scaled(const Int4GroupArgs& a, uint32_t block_a, ChunkSums sums, __m256 acc) {
+inline __m256 add_scaled(const GemmGroupArgs& a, uint32_t block_a, ChunkSums sums, __m256 acc) {
   const __m256i to_reduced = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   const __m256 scale_a = _mm256_permutevar8x32_ps(
       load_scales<kScale>(a.scales, block_a * a.scale_block_stride), to_reduced);
@@ -271,7 +272,7 @@ inline __m256 add_scaled(const Int4GroupArgs& a, uint32_t block_a, ChunkSums sum
 }
 
 // Row sums in reduced order -> y[row_begin, row_end) of one activation row, plus the bias.
-inline void store_group_row(const Int4GroupArgs& a, __m256 acc, float* y) {
+inline void store_group_row(const GemmGroupArgs& a, __m256 acc, float* y) {
   const __m256i to_natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
   const __m256 out = _mm256_add_ps(_mm256_permutevar8x32_ps(acc, to_natural), bias);
@@ -291,7 +292,7 @@ inline void store_group_row(const Int4GroupArgs& a, __m256 acc, float* y) {
 // group: per chunk four permutes and four FMAs instead of the reduction tree, a permute, a
 // multiply and an FMA, and no reduction on the chunk's dependency path.
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16, bool kTopNibble>
-__m256 single_row_sums(const Int4GroupArgs& a, const float* x) {
+__m256 single_row_sums(const GemmGroupArgs& a, const float* x) {
   __m256 acc[4];
   for (int p = 0; p < 4; ++p) acc[p] = _mm256_setzero_ps();
   const auto pair_scales = [](__m256 scales, int p) {
@@ -322,7 +323,7 @@ __m256 single_row_sums(const Int4GroupArgs& a, const float* x) {
 // NaN, the row is recomputed in the zero-point form, whose result is the reference one (also
 // inf or NaN when X holds them; see PairCodes).
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
-void finish_row(const Int4GroupArgs& a, uint32_t m, __m256 acc) {
+void finish_row(const GemmGroupArgs& a, uint32_t m, __m256 acc) {
   if constexpr (!kZeros) {
     const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), acc);
     const __m256 finite = _mm256_cmp_ps(magnitude, _mm256_set1_ps(HUGE_VALF), _CMP_LT_OQ);
@@ -336,14 +337,14 @@ void finish_row(const Int4GroupArgs& a, uint32_t m, __m256 acc) {
 }
 
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
-void exact_single_row(const Int4GroupArgs& a, uint32_t m) {
+void exact_single_row(const GemmGroupArgs& a, uint32_t m) {
   finish_row<kScale, kZeros, kBlock16>(
       a, m, single_row_sums<kScale, kZeros, kBlock16, !kZeros>(a, a.x + m * a.ldx));
 }
 
 // Activation rows [m0, m0 + kM): each chunk converted once into a tile, then read by each row.
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16, int kM>
-void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
+void exact_tile(const GemmGroupArgs& a, uint32_t m0) {
   constexpr bool kTopNibble = !kZeros;
   __m256 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
@@ -362,7 +363,7 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
 }
 
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
-void exact_group(const Int4GroupArgs& a) {
+void exact_group(const GemmGroupArgs& a) {
   uint32_t m0 = 0;
   for (; m0 + 4 <= a.m; m0 += 4) exact_tile<kScale, kZeros, kBlock16, 4>(a, m0);
   switch (a.m - m0) {
@@ -382,7 +383,7 @@ void exact_group(const Int4GroupArgs& a) {
 
 }  // namespace
 
-void gemm_int4_exact(const Int4GroupArgs& a) {
+void gemm_int4_exact_8x32(const GemmGroupArgs& a) {
   dispatch_int4_group(a, [&a](auto scale, auto zeros, auto block16) {
     exact_group<decltype(scale)::value, decltype(zeros)::value, decltype(block16)::value>(a);
   });

@@ -4,9 +4,9 @@
 #include <immintrin.h>
 #include <type_traits>
 
-#include "lib/cpu/avx2/kernels_avx2.h"
 #include "lib/cpu/common/int4_group_dispatch.h"
 #include "lib/cpu/common/int4_prefetch.h"
+#include "lib/cpu/kernels.h"
 #include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx2 {
@@ -16,7 +16,7 @@ namespace {
 
 }  // namespace
 
-// Defines gemm_int4_fast (and its templates) in this namespace.
+// Defines gemm_int4_fast_8x32 (and its templates) in this namespace.
 #include "lib/cpu/common/gemm_int4_fast_ymm.inc"
 
 }  // namespace qmoe::avx2

@@ -18,8 +18,9 @@
 
 #include <cstring>
 
-#include "lib/cpu/avx2/kernels_avx2.h"
+#include "lib/cpu/kernels.h"
 #include "lib/formats/int4_layout.h"
+#include "lib/gemm/group_args.h"
 
 namespace qmoe::avx2 {
 namespace {

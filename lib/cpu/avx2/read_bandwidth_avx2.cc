@@ -16,7 +16,7 @@
 // flight, so the extra instructions only add pressure on the same miss buffers.
 #include <immintrin.h>
 
-#include "lib/cpu/avx2/kernels_avx2.h"
+#include "lib/cpu/kernels.h"
 
 namespace qmoe::avx2 {
 

@@ -10,7 +10,7 @@
 // written). Nothing outside [src, src+n) is read or [dst, dst+n) written.
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
-#include "lib/cpu/avx512/kernels_avx512.h"
+#include "lib/cpu/kernels.h"
 
 namespace qmoe::avx512 {
 namespace {

@@ -23,11 +23,11 @@
 // them from the stack at no extra cost).
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
-#include "lib/cpu/avx512/kernels_avx512.h"
 #include "lib/cpu/common/int4_group_dispatch.h"
 #include "lib/cpu/common/int4_prefetch.h"
-#include "lib/cpu/scalar/kernels_scalar.h"
+#include "lib/cpu/kernels.h"
 #include "lib/formats/int4_layout.h"
+#include "lib/gemm/group_args.h"
 
 namespace qmoe::avx512 {
 namespace {
@@ -54,7 +54,7 @@ inline void store_scales(const void* base, size_t index, float out[kGroupRows]) 
 // lut[r][c] = (c - z_r) * s_r for the eight rows of block `block` (z_r = 8 without zero points).
 // Returns true when some |s_r| >= 2^124 (Inf included): an entry could overflow.
 template <qmoe_dtype kScale, bool kZeros>
-inline bool build_tables(const Int4GroupArgs& a, uint32_t block, __m512 lut[kGroupRows]) {
+inline bool build_tables(const GemmGroupArgs& a, uint32_t block, __m512 lut[kGroupRows]) {
   alignas(32) float scale[kGroupRows];
   store_scales<kScale>(a.scales, block * a.scale_block_stride, scale);
   const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_load_ps(scale));
@@ -104,7 +104,7 @@ inline __m256 reduce_rows(const __m512 acc[kGroupRows]) {
 }
 
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16, int kM>
-void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
+void exact_tile(const GemmGroupArgs& a, uint32_t m0) {
   // Chunks per block is 1, 2 or 4 (block 32, 64, 128): a shift, not a division per chunk.
   const uint32_t block_shift =
       kBlock16 ? 0 : static_cast<uint32_t>(__builtin_ctz(a.block_size / kChunkCodes));
@@ -152,11 +152,11 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
   }
 
   if (huge_scales) {  // see the top of the file
-    Int4GroupArgs rows = a;
+    GemmGroupArgs rows = a;
     rows.m = kM;
     rows.x = a.x + m0 * a.ldx;
     rows.y = a.y + m0 * a.ldy;
-    scalar::gemm_int4_exact(rows);
+    scalar::gemm_int4_exact_8x32(rows);
     return;
   }
   const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
@@ -170,7 +170,7 @@ void exact_tile(const Int4GroupArgs& a, uint32_t m0) {
 }
 
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
-void exact_group(const Int4GroupArgs& a) {
+void exact_group(const GemmGroupArgs& a) {
   uint32_t m0 = 0;
   for (; m0 + 2 <= a.m; m0 += 2) exact_tile<kScale, kZeros, kBlock16, 2>(a, m0);
   if (m0 < a.m) exact_tile<kScale, kZeros, kBlock16, 1>(a, m0);
@@ -178,7 +178,7 @@ void exact_group(const Int4GroupArgs& a) {
 
 }  // namespace
 
-void gemm_int4_exact(const Int4GroupArgs& a) {
+void gemm_int4_exact_8x32(const GemmGroupArgs& a) {
   dispatch_int4_group(a, [&a](auto scale, auto zeros, auto block16) {
     exact_group<decltype(scale)::value, decltype(zeros)::value, decltype(block16)::value>(a);
   });

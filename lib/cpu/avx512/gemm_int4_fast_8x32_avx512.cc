@@ -4,9 +4,9 @@
 #include <type_traits>
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
-#include "lib/cpu/avx512/kernels_avx512.h"
 #include "lib/cpu/common/int4_group_dispatch.h"
 #include "lib/cpu/common/int4_prefetch.h"
+#include "lib/cpu/kernels.h"
 #include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx512 {
@@ -42,7 +42,7 @@ namespace {
 }  // namespace ymm
 #include "lib/cpu/avx512/gemm_int4_fast_single_row.inc"
 
-// Defines gemm_int4_fast (and its templates) in this namespace.
+// Defines gemm_int4_fast_8x32 (and its templates) in this namespace.
 #include "lib/cpu/avx512/gemm_int4_fast_8x32_avx512.inc"
 
 }  // namespace qmoe::avx512

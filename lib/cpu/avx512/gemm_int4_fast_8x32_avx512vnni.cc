@@ -10,9 +10,9 @@
 
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
-#include "lib/cpu/avx512/kernels_avx512.h"
 #include "lib/cpu/common/int4_group_dispatch.h"
 #include "lib/cpu/common/int4_prefetch.h"
+#include "lib/cpu/kernels.h"
 #include "lib/formats/int4_layout.h"
 
 namespace qmoe::avx512vnni {
@@ -49,7 +49,7 @@ inline __m512i chunk_partials(__m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1
 
 }  // namespace
 
-// Defines gemm_int4_fast (and its templates) in this namespace.
+// Defines gemm_int4_fast_8x32 (and its templates) in this namespace.
 #include "lib/cpu/avx512/gemm_int4_fast_8x32_avx512.inc"
 
 }  // namespace qmoe::avx512vnni

@@ -15,8 +15,9 @@
 // NaN product (x NaN, or x = +-Inf where inv = 127 / Inf = 0) maps to 0, as in the scalar tier.
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
-#include "lib/cpu/avx512/kernels_avx512.h"
+#include "lib/cpu/kernels.h"
 #include "lib/formats/int4_layout.h"
+#include "lib/gemm/group_args.h"
 
 namespace qmoe::avx512 {
 namespace {

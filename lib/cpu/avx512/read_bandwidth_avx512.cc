@@ -15,7 +15,7 @@
 // prefetch or without, 100-105 GB/s (one outlier at 146), and 38-60 GB/s with NTA.
 #include <immintrin.h>
 
-#include "lib/cpu/avx512/kernels_avx512.h"
+#include "lib/cpu/kernels.h"
 
 namespace qmoe::avx512 {
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "lib/formats/int4_layout.h"
+#include "lib/gemm/group_args.h"
 
 namespace qmoe {
 namespace {
@@ -31,7 +32,7 @@ constexpr size_t sizeof_scale() {
 ///     group<decltype(s)::value, decltype(z)::value, decltype(b16)::value>(a);
 ///   });
 template <typename GroupFn>
-inline void dispatch_int4_group(const Int4GroupArgs& a, GroupFn&& group) {
+inline void dispatch_int4_group(const GemmGroupArgs& a, GroupFn&& group) {
   const auto with_scale = [&](auto scale) {
     if (a.zero_points != nullptr) {
       if (a.block_size == 16) {

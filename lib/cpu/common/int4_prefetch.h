@@ -28,7 +28,7 @@
 // rounds and lost others by as much (docs/benchmarks.md), so the default stays off. The scale
 // stream does cost (about 7% of a one-thread fast M = 1 call, measured 2026-12-01); the GEMM
 // driver covers it by prefetching each group's whole scale run a group ahead into L2
-// (lib/gemm/gemm_driver.cc), which did separate.
+// (lib/gemm/gemm_rows.cc), which did separate.
 #ifndef QMOE_INT4_SCALE_PREFETCH_BLOCKS
 #define QMOE_INT4_SCALE_PREFETCH_BLOCKS 0
 #endif
@@ -44,7 +44,7 @@ inline constexpr uint32_t kInt4ScalePrefetchBlocks = QMOE_INT4_SCALE_PREFETCH_BL
 namespace {
 
 // Called once per 128-byte chunk of the code stream: its two lines kInt4PrefetchBytes ahead
-// into L1, and, when `l2_bytes` is not 0 (Int4GroupArgs::prefetch_l2_bytes, chosen once per
+// into L1, and, when `l2_bytes` is not 0 (GemmGroupArgs::prefetch_l2_bytes, chosen once per
 // process by lib/gemm/stream_tuning.h), two lines `l2_bytes` ahead into L2 only. Prefetches never
 // fault, so running past the end of the codes is harmless.
 //
@@ -52,7 +52,7 @@ namespace {
 // function splitting moved the `if` body into a `.part` function, the pure-const pass found
 // that function free of side effects (a prefetch does not count) and so marked it const, and
 // the call to a const function returning void was then removed as dead. No kernel contained
-// a prefetcht1 until this was found. tests/check_int4_prefetch.cmake (ctest
+// a prefetcht1 until this was found. tests/cmake/check_int4_prefetch.cmake (ctest
 // build.int4_kernels_emit_l2_prefetch) fails if a kernel object again holds L1 prefetches
 // without the L2 ones.
 __attribute__((always_inline)) inline void prefetch_int4_chunk(const uint8_t* codes,

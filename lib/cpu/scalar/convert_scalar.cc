@@ -8,7 +8,7 @@
 // alignment), and a dereference of a misaligned uint16_t* would be undefined.
 #include <cstring>
 
-#include "lib/cpu/scalar/kernels_scalar.h"
+#include "lib/cpu/kernels.h"
 
 namespace qmoe::scalar {
 namespace {

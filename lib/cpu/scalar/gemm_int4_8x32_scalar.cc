@@ -2,8 +2,9 @@
 // only path on non-x86 hosts. One call computes rows [row_begin, row_end) of one 8-row group.
 #include <cstring>
 
-#include "lib/cpu/scalar/kernels_scalar.h"
+#include "lib/cpu/kernels.h"
 #include "lib/formats/int4_layout.h"
+#include "lib/gemm/group_args.h"
 
 namespace qmoe::scalar {
 namespace {
@@ -17,13 +18,13 @@ void unpack_chunk_row(const uint8_t* chunk, uint32_t r, uint8_t codes[kChunkCode
   }
 }
 
-float zero_point(const Int4GroupArgs& a, uint32_t block, uint32_t r) {
+float zero_point(const GemmGroupArgs& a, uint32_t block, uint32_t r) {
   return a.zero_points != nullptr
              ? static_cast<float>(a.zero_points[block * a.zero_point_block_stride + r])
              : static_cast<float>(kInt4DefaultZeroPoint);
 }
 
-float scale(const Int4GroupArgs& a, uint32_t block, uint32_t r) {
+float scale(const GemmGroupArgs& a, uint32_t block, uint32_t r) {
   const size_t i = block * a.scale_block_stride + r;
   float value;
   switch (a.scale_dtype) {
@@ -42,7 +43,7 @@ float scale(const Int4GroupArgs& a, uint32_t block, uint32_t r) {
 }  // namespace
 
 // Exact: per block, s = sum_k x_k * (code_k - zero) in FP32, then acc += s * scale.
-void gemm_int4_exact(const Int4GroupArgs& a) {
+void gemm_int4_exact_8x32(const GemmGroupArgs& a) {
   const uint32_t sub_blocks = a.block_size < kChunkCodes ? kChunkCodes / a.block_size : 1;
   const uint32_t sub_len = kChunkCodes / sub_blocks;
   for (uint32_t r = a.row_begin; r < a.row_end; ++r) {
@@ -75,7 +76,7 @@ void gemm_int4_exact(const Int4GroupArgs& a) {
 
 // Fast: per chunk, the integer dot d = sum q_k * code_k, corrected by the zero point with the
 // chunk's sum of q, then scaled: acc += (d - zero * sum_q) * (scale * x_scale).
-void gemm_int4_fast(const Int4GroupArgs& a) {
+void gemm_int4_fast_8x32(const GemmGroupArgs& a) {
   const uint32_t sub_blocks = a.block_size < kChunkCodes ? kChunkCodes / a.block_size : 1;
   const uint32_t sub_len = kChunkCodes / sub_blocks;
   for (uint32_t r = a.row_begin; r < a.row_end; ++r) {
@@ -103,41 +104,6 @@ void gemm_int4_fast(const Int4GroupArgs& a) {
       if (a.bias != nullptr) acc += a.bias[r];
       a.y[i * a.ldy + r] = acc;
     }
-  }
-}
-
-// x[0, k) -> q[0, chunks * 32), scale[chunks], sum_q[chunks]; symmetric per 32 k:
-// scale = max|x| / 127, q = round-half-even(x * (127 / max|x|)); a chunk whose max|x| is below
-// kQ8FlushBelow (zero included) gives q = 0 and scale 0 (lib/formats/int4_layout.h says why).
-void quantize_activations_q8(const float* x, size_t k, int8_t* q, float* scale, float* sum_q) {
-  const size_t chunks = (k + kChunkCodes - 1) / kChunkCodes;
-  for (size_t c = 0; c < chunks; ++c) {
-    const size_t k0 = c * kChunkCodes;
-    const size_t len = k - k0 < kChunkCodes ? k - k0 : kChunkCodes;
-    float amax = 0.0f;
-    for (size_t j = 0; j < len; ++j) {
-      const float v = x[k0 + j] < 0 ? -x[k0 + j] : x[k0 + j];
-      amax = v > amax ? v : amax;
-    }
-    const bool flush = amax < kQ8FlushBelow;
-    const float s = flush ? 0.0f : amax / 127.0f;
-    const float inv = flush ? 0.0f : 127.0f / amax;
-    int32_t sum = 0;
-    for (size_t j = 0; j < kChunkCodes; ++j) {
-      int32_t v = 0;
-      if (j < len) {
-        // Round half to even (the default MXCSR mode, as the SIMD tiers), clamp, and map a
-        // NaN to 0 before the cast so no input makes the conversion undefined.
-        float t = __builtin_nearbyintf(x[k0 + j] * inv);
-        t = t > 127.0f ? 127.0f : t;
-        t = t < -127.0f ? -127.0f : t;
-        v = t == t ? static_cast<int32_t>(t) : 0;
-      }
-      q[k0 + j] = static_cast<int8_t>(v);
-      sum += v;
-    }
-    scale[c] = s;
-    sum_q[c] = static_cast<float>(sum);
   }
 }
 

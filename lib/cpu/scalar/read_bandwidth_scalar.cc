@@ -5,7 +5,7 @@
 // Preconditions (checked by the caller): data is 64-byte aligned, bytes is a multiple of 64.
 #include <cstring>
 
-#include "lib/cpu/scalar/kernels_scalar.h"
+#include "lib/cpu/kernels.h"
 
 namespace qmoe::scalar {
 

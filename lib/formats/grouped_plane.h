@@ -1,0 +1,22 @@
+// Rearranging a strided scale or zero-point plane into the grouped order the kernels stream best
+// (docs/formats.md, "grouped order"): qmoe_group_plane and qmoe_grouped_plane_elements.
+#ifndef QMOE_LIB_FORMATS_GROUPED_PLANE_H_
+#define QMOE_LIB_FORMATS_GROUPED_PLANE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "qmoe/qmoe.h"
+
+namespace qmoe {
+
+/// qmoe_grouped_plane_elements.
+size_t grouped_plane_elements(uint32_t n, uint32_t blocks);
+/// qmoe_group_plane; failure messages name `function`.
+qmoe_status group_plane(const char* function, const void* src, uint32_t n, uint32_t blocks,
+                        size_t element_bytes, size_t src_row_stride, size_t src_block_stride,
+                        void* dst, size_t dst_bytes);
+
+}  // namespace qmoe
+
+#endif  // QMOE_LIB_FORMATS_GROUPED_PLANE_H_

@@ -1,0 +1,124 @@
+// Parameterisation of kernel tests over ISA tiers (Highway style) and over the rows of the kernel
+// list (XNNPACK style): a suite is instantiated once per tier the build has, named by it
+// (".../avx2"), or once per kernel of the list, named by its ISA; a tier or ISA the host cannot
+// run is skipped with the reason, so a log shows exactly which paths were covered.
+#ifndef QMOE_TESTS_ISA_TEST_UTIL_H_
+#define QMOE_TESTS_ISA_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lib/cpu/kernel_tables.h"
+#include "lib/cpu_features.h"
+#include "lib/dispatch.h"
+
+namespace qmoe {
+// Names the tier in test listings ("GetParam() = avx2" instead of raw bytes).
+inline void PrintTo(Isa isa, std::ostream* os) {
+  *os << isa_name(isa);
+}
+}  // namespace qmoe
+
+namespace qmoe::testing {
+
+/// The seed of a randomised test: QMOE_TEST_SEED when set (to replay a failure; tests print the
+/// seed they used), a fresh random one otherwise.
+inline uint64_t fresh_seed() {
+  if (const char* s = std::getenv("QMOE_TEST_SEED")) return std::strtoull(s, nullptr, 0);
+  return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+}
+
+/// The tiers the build has (lib/cpu/isa_list.inc's base rows), lowest first.
+inline std::vector<Isa> built_tiers() {
+  std::vector<Isa> tiers;
+  for (uint32_t i = 0; i < built_tier_count(); ++i) tiers.push_back(built_tier_at(i));
+  return tiers;
+}
+
+/// The kernels of one ISA, straight from the list (not an assembled tier table).
+inline const KernelTable& isa_kernels(CpuIsa isa) {
+  return *cpu_isa_info(isa).table;
+}
+/// The scalar kernels: the reference of every other ISA.
+inline const KernelTable& scalar_kernels() {
+  return isa_kernels(CpuIsa::scalar);
+}
+
+/// The INT4 GEMM kernel of a table at `accuracy`.
+inline GemmGroupFn int4_gemm(const KernelTable& table, qmoe_accuracy accuracy) {
+  return gemm_kernel(table, QMOE_WEIGHT_FORMAT_INT4, accuracy).fn;
+}
+
+/// Why the host cannot run `isa` (its tier unavailable, or the extension's feature missing), or
+/// nullptr when it can.
+inline const char* cpu_isa_unavailable_reason(CpuIsa isa) {
+  const CpuIsaInfo& info = cpu_isa_info(isa);
+  if (const char* reason = isa_unavailable_reason(info.tier)) return reason;
+  if ((host_cpu_features().bits & info.feature) != info.feature) {
+    return "host lacks the extension's feature";
+  }
+  return nullptr;
+}
+
+/// The ISAs of the list that extend a tier (feature != 0), in list order.
+inline std::vector<CpuIsa> extension_isas() {
+  std::vector<CpuIsa> isas;
+  for (uint32_t i = 0; i < kCpuIsaCount; ++i) {
+    if (cpu_isa_info(static_cast<CpuIsa>(i)).feature != 0) isas.push_back(static_cast<CpuIsa>(i));
+  }
+  return isas;
+}
+
+/// A context owned by the test: destroyed at scope exit.
+struct ContextDeleter {
+  void operator()(qmoe_context* c) const { qmoe_context_destroy(c); }
+};
+using ContextPtr = std::unique_ptr<qmoe_context, ContextDeleter>;
+
+/// A context capped at `isa` with `threads` pool threads (0 = default); fails the test if the
+/// library refuses.
+inline ContextPtr make_context(Isa isa, uint32_t threads) {
+  qmoe_context_options o;
+  qmoe_context_options_init(&o);
+  o.max_isa = static_cast<qmoe_isa>(isa);
+  o.num_threads = threads;
+  qmoe_context* raw = nullptr;
+  EXPECT_EQ(qmoe_context_create(&o, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  return ContextPtr(raw);
+}
+
+inline std::string IsaParamName(const ::testing::TestParamInfo<Isa>& info) {
+  return isa_name(info.param);
+}
+
+/// Base fixture: GetParam() is the tier; table() its assembled kernel table.
+class IsaTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    const char* reason = isa_unavailable_reason(GetParam());
+    if (reason != nullptr) {
+      GTEST_SKIP() << "tier " << isa_name(GetParam()) << " skipped: " << reason;
+    }
+    table_ = kernel_table_for_isa(GetParam());
+    ASSERT_NE(table_, nullptr);
+  }
+  const KernelTable& table() const { return *table_; }
+
+ private:
+  const KernelTable* table_ = nullptr;
+};
+
+}  // namespace qmoe::testing
+
+#define QMOE_INSTANTIATE_ISA_TEST_SUITE(suite)                                              \
+  INSTANTIATE_TEST_SUITE_P(Isa, suite, ::testing::ValuesIn(::qmoe::testing::built_tiers()), \
+                           ::qmoe::testing::IsaParamName)
+
+#endif  // QMOE_TESTS_ISA_TEST_UTIL_H_

@@ -1,0 +1,228 @@
+#include "tests/moe/moe_reference.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+namespace qmoe::testing {
+namespace {
+
+// The fast level's activation quantization of docs/formats.md, with the same FP32 operations
+// (so the same q and scales as every tier): out[k] = s_c * q_k.
+void dequantized_q8(const float* x, uint32_t k_total, double* out) {
+  for (uint32_t c0 = 0; c0 < k_total; c0 += 32) {
+    const uint32_t c1 = std::min(k_total, c0 + 32);
+    float amax = 0.0f;
+    for (uint32_t k = c0; k < c1; ++k) amax = std::max(amax, std::fabs(x[k]));
+    const float s = amax / 127.0f;
+    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (uint32_t k = c0; k < c1; ++k) {
+      const float q = std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f);
+      out[k] = static_cast<double>(s) * q;
+    }
+  }
+}
+
+// FC2's fast-level input: a (FP64) quantized per 32 as the library quantizes its FP32 a',
+// where |a' - a| <= da. Writes the dequantized values and, per element, a bound on the
+// difference to the library's: the scale moves by at most max(da) / 127 (times |q| <= 127),
+// and q itself can differ by one only where a * 127 / max|a| lies within the perturbation of
+// a rounding boundary (k + 1/2).
+void dequantized_q8_bound(const std::vector<double>& a, const std::vector<double>& da,
+                          std::vector<double>* out, std::vector<double>* bound) {
+  const uint32_t k_total = static_cast<uint32_t>(a.size());
+  for (uint32_t c0 = 0; c0 < k_total; c0 += 32) {
+    const uint32_t c1 = std::min(k_total, c0 + 32);
+    double amax = 0, damax = 0;
+    for (uint32_t k = c0; k < c1; ++k) {
+      amax = std::max(amax, std::fabs(a[k]));
+      damax = std::max(damax, da[k]);
+    }
+    const double s = amax / 127.0;
+    const double scale_shift = damax + 1e-6 * amax;  // |s' - s| * 127, FP32 rounding included
+    // Chunks whose max|a| is below 2^-119 quantize to 0 (lib/formats/int4_layout.h, kQ8FlushBelow).
+    constexpr double kFlush = 0x1p-119;
+    for (uint32_t k = c0; k < c1; ++k) {
+      if (amax + damax < kFlush) {  // flushed whatever the perturbation
+        (*out)[k] = 0.0;
+        (*bound)[k] = amax + damax;
+        continue;
+      }
+      if (amax <= 2 * damax || amax - damax < kFlush) {
+        // All perturbation, or on either side of the flush: any q is possible.
+        (*out)[k] = a[k];
+        (*bound)[k] = 2 * (amax + damax);
+        continue;
+      }
+      const double t = a[k] * 127.0 / amax;
+      const double q = std::clamp(std::nearbyint(t), -127.0, 127.0);
+      const double margin =
+          127.0 * (da[k] + std::fabs(a[k]) * damax / (amax - damax)) / (amax - damax) + 1e-4;
+      const double to_boundary = std::fabs(std::fabs(t - std::trunc(t)) - 0.5);
+      (*out)[k] = s * q;
+      (*bound)[k] = scale_shift + (to_boundary <= margin ? s + damax / 127.0 : 0.0);
+    }
+  }
+}
+
+}  // namespace
+
+std::string MoeOptions::describe() const {
+  std::ostringstream s;
+  s << "E=" << experts << " H=" << hidden << " I=" << intermediate
+    << (fusion == QMOE_SWIGLU_INTERLEAVED ? " interleaved" : " concatenated") << " alpha=" << alpha
+    << " beta=" << beta << " limit=" << limit << " fc1{" << fc1.describe() << "} fc2{"
+    << fc2.describe() << "}";
+  return s.str();
+}
+
+void use_gpt_oss_swiglu(MoeOptions* o) {
+  o->alpha = 1.702f;
+  o->beta = 1.0f;
+  o->limit = 7.0f;
+}
+
+void use_qwen3_swiglu(MoeOptions* o) {
+  o->alpha = 1.0f;
+  o->beta = 0.0f;
+  o->limit = INFINITY;
+}
+
+std::unique_ptr<MoeModel> make_moe_model(const MoeOptions& options, std::mt19937_64& rng) {
+  auto model = std::make_unique<MoeModel>();
+  model->options = options;
+  Int4Options fc1 = options.fc1, fc2 = options.fc2;
+  fc1.n = 2 * options.intermediate;
+  fc1.k = options.hidden;
+  fc2.n = options.hidden;
+  fc2.k = options.intermediate;
+  model->fc1.reserve(options.experts);
+  model->fc2.reserve(options.experts);
+  for (uint32_t e = 0; e < options.experts; ++e) {
+    model->fc1.push_back(make_int4_matrix(fc1, rng));
+    model->fc2.push_back(make_int4_matrix(fc2, rng));
+  }
+  for (uint32_t e = 0; e < options.experts; ++e) {
+    model->fc1_desc.push_back(&model->fc1[e].desc);
+    model->fc2_desc.push_back(&model->fc2[e].desc);
+  }
+  qmoe_expert_set_desc_init(&model->desc);
+  model->desc.num_experts = options.experts;
+  model->desc.hidden = options.hidden;
+  model->desc.intermediate = options.intermediate;
+  model->desc.swiglu_fusion = options.fusion;
+  model->desc.swiglu_alpha = options.alpha;
+  model->desc.swiglu_beta = options.beta;
+  model->desc.swiglu_limit = options.limit;
+  model->desc.fc1 = model->fc1_desc.data();
+  model->desc.fc2 = model->fc2_desc.data();
+  return model;
+}
+
+MoeReference reference_moe(const MoeModel& model, qmoe_accuracy accuracy,
+                           const std::vector<float>& x, uint32_t m, const std::vector<int32_t>& ids,
+                           const std::vector<float>& weights, uint32_t k, const uint8_t* run_mask,
+                           const std::vector<float>& y0) {
+  const MoeOptions& o = model.options;
+  const uint32_t hidden = o.hidden, inter = o.intermediate;
+  const bool fast = accuracy == QMOE_ACCURACY_FAST;
+  const bool clamp = std::isfinite(o.limit);
+  const double alpha = o.alpha, beta = o.beta, limit = o.limit;
+  MoeReference ref;
+  ref.y.assign(size_t{m} * hidden, 0.0);
+  ref.tol.assign(size_t{m} * hidden, 0.0);
+  std::vector<double> xin(hidden), h(2 * inter), eh(2 * inter);
+  std::vector<double> a(inter), da(inter), ain(inter), dain(inter), y2(hidden), e2(hidden);
+  for (uint32_t t = 0; t < m; ++t) {
+    double* y = ref.y.data() + size_t{t} * hidden;
+    double* tol = ref.tol.data() + size_t{t} * hidden;
+    std::vector<double> magnitude(hidden, 0.0);  // sum_j |w_j y2_j| (+ |y0|)
+    if (!y0.empty()) {
+      for (uint32_t n = 0; n < hidden; ++n) {
+        y[n] = y0[size_t{t} * hidden + n];
+        magnitude[n] = std::fabs(y[n]);
+      }
+    }
+    // FC1's input: X itself, or exactly the library's int8 rows at the fast level.
+    if (fast) {
+      dequantized_q8(x.data() + size_t{t} * hidden, hidden, xin.data());
+    } else {
+      for (uint32_t n = 0; n < hidden; ++n) xin[n] = x[size_t{t} * hidden + n];
+    }
+    for (uint32_t j = 0; j < k; ++j) {
+      const int32_t e = ids[size_t{t} * k + j];
+      const double w = weights[size_t{t} * k + j];
+      if (w == 0 || (run_mask != nullptr && run_mask[e] == 0)) continue;
+      const Int4Matrix& w1 = model.fc1[e];
+      const Int4Matrix& w2 = model.fc2[e];
+      for (uint32_t n = 0; n < 2 * inter; ++n) {
+        double s = w1.bias_values[n], abs_sum = 0;
+        for (uint32_t kk = 0; kk < hidden; ++kk) {
+          const double p = xin[kk] * w1.weight(n, kk);
+          s += p;
+          abs_sum += std::fabs(p);
+        }
+        h[n] = s;
+        eh[n] = 1e-5 * abs_sum;  // FP32 accumulation, both levels
+      }
+      for (uint32_t i = 0; i < inter; ++i) {
+        const uint32_t gi = o.fusion == QMOE_SWIGLU_INTERLEAVED ? 2 * i : i;
+        const uint32_t ui = o.fusion == QMOE_SWIGLU_INTERLEAVED ? 2 * i + 1 : inter + i;
+        double g = h[gi], u = h[ui];
+        const double eg = eh[gi], eu = eh[ui];
+        if (clamp) {
+          ref.clamped += (g > limit) + (u > limit || u < -limit);
+          g = std::min(g, limit);
+          u = std::clamp(u, -limit, limit);
+        }
+        const double s = g / (1.0 + std::exp(-alpha * g));
+        a[i] = s * (u + beta);
+        da[i] = 1.1 * eg * (std::fabs(u + beta) + eu) + (std::fabs(s) + 1.1 * eg) * eu +
+                4e-6 * (std::fabs(s) + 1.1 * eg) * (std::fabs(u) + std::fabs(beta) + eu);
+      }
+      // FC2's input and its distance to the library's.
+      if (fast) {
+        dequantized_q8_bound(a, da, &ain, &dain);
+      } else {
+        ain = a;
+        dain = da;
+      }
+      for (uint32_t n = 0; n < hidden; ++n) {
+        double s = w2.bias_values[n], propagated = 0, abs_sum = 0;
+        for (uint32_t i = 0; i < inter; ++i) {
+          const double wi = w2.weight(n, i);
+          s += ain[i] * wi;
+          propagated += std::fabs(wi) * dain[i];
+          abs_sum += (std::fabs(ain[i]) + dain[i]) * std::fabs(wi);
+        }
+        y2[n] = s;
+        e2[n] = propagated + 1e-5 * abs_sum;
+      }
+      for (uint32_t n = 0; n < hidden; ++n) {
+        y[n] += w * y2[n];
+        tol[n] += std::fabs(w) * e2[n];
+        magnitude[n] += std::fabs(w * y2[n]) + std::fabs(w) * e2[n];
+      }
+    }
+    for (uint32_t n = 0; n < hidden; ++n) tol[n] += 1e-6 * magnitude[n] + 1e-30;
+  }
+  return ref;
+}
+
+void random_routing(uint32_t m, uint32_t experts, uint32_t k, std::mt19937_64& rng,
+                    std::vector<int32_t>* ids, std::vector<float>* weights) {
+  ids->resize(size_t{m} * k);
+  weights->resize(size_t{m} * k);
+  std::vector<int32_t> order(experts);
+  std::uniform_real_distribution<float> weight(0.05f, 1.0f);
+  for (uint32_t t = 0; t < m; ++t) {
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (uint32_t j = 0; j < k; ++j) {
+      (*ids)[size_t{t} * k + j] = order[j];
+      (*weights)[size_t{t} * k + j] = weight(rng);
+    }
+  }
+}
+
+}  // namespace qmoe::testing
