@@ -1,10 +1,10 @@
-"""Timing helpers shared by the ONNX Runtime comparisons (benchmarks/compare_onnxruntime.py,
-benchmarks/compare_onnxruntime_qmoe.py): the median of per-call times, the L3 size that sizes
-cold weight rotations, the hardware thread count, and a gate that repeats measurements other
+"""Timing helpers of the ONNX Runtime comparisons (benchmarks/compare_onnxruntime.py, its
+`gemm` and `moe` subcommands): the median of per-call times, the L3 size that sizes cold
+weight rotations, the hardware thread count, and a gate that repeats measurements other
 processes disturbed.
 
-Why one module: both scripts time ORT and libqmoe the same way, so their figures can be read
-together; keeping the helpers in one place keeps the method identical.
+Why a module of its own: every comparison times ORT and libqmoe with these, so their figures
+can be read together, and the method stays one.
 """
 
 import os
@@ -50,7 +50,7 @@ def l3_bytes():
 
 
 def add_method_arguments(parser):
-    """The measurement options both comparisons take, with one meaning: --rounds (interleaved
+    """The measurement options every comparison takes, with one meaning: --rounds (interleaved
     rounds, samples pooled) and --gate (the Gate below)."""
     parser.add_argument("--rounds", type=int, default=2,
                         help="interleaved rounds (samples pooled; default 2)")

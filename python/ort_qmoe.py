@@ -2,7 +2,7 @@
 layer: random INT4 layers in the operator's weight layout, one-node (or one-node-per-layer)
 ONNX models, and sessions with inputs and outputs bound once.
 
-Why: tests/python/onnxruntime_qmoe_test.py and benchmarks/compare_onnxruntime_qmoe.py feed the same
+Why: tests/python/onnxruntime_qmoe_test.py and `benchmarks/compare_onnxruntime.py moe` feed the same
 bytes to ORT's CPU QMoE kernel and to libqmoe (python/libqmoe.py), so this module is the one
 place that knows the operator's interface.
 

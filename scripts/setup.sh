@@ -3,7 +3,8 @@
 # Idempotent and quiet when everything is there: apt-get update runs once, only if some
 # package is missing. Then makes sure python3 can import numpy, onnx and onnxruntime (the
 # ONNX Runtime parity test and comparisons); when that cannot be installed it warns and goes
-# on, and the parity test skips with its reason.
+# on, and the parity test skips with its reason. matplotlib, for the optional plots, is left to
+# the user: a one-line note says how to get it.
 set -euo pipefail
 
 sudo_cmd=()
@@ -58,4 +59,11 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNAL
     echo "setup: WARNING: python3 cannot import numpy, onnx and onnxruntime; the ONNX Runtime" \
          "parity test (onnxruntime_qmoe_parity) will be skipped" >&2
   fi
+fi
+
+# Plots (benchmarks/plot_benchmarks.py) are optional, so nothing here requires or installs
+# matplotlib; Debian's package is the one to use, with Debian's own python3.
+if ! /usr/bin/python3 -c "import matplotlib" >/dev/null 2>&1; then
+  echo "setup: note: plots are optional; for benchmarks/plot_benchmarks.py run" \
+       "'apt-get install -y python3-matplotlib' and use /usr/bin/python3"
 fi

@@ -4,9 +4,9 @@
 // (8 rows x 32 k). This loop runs only those triples, over 8 KiB of codes in L1, into eight
 // independent accumulators, and reports cycles per chunk against a clock it measures with a
 // chain of dependent vaddps (3 cycles each on the AVX2 cores this project targets). No exact
-// kernel of this form can beat it, whatever else it does per chunk; docs/benchmarks.md ("what
-// limits each path") puts it beside the kernel's own warm time (`qmoe_gemm_latency --accuracy
-// exact`) and the read roof.
+// kernel of this form can beat it, whatever else it does per chunk;
+// docs/results/2026-11-30-int4-gemm-limits.md puts it beside the kernel's own warm time
+// (`qmoe_gemm_latency --accuracy exact`) and the read roof.
 //
 //   qmoe_exact_core_probe [--rounds R]
 #include <immintrin.h>

@@ -4,7 +4,7 @@
  * so a median of a few hundred calls compares two builds poorly. For a compute-bound call
  * (weights in cache) the fastest of thousands of calls is the figure least touched by other
  * tenants; this prints it with the 10th percentile and the median, and is what the per-call
- * overhead figures in docs/benchmarks.md ("INT4: what limits each path") were measured with.
+ * overhead figures in docs/results (the int4-gemm-limits files) were measured with.
  * Run two builds alternately (LD_LIBRARY_PATH) to compare them. It uses only the public C ABI
  * (C99), like any adopting runtime would.
  *

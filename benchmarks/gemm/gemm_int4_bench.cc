@@ -33,7 +33,8 @@
 // Threads: by default the context runs on libqmoe's own pool (pthreadpool, unpinned), as a
 // runtime that does not pass a parallel_for would. QMOE_BENCH_GEMM_POOL=team instead passes a
 // parallel_for that runs on qmoe_bench's pinned ThreadTeam (bench_util.h); the context line
-// qmoe_gemm_int4_pool says which one ran. docs/benchmarks.md compares the two.
+// qmoe_gemm_int4_pool says which one ran. docs/results/2026-11-30-dev-host-method-notes.md
+// compares the two.
 #include <cpuinfo.h>
 
 #include <algorithm>

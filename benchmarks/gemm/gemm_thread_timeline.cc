@@ -22,8 +22,8 @@
 // the same way, and a member that runs out takes the upper half of the largest remaining run,
 // so that a stolen share is still one forward stream. `counter` hands out one task at a time
 // from a shared counter. Comparing them tells whether the members' busy spans differ because
-// of the split or because some members read more slowly than others; docs/benchmarks.md has
-// the figures.
+// of the split or because some members read more slowly than others;
+// docs/results/2026-11-30-int4-gemm-limits.md has the figures.
 //
 // The matrices live in qmoe_alloc_weight_memory's memory (huge pages where the OS gives them),
 // as a runtime's expert weights should.

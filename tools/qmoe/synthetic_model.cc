@@ -97,7 +97,8 @@ bool SyntheticLayer::generate(const ModelShape& shape, const ExpertBytes& bytes,
   const size_t stride = off_fc2_scales + round_up(bytes.fc2_scales, kAlign);
   const size_t total = stride * shape.experts;
   // Huge pages where the OS allows: the 48-layer decode read its weights at 0.43 of the
-  // measured roof on 4 KiB pages and 0.80 on 2 MiB pages (development host, docs/benchmarks.md).
+  // measured roof on 4 KiB pages and 0.80 on 2 MiB pages (development host,
+  // docs/results/2026-11-30-moe-layer-and-decode.md).
   void* memory = nullptr;
   if (qmoe_alloc_weight_memory(total, &memory) == QMOE_STATUS_OK) {
     data_ = static_cast<unsigned char*>(memory);
