@@ -2,10 +2,9 @@
 //
 // Why huge pages: a cold expert is a sequential stream of a few MiB; on 4 KiB pages every page
 // costs a TLB miss whose page walk itself misses the cache once the weights span GiBs, and the
-// hardware prefetchers restart at every 4 KiB boundary. On the development host (Zen 3) the
-// 48-layer `qmoe run` decode read its weights at 0.43 of the measured roof on 4 KiB pages and
-// 0.80 on 2 MiB pages (docs/benchmarks.md). madvise is advice: where THP is off, or no huge
-// page is free, the memory is ordinary pages and still correct.
+// hardware prefetchers restart at every 4 KiB boundary. The measurements are in
+// docs/results/2026-11-30-moe-layer-and-decode.md. madvise is advice: where THP is off, or no
+// huge page is free, the memory is ordinary pages and still correct.
 #include "lib/weight_memory.h"
 
 #include <sys/mman.h>

@@ -372,9 +372,10 @@ QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t bloc
 /// Allocates `bytes` (>= 1) of uninitialised memory for expert weights (codes and scale planes)
 /// that the CPU kernels will stream: 4096-byte aligned, and from 2 MiB up 2 MiB aligned and
 /// advised for transparent huge pages (Linux MADV_HUGEPAGE). Cold experts read from huge pages
-/// run markedly faster (fewer TLB misses; docs/benchmarks.md has the figures); a runtime with
-/// its own allocator gets the same by 2 MiB alignment and that advice. Huge pages are advice:
-/// where the OS gives none the memory is ordinary and every call works the same.
+/// run markedly faster (fewer TLB misses; docs/results/2026-11-30-moe-layer-and-decode.md has
+/// the figures); a runtime with its own allocator gets the same by 2 MiB alignment and that
+/// advice. Huge pages are advice: where the OS gives none the memory is ordinary and every call
+/// works the same.
 /// Free with qmoe_free_weight_memory. OUT_OF_MEMORY when the allocation fails.
 QMOE_API qmoe_status qmoe_alloc_weight_memory(size_t bytes, void** memory);
 

@@ -15,7 +15,7 @@ namespace {
 // codes. In the grouped order (docs/formats.md) a group's scales are one run beside its codes,
 // read at 16 bytes per 128-byte chunk: a second stream whose lines the in-kernel next-line
 // prefetch requests only a few chunks ahead; left to it, that second stream costs a measurable
-// share of a one-thread M = 1 call (docs/results/2026-12-01-int4-scale-run-prefetch.md).
+// share of a one-thread M = 1 call (docs/results/2026-12-01-int4-gemm-limits.md).
 struct GroupRunPrefetch {
   const unsigned char* plane = nullptr;  // nullptr: nothing to prefetch
   size_t group_stride = 0;               // elements, as in qmoe_quant_matrix
@@ -56,9 +56,9 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
                    size_t first, uint32_t m, float* y, size_t ldy, uint32_t n_begin, uint32_t n_end,
                    unsigned char* scratch) {
   const qmoe_quant_matrix& w = plan.w;
-  // One argument block for the whole run, updated in place per group. (Copying a fresh block
-  // per group made the compiler assemble it with scalar stores and read it back with 16-byte
-  // loads: store-forwarding stalls that were half the time of a K = 32 call on Zen 3.)
+  // One argument block for the whole run, updated in place per group. (A fresh block per group
+  // is built with scalar stores and read back with wider loads, which cannot be store-forwarded
+  // and stall; docs/results/2026-11-30-int4-gemm-limits.md has the measurements.)
   GemmGroupArgs a{};
   a.chunks = plan.chunks;
   a.block_size = w.block_size;

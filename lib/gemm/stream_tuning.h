@@ -10,10 +10,9 @@ namespace qmoe {
 /// GemmGroupArgs::prefetch_l2_bytes for this host: 8192 on Intel CPUs, 0 elsewhere.
 ///
 /// Why by vendor: a second, L2-only software prefetch 8 KiB ahead (beside the L1 prefetch
-/// 3 KiB ahead) took the fast M = 1 cold Qwen3 FC1 call on the Sapphire Rapids device host from
-/// a median of 155 us to 135 us (6 alternating rounds; M = 4 175 -> 156 us), and on the Zen 3
-/// development host from 146 us to 164 us (3 rounds): Intel's L1 keeps fewer misses in flight
-/// (16 fill buffers) than its L2 (48), AMD's hardware prefetcher already runs that far ahead.
+/// 3 KiB ahead) speeds a cold stream on Intel, whose L1 keeps fewer misses in flight (16 fill
+/// buffers) than its L2 (48), and costs on AMD, whose hardware prefetcher already runs that far
+/// ahead (docs/results/2026-11-30-kernel-comment-figures.md has the measurements).
 uint32_t int4_l2_prefetch_bytes();
 
 }  // namespace qmoe

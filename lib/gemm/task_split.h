@@ -14,8 +14,9 @@ namespace qmoe {
 /// by its whole share, and a phase ends with a short tail however unevenly the threads' memory
 /// streams ran. pthreadpool gives each thread a contiguous range of task indices, so a thread
 /// still reads one sequential stream. Every output is still computed by one kernel call over
-/// the whole K, so the split never changes a result. 16 rather than 4: 16-thread decode on the
-/// device host moved 100 -> 107 GB/s (3 alternating runs each), 4 threads no change.
+/// the whole K, so the split never changes a result. 16 rather than 4: the finer split shortens
+/// the last thread's tail at no measurable cost (docs/results/2026-11-30-moe-layer-and-decode.md
+/// and docs/results/2026-11-30-int4-gemm-limits.md have the measurements).
 /// Overridable at build time (-DQMOE_TASKS_PER_THREAD=N) for tuning runs.
 #ifndef QMOE_TASKS_PER_THREAD
 #define QMOE_TASKS_PER_THREAD 16

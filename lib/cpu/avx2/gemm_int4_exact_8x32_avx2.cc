@@ -10,7 +10,7 @@
 // of each lane, which then reads as (code - 8) * 2^28: per 8 weights vpshufb, vcvtdq2ps and one
 // FMA (PairCodes has the exactness argument). With a zero-point plane they are the codes, land
 // in the low byte, and vpsubd takes z first. (vpmovsxbd, which an earlier version widened with,
-// is a lane-crossing shuffle of about 1.3 cycles on Zen 3.)
+// crosses 128-bit lanes and so costs more than vpshufb, which does not.)
 //
 // Reduction. Each pair's products for a chunk collect in one 8-lane vector per half
 // [2p: 4 partials | 2p+1: 4 partials]; an in-lane unpack tree (reduce_pairs) turns the four
@@ -22,7 +22,8 @@
 // group. M > 1 (exact_tile) stores a chunk's converted weights once (1 KiB, in the same pair
 // layout) and reuses them for up to four activation rows; each row's chunk is reduced by the
 // tree and multiplies the block's scales permuted into the reduced order (per-pair accumulators
-// for four rows would not fit the registers). docs/benchmarks.md has the measurements.
+// for four rows would not fit the registers). docs/results/2026-11-30-int4-gemm-limits.md has
+// the measurements.
 #include <immintrin.h>
 
 #include <cmath>
@@ -189,9 +190,9 @@ struct PairPartials {
 // eight rows' weights, `pair_weights(p)` giving pair p's weights(h, q). Each half (k 0-15,
 // k 16-31) of a pair is an FMA chain of kChain products (4 or 2; two chains of 2 are added).
 // One row is latency-bound: a chunk's dependency path (load, convert, chain, scale) keeps the
-// next chunk's conversions waiting, and chains of 2 shorten it (median warm call 1536 x 2048
-// on Zen 3 about 12% faster). A tile of rows is throughput-bound, and there chains of 4 save
-// the adds (about 4%). A single chain of 8 per pair was slower than two of 4.
+// next chunk's conversions waiting, and chains of 2 shorten it. A tile of rows is
+// throughput-bound, and there chains of 4 save the adds. A single chain of 8 per pair was slower
+// than two of 4 (docs/results/2026-11-30-kernel-comment-figures.md has the measurements).
 template <bool kBlock16, int kChain, typename PairWeights>
 inline PairPartials chunk_pair_partials(PairWeights&& pair_weights, const float* x) {
   static_assert(kChain == 2 || kChain == 4, "a half is 4 products");

@@ -1,5 +1,5 @@
 // AVX2 INT4 dequant-GEMM, fast level, with vpmaddubsw products: the kernel body is in
-// gemm_int4_fast_avx2.inc (its comment has the layout and reduction); this file supplies the
+// gemm_int4_fast_ymm.inc (its comment has the layout and reduction); this file supplies the
 // dot products (lib/cpu/common/int4_row_sums_maddubs.inc).
 #include <immintrin.h>
 #include <type_traits>

@@ -1,4 +1,4 @@
-// AVX-VNNI INT4 dequant-GEMM, fast level: the AVX2 fast kernel (gemm_int4_fast_avx2.inc, whose
+// AVX-VNNI INT4 dequant-GEMM, fast level: the AVX2 fast kernel (gemm_int4_fast_ymm.inc, whose
 // comment has the layout and reduction) with the u8 x s8 dot products done by the VEX-encoded
 // vpdpbusd, which sums four products straight into int32 lanes: two instructions per pair of
 // rows and chunk replace vpmaddubsw, vpmaddubsw, vpaddw and the widening vpmaddwd. Compiled

@@ -4,14 +4,9 @@
 //
 // Preconditions (checked by the caller): data is 64-byte aligned, bytes is a multiple of 64.
 //
-// No software prefetch, on measurement. On the AMD EPYC (Zen 3, KVM, 2 vCPUs) development
-// host this loop read a 256 MiB buffer, best of 5-7 passes, at:
-//   one core, 4 KiB pages:  12.9-14.2 GB/s without prefetch, 10.6-13.6 GB/s with it
-//   one core, 2 MiB pages:  14.5-15.5 GB/s without,          11.4-14.4 GB/s with
-//   two cores, 4 KiB pages: 22.6 GB/s without,               19.3-23.5 GB/s with
-//   two cores, 2 MiB pages: 25.4 GB/s without,               19.6-21.8 GB/s with
-// where "with" is one prefetch per line 512 B, 1, 2, 4 or 8 KiB ahead, T0, T1 or NTA hint.
-// In an L2-resident buffer the variants differed by less than the run-to-run noise (~10%).
+// No software prefetch: one prefetch per line, at any distance or hint tried, was no faster and
+// often slower, on 4 KiB and 2 MiB pages and on one core or two; in an L2-resident buffer it
+// made no difference (docs/results/2026-11-30-kernel-comment-figures.md has the measurements).
 // Likely cause: the hardware stream prefetcher already keeps a sequential read's lines in
 // flight, so the extra instructions only add pressure on the same miss buffers.
 #include <immintrin.h>

@@ -1,5 +1,5 @@
 // AVX-512 INT4 dequant-GEMM, fast level, with vpmaddubsw products: the kernel body is in
-// gemm_int4_fast_avx512.inc (its comment has the layout and reduction); this file supplies the
+// gemm_int4_fast_8x32_avx512.inc (its comment has the layout and reduction); this file supplies the
 // dot products.
 #include <type_traits>
 #include "lib/cpu/avx512/immintrin_avx512.h"

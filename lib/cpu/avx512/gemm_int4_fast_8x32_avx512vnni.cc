@@ -1,5 +1,5 @@
 // AVX512-VNNI INT4 dequant-GEMM, fast level: the AVX-512 fast kernel
-// (gemm_int4_fast_avx512.inc, whose comment has the layout and reduction) with the u8 x s8 dot
+// (gemm_int4_fast_8x32_avx512.inc, whose comment has the layout and reduction) with the u8 x s8 dot
 // products done by vpdpbusd, which sums four products straight into int32 lanes: two
 // instructions per four rows and chunk replace vpmaddubsw, vpmaddubsw, vpaddw and the widening
 // vpmaddwd. Compiled with -mavx512vnni in its own translation unit (the compiler may emit VNNI

@@ -7,12 +7,10 @@
 // _mm512_xor_epi64 rather than _mm512_xor_si512: with the latter GCC 12 copies every
 // accumulator once per iteration (eight extra vmovdqa64 in the loop).
 //
-// No software prefetch, on measurement. The AMD EPYC (Zen 3) development host has no AVX-512;
-// there the AVX2 twin of this loop only lost with prefetch (see read_bandwidth_avx2.cc). On an
-// Intel Xeon with AVX-512 (16 vCPUs, 1 GiB buffer, 2 MiB pages, best of 6 passes) this loop
-// read 15.2-15.6 GB/s on one core without prefetch, 13.0-15.2 GB/s with one T0 prefetch per
-// line 1, 2 or 4 KiB ahead, and 6.7-6.9 GB/s with NTA 4 KiB ahead; on 16 cores, with T0
-// prefetch or without, 100-105 GB/s (one outlier at 146), and 38-60 GB/s with NTA.
+// No software prefetch: the hardware stream prefetcher already keeps a sequential read's lines
+// in flight. A T0 prefetch a few KiB ahead is no faster, and NTA is much slower, on one core and
+// on all (docs/results/2026-11-30-kernel-comment-figures.md has the measurements; the AVX2 twin,
+// read_bandwidth_avx2.cc, behaves the same).
 #include <immintrin.h>
 
 #include "lib/cpu/kernels.h"

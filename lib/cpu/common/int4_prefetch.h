@@ -2,13 +2,10 @@
 // every tier so it is tuned in one place. Overridable at build time
 // (-DQMOE_INT4_PREFETCH_BYTES=N) for tuning runs.
 //
-// Why 3072: the distance must cover DRAM latency times the stream's rate (about 120 ns x
-// 15 GB/s = 1.8 KB on the Sapphire Rapids device host). There, fast M = 1 cold Qwen3 FC1 with
-// grouped scales read at 0.53-0.59 of the roof with no software prefetch, 0.68-0.80 at 1536 B
-// and 0.70-0.89 at 3072 B (one run, both 256- and 512-bit kernels); 6144 B was no better on
-// the 256-bit kernel. On the Zen 3 development host (lower latency) 768 B to 8 KiB measured the
-// same within noise, but none at all is slower there too: fast M = 1 read 0.66-0.72 of the roof
-// without it against 0.78-0.81 with it (docs/benchmarks.md, 2026-11-30).
+// Why 3072: the distance must be at least DRAM latency times the stream's rate, with margin;
+// shorter distances, and none at all, read cold weights slower, and longer ones are no faster.
+// Where DRAM latency is lower the distance matters less, but some software prefetch still beats
+// none (docs/results/2026-11-30-int4-gemm-limits.md has the measurements).
 #ifndef QMOE_LIB_CPU_COMMON_INT4_PREFETCH_H_
 #define QMOE_LIB_CPU_COMMON_INT4_PREFETCH_H_
 
@@ -22,13 +19,11 @@
 #endif
 
 // How many scale blocks ahead of the current one the kernels also prefetch the group's scale
-// line (0: none, the default). Overridable at build time for tuning runs. 16 was tried on
-// 2026-11-30: alternated with 0 over 3 rounds on the device host and 2 on the dev host (cold
-// Qwen3 and gpt-oss rows at M = 1 and 4, exact and fast, and the 1-thread decode), it won some
-// rounds and lost others by as much (docs/benchmarks.md), so the default stays off. The scale
-// stream does cost (about 7% of a one-thread fast M = 1 call, measured 2026-12-01); the GEMM
-// driver covers it by prefetching each group's whole scale run a group ahead into L2
-// (lib/gemm/gemm_rows.cc), which did separate.
+// line (0: none, the default). Overridable at build time for tuning runs. Off because it did
+// not separate from the noise; the scale stream does cost, but the GEMM driver's prefetch of
+// each group's whole scale run a group ahead into L2 (lib/gemm/gemm_rows.cc) covers it
+// (docs/results/2026-11-30-int4-gemm-limits.md and docs/results/2026-12-01-int4-gemm-limits.md
+// have the measurements).
 #ifndef QMOE_INT4_SCALE_PREFETCH_BLOCKS
 #define QMOE_INT4_SCALE_PREFETCH_BLOCKS 0
 #endif
@@ -74,7 +69,8 @@ __attribute__((always_inline)) inline void prefetch_int4_chunk(const uint8_t* co
 //   the grouped order, the group's sequential run of 16-byte slices; in [K/B, N] order, the
 //   group's future blocks, a line each). The idea: a demand miss on a new scale line every
 //   fourth chunk, with a long chunk (M = 4) filling the reorder buffer behind it. Measured, it
-//   did not separate from the noise (above), so it is off by default.
+//   did not separate from the noise (docs/results/2026-11-30-int4-gemm-limits.md), so it is off
+//   by default.
 // Prefetches never fault, so neither needs to stop at the plane's end.
 __attribute__((always_inline)) inline void prefetch_int4_scales(const void* scales,
                                                                 size_t scale_bytes, uint32_t block,
