@@ -61,7 +61,8 @@ __device__ void gemv_body(const GemvParams& p, unsigned char* smem,
 }
 
 template <Level L, int MAXM>
-__global__ void __launch_bounds__(kThreads) int4_gemv_kernel(const __grid_constant__ GemvParams p) {
+__global__ void __launch_bounds__(kThreads, MAXM >= 8 ? 1 : 2)
+    int4_gemv_kernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float partial[kWarps][MAXM][kGroupRows];
   switch (p.w.scale_dtype) {

@@ -12,6 +12,8 @@
 // then waits for (a) to complete before reading (a)'s activations or writing anything. So a
 // layer's (a) never overwrites activations the previous layer's (b) still reads.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "lib/cuda/activation_stage.cuh"
 #include "lib/cuda/int4_block.cuh"
@@ -129,7 +131,7 @@ __device__ __forceinline__ float swiglu(float g, float u, const MoeLayerParams& 
 // ---- (a) FC1 + SwiGLU ---------------------------------------------------------------------------
 
 template <Level L, int MAXM>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, MAXM >= 8 ? 1 : 2)
     moe_fc1_kernel(const __grid_constant__ MoeKernelParams kp) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ RouteInfo info;
@@ -329,7 +331,7 @@ __device__ __forceinline__ void prefetch_item(const DeviceQuantMatrix* src, uint
 }
 
 template <Level L, int MAXM>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, MAXM >= 8 ? 1 : 2)
     moe_fc2_kernel(const __grid_constant__ MoeKernelParams kp) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ RouteInfo info;
@@ -462,6 +464,15 @@ void pick_kernels(uint32_t T, KernelFn* fc1, KernelFn* fc2) {
   }
 }
 
+// Programmatic dependent launch unless QMOE_CUDA_PDL=0 (read once; for A/B measurements).
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("QMOE_CUDA_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
 cudaError_t launch(KernelFn fn, dim3 grid, size_t smem, bool pdl, const MoeKernelParams& kp,
                    cudaStream_t stream) {
   if (smem > 48 * 1024) {
@@ -480,7 +491,19 @@ cudaError_t launch(KernelFn fn, dim3 grid, size_t smem, bool pdl, const MoeKerne
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = pdl ? &attribute : nullptr;
   config.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&config, fn, kp);
+  cudaError_t e = cudaLaunchKernelEx(&config, fn, kp);
+  if (e != cudaSuccess && pdl) {
+    // A runtime or stream that refuses the attribute: clear that (non-sticky) error and launch
+    // in plain stream order, unless a capture is in progress (its state is the caller's).
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+        capturing == cudaStreamCaptureStatusNone) {
+      cudaGetLastError();
+      config.attrs = nullptr;
+      config.numAttrs = 0;
+      e = cudaLaunchKernelEx(&config, fn, kp);
+    }
+  }
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
@@ -552,7 +575,7 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream) {
   } else {
     pick_kernels<Level::kFast>(T, &fc1, &fc2);
   }
-  const bool pdl = major >= 9;
+  const bool pdl = major >= 9 && pdl_enabled();
   const dim3 grid1(kp.inter_chunks, max_items(kp.slots_cap, p.num_experts, T));
   const dim3 grid2((p.hidden + kGroupRows - 1) / kGroupRows);
   e = launch(fc1, grid1, smem1, pdl, kp, stream);
