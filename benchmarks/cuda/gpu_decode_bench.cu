@@ -11,7 +11,9 @@
 //                                      340 MB), each call routed to the next experts
 //   gpu/moe_stack48/qwen3/<level>/m:1  48 such layers (16 GB of INT4) captured in ONE CUDA
 //                                      graph, x of layer l+1 = y of layer l; each replay routes
-//                                      every layer to 8 other experts
+//                                      every layer to 8 other experts. /early_routing: with
+//                                      inputs_ready_early (each FC1 routes and prefetches
+//                                      while the previous layer's FC2 runs)
 // Counters: bytes_per_second (weights the calls must read: codes + scales), frac_of_roof
 // (that over gpu/read_roof's rate), us_per_call (per launch, layer or replay).
 #include <benchmark/benchmark.h>
@@ -398,7 +400,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m) {
   report(state, bytes, kSets);
 }
 
-void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy) {
+void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early) {
   constexpr uint32_t kLayers = 48, m = 1, kSets = 16;
   const size_t layer_bytes = size_t{kExperts} * expert_stride();
   DeviceMemory weights(kLayers * layer_bytes);
@@ -449,6 +451,7 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy) {
     p.residency = residency.as<const int32_t>();
     p.workspace = ws.p;
     p.workspace_bytes = moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter);
+    p.inputs_ready_early = early;  // the routing is written before the graph launch
     launched = launch_moe_layer(p, stream);
   }
   BENCH_CUDA(cudaStreamEndCapture(stream, &graph), state);
@@ -525,8 +528,13 @@ void register_all() {
     }
   }
   for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
-    const std::string name = std::string("gpu/moe_stack48/qwen3/") + level(a) + "/m:1";
-    benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a)->UseManualTime()->MinTime(0.3);
+    for (bool early : {false, true}) {
+      const std::string name = std::string("gpu/moe_stack48/qwen3/") + level(a) + "/m:1" +
+                               (early ? "/early_routing" : "");
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early)
+          ->UseManualTime()
+          ->MinTime(0.3);
+    }
   }
 }
 

@@ -5,12 +5,15 @@
 // then FC2's outputs per route, [m_capacity * k][H] FP32, used when they do not fit in (b)'s
 // shared memory.
 //
-// Ordering. (a) waits for the preceding stream work (cudaGridDependencySynchronize: a no-op
-// without programmatic launch) before reading anything, then lets (b) launch. (b) reads only the
-// call's inputs before its wait (routing, residency, slot descriptions, through the L2 with
-// ld.global.cg; they were complete when (a) passed its wait), prefetches its FC2 weights into L2,
-// then waits for (a) to complete before reading (a)'s activations or writing anything. So a
-// layer's (a) never overwrites activations the previous layer's (b) still reads.
+// Ordering. (a) waits for the preceding stream work (griddepcontrol.wait: a no-op without
+// programmatic launch) before reading anything, or, with inputs_ready_early, after building its
+// routing and prefetching its FC1 weights but before reading x; every block of (a) waits before
+// it exits, and (a) lets (b) launch at once. (b) reads only the call's inputs before its own
+// wait (routing, residency, slot descriptions, through the L2 with ld.global.cg; complete when
+// (a) started), prefetches its FC2 weights into L2, then waits for (a) to complete before reading
+// (a)'s activations or writing anything. Neither kernel writes global memory before its wait, so
+// a layer's (a) never overwrites activations the previous layer's (b) still reads, and the
+// completion of (b) implies that of everything before it in the stream.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -128,6 +131,31 @@ __device__ __forceinline__ float swiglu(float g, float u, const MoeLayerParams& 
   return __fmul_rn(__fmul_rn(g, sigmoid), __fadd_rn(u, p.beta));
 }
 
+// L2 prefetch of what a warp will read of group g of w: its code chunks (one line each), and
+// its rows' scales and zero points.
+__device__ __forceinline__ void prefetch_group(const DeviceQuantMatrix& w, uint32_t g,
+                                               uint32_t lane) {
+  if (g * kGroupRows >= w.n) return;
+  const uint8_t* codes = w.codes + size_t(g) * w.chunks * kChunkBytes;
+  for (uint32_t c = lane; c < w.chunks; c += 32) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(codes + size_t(c) * kChunkBytes));
+  }
+  const uint32_t r = lane % kGroupRows, n = g * kGroupRows + r;
+  if (n >= w.n) return;
+  const size_t so = plane_row_offset(n, w.scale_row_stride, w.scale_group_stride);
+  const size_t zo = plane_row_offset(n, w.zero_point_row_stride, w.zero_point_group_stride);
+  const uint32_t blocks = w.k / w.block_size;
+  const size_t es = w.scale_dtype == QMOE_DTYPE_F32 ? 4 : 2;
+  for (uint32_t b = lane / kGroupRows; b < blocks; b += 4) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const unsigned char*>(w.scales) +
+                                                  (so + b * w.scale_block_stride) * es));
+    if (w.zero_points != nullptr) {
+      asm volatile(
+          "prefetch.global.L2 [%0];" ::"l"(w.zero_points + zo + b * w.zero_point_block_stride));
+    }
+  }
+}
+
 // ---- (a) FC1 + SwiGLU ---------------------------------------------------------------------------
 
 template <Level L, int MAXM>
@@ -143,12 +171,20 @@ __global__ void __launch_bounds__(kThreads, MAXM >= 8 ? 1 : 2)
   const MoeLayerParams& p = kp.p;
   constexpr uint32_t T = MAXM;
 
-  wait_for_preceding_grid();
+  // Nothing is written to global memory before the wait, so (b), and the next layer, may
+  // start as soon as every block of this grid runs.
+  const bool early = p.inputs_ready_early;
+  if (!early) wait_for_preceding_grid();
   allow_dependent_launch();
   const RouteTables tab = carve_route_tables(smem, kp.slots_cap, p.num_experts);
   build_routes(p, tab, info, T);
   const uint32_t unit = blockIdx.x, item = blockIdx.y;
-  if (info.error != 0 || item >= info.items) return;  // block-uniform
+  // Every block waits before it exits, so this grid's completion implies the preceding one's
+  // (which (b), and whatever follows it, rely on).
+  if (info.error != 0 || item >= info.items) {  // block-uniform
+    if (early) wait_for_preceding_grid();
+    return;
+  }
 
   const WorkItem wi = find_item(p, tab, item, T);
   copy_matrix(&mat, p.fc1 + tab.residency[wi.expert], threadIdx.x, kThreads);
@@ -173,8 +209,17 @@ __global__ void __launch_bounds__(kThreads, MAXM >= 8 ? 1 : 2)
   }
   __syncthreads();
   const DeviceQuantMatrix& w = mat;
-  if (!quant_matrix_is_valid(w) || w.n != 2 * p.intermediate || w.k != p.hidden)
+  if (!quant_matrix_is_valid(w) || w.n != 2 * p.intermediate || w.k != p.hidden) {
+    if (early) wait_for_preceding_grid();
     return;  // (b) reports it
+  }
+  if (early) {
+    // Warp s prefetches group s's code lines (and its rows' scales) while the preceding
+    // kernel finishes; then the wait, before x is read.
+    const uint32_t warp = threadIdx.x / 32;
+    if (warp < group_count) prefetch_group(w, group_list[warp], threadIdx.x % 32);
+    wait_for_preceding_grid();
+  }
 
   unsigned char* xs = smem + kp.tables_bytes;
   const size_t x_row_bytes = p.ldx * (p.dtype == QMOE_DTYPE_F32 ? 4 : 2);
@@ -304,32 +349,6 @@ __device__ __forceinline__ void fc2_item(const MoeKernelParams& kp, const Device
   }
 }
 
-// L2 prefetch of the lines a warp's item will read: the group's code chunks, and its rows'
-// scales and zero points.
-__device__ __forceinline__ void prefetch_item(const DeviceQuantMatrix* src, uint32_t g,
-                                              uint32_t lane) {
-  const DeviceQuantMatrix w = load_matrix(src);
-  if (!quant_matrix_is_valid(w) || g * kGroupRows >= w.n) return;
-  const uint8_t* codes = w.codes + size_t(g) * w.chunks * kChunkBytes;
-  for (uint32_t c = lane; c < w.chunks; c += 32) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(codes + size_t(c) * kChunkBytes));
-  }
-  const uint32_t r = lane % kGroupRows, n = g * kGroupRows + r;
-  if (n >= w.n) return;
-  const size_t so = plane_row_offset(n, w.scale_row_stride, w.scale_group_stride);
-  const size_t zo = plane_row_offset(n, w.zero_point_row_stride, w.zero_point_group_stride);
-  const uint32_t blocks = w.k / w.block_size;
-  const size_t es = w.scale_dtype == QMOE_DTYPE_F32 ? 4 : 2;
-  for (uint32_t b = lane / kGroupRows; b < blocks; b += 4) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const unsigned char*>(w.scales) +
-                                                  (so + b * w.scale_block_stride) * es));
-    if (w.zero_points != nullptr) {
-      asm volatile(
-          "prefetch.global.L2 [%0];" ::"l"(w.zero_points + zo + b * w.zero_point_block_stride));
-    }
-  }
-}
-
 template <Level L, int MAXM>
 __global__ void __launch_bounds__(kThreads, MAXM >= 8 ? 1 : 2)
     moe_fc2_kernel(const __grid_constant__ MoeKernelParams kp) {
@@ -357,7 +376,8 @@ __global__ void __launch_bounds__(kThreads, MAXM >= 8 ? 1 : 2)
   const uint32_t items = failed ? 0 : info.items;
   for (uint32_t item = warp; item < items; item += kWarps) {
     const WorkItem wi = find_item(p, tab, item, T);
-    prefetch_item(p.fc2 + tab.residency[wi.expert], g, lane);
+    const DeviceQuantMatrix w = load_matrix(p.fc2 + tab.residency[wi.expert]);
+    prefetch_group(w, g, lane);  // validated above
   }
 
   wait_for_preceding_grid();

@@ -78,6 +78,11 @@ struct MoeLayerParams {
   const void* logits;
   bool renormalize;
   const int32_t* residency;  // [E]: expert -> slot, or -1 (not resident: its routes are skipped)
+  // true: m, the routing, the residency and the slot descriptions were complete before the
+  // kernel preceding this call in the stream started (written before a graph launch, say), so
+  // FC1 builds its routing and prefetches its weights into L2 before waiting for that kernel
+  // (x is still read after the wait). false: FC1 waits first and reads everything after.
+  bool inputs_ready_early;
   // Scratch of moe_layer_workspace_size bytes, 256-byte aligned; one call at a time.
   void* workspace;
   size_t workspace_bytes;

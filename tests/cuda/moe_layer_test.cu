@@ -328,6 +328,7 @@ struct Case {
   qmoe_swiglu_fusion fusion;
   bool clamp, accumulate, logits, renormalize, partial;
   uint32_t capacity, m, k;
+  bool early;  // inputs_ready_early
 };
 
 std::string describe(const Case& c, const MoeOptions& o) {
@@ -336,7 +337,7 @@ std::string describe(const Case& c, const MoeOptions& o) {
     << (c.clamp ? " clamp" : "") << (c.accumulate ? " accumulate" : "")
     << (c.logits ? (c.renormalize ? " logits/renormalized" : " logits/softmax-all") : " ids")
     << (c.partial ? " partial-residency" : " all-resident") << " capacity=" << c.capacity
-    << " m=" << c.m << " k=" << c.k << " " << o.describe();
+    << " m=" << c.m << " k=" << c.k << (c.early ? " early-routing" : "") << " " << o.describe();
   return s.str();
 }
 
@@ -359,6 +360,7 @@ void run_case(const Case& cs, const MoeOptions& base, std::mt19937_64& rng) {
                         cs.accumulate);
   Inputs in = random_inputs(cs.m, o.hidden, o.experts, cs.k, cs.dtype, cs.logits, rng);
   if (cs.logits) route_on_host(in, o.experts, cs.k, cs.renormalize);
+  call->params.inputs_ready_early = cs.early;  // inputs are written before the launch
   call->write(in, cs.accumulate);
   QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
   QMOE_CUDA_OK(cudaDeviceSynchronize());
@@ -417,9 +419,9 @@ TEST_F(CudaMoeLayer, MatchesReferenceAndCpuAcrossOptions) {
           if (HasFailure()) return;
           const Size sz = sizes[index % 6];
           const int routing = (index / 6) % 3;  // ids, logits renormalized, logits over all E
-          Case c{acc,          dtype,        fusion,           (flags & 1) != 0, (flags & 2) != 0,
-                 routing != 0, routing == 1, (flags & 4) != 0, sz.capacity,      sz.m,
-                 sz.k};
+          Case c{acc,          dtype,         fusion,           (flags & 1) != 0, (flags & 2) != 0,
+                 routing != 0, routing == 1,  (flags & 4) != 0, sz.capacity,      sz.m,
+                 sz.k,         index % 2 == 1};
           run_case(c, (flags & 8) ? b : a, rng_);
         }
       }
@@ -508,6 +510,7 @@ TEST_F(CudaMoeLayer, GraphReplayWithNewRoutingEqualsEager) {
   for (qmoe_accuracy acc : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
     for (bool logits : {false, true}) {
       auto call = make_call(o, *ex, acc, QMOE_DTYPE_BF16, kCapacity, kTopK, logits, false, true);
+      call->params.inputs_ready_early = logits;  // both orders, captured
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
       QMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
