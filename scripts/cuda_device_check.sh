@@ -6,7 +6,8 @@
 # QMOE_SKIP_BUILD=1 uses an existing BUILD_DIR as it is (for a host without the build's Debian
 # dependencies: GoogleTest, Google Benchmark, cpuinfo, pthreadpool, FP16; scripts/setup.sh).
 # Meant to finish within 8 minutes on an H200 with 16 cores; each step has its own timeout and
-# the script goes on after a failed step, exiting non-zero at the end if any failed.
+# the script goes on after a failed step, exiting non-zero at the end if any failed. OUT_DIR.tgz
+# holds all of it.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:?usage: scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]}
@@ -75,4 +76,6 @@ cuobjdump --dump-resource-usage "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_g
   "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o" >"$out/resource_usage.txt" 2>&1 || true
 
 echo "total $SECONDS s; failed: ${failed[*]:-none}" | tee -a "$out/summary.txt"
+# One archive beside the directory, for hosts that hand back only a few files.
+tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
 [[ ${#failed[@]} -eq 0 ]]
