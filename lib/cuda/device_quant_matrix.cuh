@@ -18,23 +18,23 @@
 
 namespace qmoe::cuda {
 
-constexpr uint32_t kGroupRows = 8;      // rows of one code tile
-constexpr uint32_t kChunkCodes = 32;    // k of one code tile
-constexpr uint32_t kChunkRowBytes = 16;  // one row's codes of one tile
+constexpr uint32_t kGroupRows = 8;                             // rows of one code tile
+constexpr uint32_t kChunkCodes = 32;                           // k of one code tile
+constexpr uint32_t kChunkRowBytes = 16;                        // one row's codes of one tile
 constexpr uint32_t kChunkBytes = kGroupRows * kChunkRowBytes;  // 128
 constexpr uint32_t kInt4DefaultZeroPoint = 8;
 
 struct DeviceQuantMatrix {
-  uint32_t n;           // rows (output features)
-  uint32_t k;           // columns, a multiple of block_size
-  uint32_t block_size;  // 16, 32, 64 or 128
-  uint32_t chunks;      // ceil(k / 32): tiles along k of one 8-row group
-  const uint8_t* codes;  // ceil(n / 8) * chunks * 128 bytes
+  uint32_t n;              // rows (output features)
+  uint32_t k;              // columns, a multiple of block_size
+  uint32_t block_size;     // 16, 32, 64 or 128
+  uint32_t chunks;         // ceil(k / 32): tiles along k of one 8-row group
+  const uint8_t* codes;    // ceil(n / 8) * chunks * 128 bytes
   qmoe_dtype scale_dtype;  // F32, F16 or BF16
   const void* scales;
   size_t scale_row_stride;  // elements
   size_t scale_block_stride;
-  size_t scale_group_stride;     // 0: row offset n * row_stride
+  size_t scale_group_stride;   // 0: row offset n * row_stride
   const uint8_t* zero_points;  // nullptr: every zero point is 8
   size_t zero_point_row_stride;
   size_t zero_point_block_stride;

@@ -123,7 +123,21 @@ MoeReference reference_moe(const MoeModel& model, qmoe_accuracy accuracy,
                            const std::vector<float>& x, uint32_t m, const std::vector<int32_t>& ids,
                            const std::vector<float>& weights, uint32_t k, const uint8_t* run_mask,
                            const std::vector<float>& y0) {
-  const MoeOptions& o = model.options;
+  std::vector<const Int4Matrix*> fc1, fc2;
+  for (uint32_t e = 0; e < model.options.experts; ++e) {
+    fc1.push_back(&model.fc1[e]);
+    fc2.push_back(&model.fc2[e]);
+  }
+  return reference_moe_experts(model.options, fc1, fc2, accuracy, x, m, ids, weights, k, run_mask,
+                               y0);
+}
+
+MoeReference reference_moe_experts(const MoeOptions& o, const std::vector<const Int4Matrix*>& fc1,
+                                   const std::vector<const Int4Matrix*>& fc2,
+                                   qmoe_accuracy accuracy, const std::vector<float>& x, uint32_t m,
+                                   const std::vector<int32_t>& ids,
+                                   const std::vector<float>& weights, uint32_t k,
+                                   const uint8_t* run_mask, const std::vector<float>& y0) {
   const uint32_t hidden = o.hidden, inter = o.intermediate;
   const bool fast = accuracy == QMOE_ACCURACY_FAST;
   const bool clamp = std::isfinite(o.limit);
@@ -153,8 +167,8 @@ MoeReference reference_moe(const MoeModel& model, qmoe_accuracy accuracy,
       const int32_t e = ids[size_t{t} * k + j];
       const double w = weights[size_t{t} * k + j];
       if (w == 0 || (run_mask != nullptr && run_mask[e] == 0)) continue;
-      const Int4Matrix& w1 = model.fc1[e];
-      const Int4Matrix& w2 = model.fc2[e];
+      const Int4Matrix& w1 = *fc1[e];
+      const Int4Matrix& w2 = *fc2[e];
       for (uint32_t n = 0; n < 2 * inter; ++n) {
         double s = w1.bias_values[n], abs_sum = 0;
         for (uint32_t kk = 0; kk < hidden; ++kk) {

@@ -64,6 +64,16 @@ MoeReference reference_moe(const MoeModel& model, qmoe_accuracy accuracy,
                            const std::vector<float>& weights, uint32_t k, const uint8_t* run_mask,
                            const std::vector<float>& y0);
 
+/// reference_moe with expert e's projections at fc1[e] and fc2[e] (several experts may share
+/// one matrix, so large expert counts need not hold a matrix each).
+MoeReference reference_moe_experts(const MoeOptions& options,
+                                   const std::vector<const Int4Matrix*>& fc1,
+                                   const std::vector<const Int4Matrix*>& fc2,
+                                   qmoe_accuracy accuracy, const std::vector<float>& x, uint32_t m,
+                                   const std::vector<int32_t>& ids,
+                                   const std::vector<float>& weights, uint32_t k,
+                                   const uint8_t* run_mask, const std::vector<float>& y0);
+
 /// Random routing: k distinct experts per token, weights softmax-like and positive.
 void random_routing(uint32_t m, uint32_t experts, uint32_t k, std::mt19937_64& rng,
                     std::vector<int32_t>* ids, std::vector<float>* weights);

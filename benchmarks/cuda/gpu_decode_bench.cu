@@ -1,0 +1,579 @@
+// qmoe_cuda_bench: the CUDA decode kernels against the device's HBM read roof, measured in the
+// same process (Google Benchmark, CUDA-event manual time).
+//
+//   gpu/read_roof                      a streaming read of 4 GiB (uint4 loads, grid-stride):
+//                                      the roof every other row is a fraction of
+//   gpu/int4_gemv/<shape>/<level>/m:M  one GEMV launch per weight copy; copies rotate over
+//                                      more than 4x the L2 so each call reads from HBM.
+//                                      shapes: qwen3_fc1 [1536, 2048], qwen3_fc2 [2048, 768],
+//                                      gptoss [5760, 2880]; block 32, FP16 grouped scales
+//   gpu/moe_layer/qwen3/<level>/m:M    one layer (E 128, H 2048, I 768, top-8, all resident:
+//                                      340 MB), each call routed to the next experts
+//   gpu/moe_stack48/qwen3/<level>/m:1  48 such layers (16 GB of INT4) captured in ONE CUDA
+//                                      graph, x of layer l+1 = y of layer l; each replay routes
+//                                      every layer to 8 other experts. /early_routing: with
+//                                      inputs_ready_early (each FC1 routes and prefetches
+//                                      while the previous layer's FC2 runs)
+// Counters: bytes_per_second (weights the calls must read: codes + scales), frac_of_roof
+// (that over gpu/read_roof's rate), us_per_call (per launch, layer or replay).
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/cuda/device_quant_matrix.cuh"
+#include "lib/cuda/int4_gemv.cuh"
+#include "lib/cuda/moe_layer.cuh"
+
+namespace qmoe::cuda {
+namespace {
+
+double g_roof_bytes_per_second = 0.0;
+
+#define BENCH_CUDA(expr, state)                                                                 \
+  do {                                                                                          \
+    const cudaError_t bench_e = (expr);                                                         \
+    if (bench_e != cudaSuccess) {                                                               \
+      (state).SkipWithError((std::string(#expr) + ": " + cudaGetErrorString(bench_e)).c_str()); \
+      return;                                                                                   \
+    }                                                                                           \
+  } while (0)
+
+// ---- Device memory -------------------------------------------------------------------------
+
+struct DeviceMemory {
+  void* p = nullptr;
+  explicit DeviceMemory(size_t bytes) {
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      p = nullptr;
+      cudaGetLastError();
+    }
+  }
+  ~DeviceMemory() {
+    if (p != nullptr) cudaFree(p);
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// Random codes: a hash of the word index.
+__global__ void fill_random_words(uint32_t* p, size_t words, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < words;
+       i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 0x9E3779B9u ^ seed ^ static_cast<uint32_t>(i >> 32);
+    x ^= x >> 16;
+    x *= 0x85EBCA6Bu;
+    x ^= x >> 13;
+    x *= 0xC2B2AE35u;
+    x ^= x >> 16;
+    p[i] = x;
+  }
+}
+
+// FP16 scales between 2^-9 and 2^-6 with either sign (0x2000..0x23FF | sign).
+__global__ void fill_scales_f16(uint16_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const uint32_t x = (static_cast<uint32_t>(i) * 2654435761u) ^ seed;
+    p[i] = static_cast<uint16_t>(0x1C00 | (x & 0x0FFF) | ((x >> 16) & 0x8000));
+  }
+}
+
+__global__ void fill_u32_value(uint32_t* p, size_t n, uint32_t v) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    p[i] = v;
+  }
+}
+
+__global__ void fill_f16_value(uint16_t* p, size_t n, uint16_t v) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    p[i] = v;
+  }
+}
+
+// Streaming read: every thread XORs its uint4s; one word per block keeps the loads alive.
+__global__ void read_stream(const uint4* p, size_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const uint4 v = __ldcs(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) sink[blockIdx.x] = acc;
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms > 0 ? sms : 1;
+}
+
+// Seconds of the best of `repeats` streaming reads of `bytes`.
+double time_read(const DeviceMemory& buffer, size_t bytes, uint32_t* sink, int repeats) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  const unsigned blocks = static_cast<unsigned>(sm_count()) * 8;
+  float best = 1e30f;
+  for (int r = 0; r < repeats; ++r) {
+    cudaEventRecord(a);
+    read_stream<<<blocks, 512>>>(buffer.as<const uint4>(), bytes / 16, sink);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best * 1e-3;
+}
+
+constexpr size_t kRoofBytes = size_t{4} << 30;
+
+void BM_ReadRoof(benchmark::State& state) {
+  DeviceMemory buffer(kRoofBytes), sink(1 << 16);
+  if (buffer.p == nullptr || sink.p == nullptr) {
+    state.SkipWithError("cannot allocate 4 GiB for the read roof");
+    return;
+  }
+  BENCH_CUDA(cudaMemset(buffer.p, 1, kRoofBytes), state);
+  for (auto _ : state) {
+    state.SetIterationTime(time_read(buffer, kRoofBytes, sink.as<uint32_t>(), 1));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kRoofBytes));
+}
+
+// ---- Weights ---------------------------------------------------------------------------------
+
+constexpr uint32_t kBlock = 32;
+
+// One [n, k] matrix's bytes: canonical codes, then FP16 scales in the grouped order.
+struct MatrixLayout {
+  uint32_t n, k;
+  size_t codes_bytes, scale_bytes;
+  size_t bytes() const { return codes_bytes + scale_bytes; }
+  MatrixLayout(uint32_t rows, uint32_t cols) : n(rows), k(cols) {
+    codes_bytes = size_t{(n + 7) / 8} * ((k + 31) / 32) * 128;
+    scale_bytes = size_t{(n + 7) / 8} * 8 * (k / kBlock) * 2;
+  }
+  DeviceQuantMatrix describe(unsigned char* base) const {
+    DeviceQuantMatrix w{};
+    w.n = n;
+    w.k = k;
+    w.block_size = kBlock;
+    w.chunks = (k + 31) / 32;
+    w.codes = base;
+    w.scale_dtype = QMOE_DTYPE_F16;
+    w.scales = base + codes_bytes;
+    w.scale_row_stride = 1;
+    w.scale_block_stride = 8;
+    w.scale_group_stride = size_t{8} * (k / kBlock);
+    w.bias_dtype = QMOE_DTYPE_F32;
+    return w;
+  }
+};
+
+void fill_matrix(const MatrixLayout& l, unsigned char* base, uint32_t seed) {
+  fill_random_words<<<1024, 256>>>(reinterpret_cast<uint32_t*>(base), l.codes_bytes / 4, seed);
+  fill_scales_f16<<<256, 256>>>(reinterpret_cast<uint16_t*>(base + l.codes_bytes),
+                                l.scale_bytes / 2, seed * 7 + 1);
+}
+
+size_t l2_bytes() {
+  int device = 0, l2 = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
+  return l2 > 0 ? static_cast<size_t>(l2) : size_t{64} << 20;
+}
+
+// Counters of an iteration that reads bytes_per_iteration of weights in calls_per_iteration
+// calls: bytes/s, that over the roof, and microseconds per call.
+void report(benchmark::State& state, double bytes_per_iteration, double calls_per_iteration) {
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes_per_iteration));
+  state.counters["frac_of_roof"] =
+      benchmark::Counter(bytes_per_iteration / std::max(g_roof_bytes_per_second, 1.0),
+                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["us_per_call"] =
+      benchmark::Counter(calls_per_iteration * 1e-6, benchmark::Counter::kIsIterationInvariantRate |
+                                                         benchmark::Counter::kInvert);
+}
+
+// ---- GEMV ------------------------------------------------------------------------------------
+
+void BM_Gemv(benchmark::State& state, uint32_t n, uint32_t k, qmoe_accuracy accuracy, uint32_t m) {
+  const MatrixLayout l(n, k);
+  const size_t stride = (l.bytes() + 255) / 256 * 256;
+  const size_t copies = std::max<size_t>(8, 4 * l2_bytes() / l.bytes() + 1);
+  DeviceMemory weights(copies * stride), x(size_t{8} * k * 4), y(size_t{8} * n * 4);
+  if (weights.p == nullptr || x.p == nullptr || y.p == nullptr) {
+    state.SkipWithError("device allocation failed");
+    return;
+  }
+  std::vector<DeviceQuantMatrix> w(copies);
+  for (size_t c = 0; c < copies; ++c) {
+    unsigned char* base = weights.as<unsigned char>() + c * stride;
+    fill_matrix(l, base, static_cast<uint32_t>(c + 1));
+    w[c] = l.describe(base);
+  }
+  fill_u32_value<<<64, 256>>>(x.as<uint32_t>(), size_t{8} * k, 0x3F800000u);  // x = 1.0f
+  BENCH_CUDA(cudaDeviceSynchronize(), state);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (auto _ : state) {
+    cudaEventRecord(a);
+    for (size_t c = 0; c < copies; ++c) {
+      const cudaError_t e = launch_int4_gemv(w[c], accuracy, m, QMOE_DTYPE_F32, x.p, k,
+                                             QMOE_DTYPE_F32, y.p, n, 0, n, nullptr);
+      if (e != cudaSuccess) {
+        state.SkipWithError(cudaGetErrorString(e));
+        break;
+      }
+    }
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    state.SetIterationTime(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  BENCH_CUDA(cudaGetLastError(), state);
+  report(state, double(copies) * l.bytes(), double(copies));
+}
+
+// ---- MoE layer and the 48-layer stack --------------------------------------------------------
+
+constexpr uint32_t kExperts = 128, kTopK = 8, kHidden = 2048, kInter = 768;
+
+// All experts of one layer in one allocation: per expert FC1 then FC2 (codes + scales).
+struct Layer {
+  DeviceMemory* memory = nullptr;
+  size_t offset = 0;
+  DeviceMemory* fc1_desc = nullptr;
+  DeviceMemory* fc2_desc = nullptr;
+};
+
+const MatrixLayout kFc1(2 * kInter, kHidden), kFc2(kHidden, kInter);
+size_t fc2_offset() {
+  return (kFc1.bytes() + 255) / 256 * 256;
+}
+size_t expert_stride() {
+  return (fc2_offset() + kFc2.bytes() + 255) / 256 * 256;
+}
+size_t expert_weight_bytes() {
+  return kFc1.bytes() + kFc2.bytes();
+}
+
+// Descriptions of one layer's 128 experts in device memory (slot e holds expert e).
+bool describe_layer(unsigned char* base, DeviceMemory& d1, DeviceMemory& d2, uint32_t seed) {
+  std::vector<DeviceQuantMatrix> h1(kExperts), h2(kExperts);
+  for (uint32_t e = 0; e < kExperts; ++e) {
+    unsigned char* p = base + e * expert_stride();
+    fill_matrix(kFc1, p, seed + 2 * e);
+    fill_matrix(kFc2, p + fc2_offset(), seed + 2 * e + 1);
+    h1[e] = kFc1.describe(p);
+    h2[e] = kFc2.describe(p + fc2_offset());
+  }
+  return cudaMemcpy(d1.p, h1.data(), sizeof(h1[0]) * kExperts, cudaMemcpyHostToDevice) ==
+             cudaSuccess &&
+         cudaMemcpy(d2.p, h2.data(), sizeof(h2[0]) * kExperts, cudaMemcpyHostToDevice) ==
+             cudaSuccess;
+}
+
+// Routing sets: set s routes token t to experts (8 (s + t * 3) + j) % 128, weight 1/8.
+std::vector<int32_t> routing_ids(uint32_t sets, uint32_t m) {
+  std::vector<int32_t> ids(size_t{sets} * m * kTopK);
+  for (uint32_t s = 0; s < sets; ++s) {
+    for (uint32_t t = 0; t < m; ++t) {
+      for (uint32_t j = 0; j < kTopK; ++j) {
+        ids[(size_t{s} * m + t) * kTopK + j] =
+            static_cast<int32_t>((kTopK * (s + t * 3) + j) % kExperts);
+      }
+    }
+  }
+  return ids;
+}
+
+MoeLayerParams layer_params(qmoe_accuracy accuracy, uint32_t m, const DeviceMemory& d1,
+                            const DeviceMemory& d2) {
+  MoeLayerParams p{};
+  p.num_experts = kExperts;
+  p.hidden = kHidden;
+  p.intermediate = kInter;
+  p.top_k = kTopK;
+  p.m_capacity = m;
+  p.num_slots = kExperts;
+  p.accuracy = accuracy;
+  p.dtype = QMOE_DTYPE_BF16;
+  p.fusion = QMOE_SWIGLU_INTERLEAVED;
+  p.alpha = 1.0f;
+  p.beta = 0.0f;
+  p.limit = INFINITY;
+  p.fc1 = d1.as<const DeviceQuantMatrix>();
+  p.fc2 = d2.as<const DeviceQuantMatrix>();
+  p.ldx = kHidden;
+  p.ldy = kHidden;
+  return p;
+}
+
+// Distinct experts of routing set s (the bytes a call must read).
+size_t distinct_experts(const std::vector<int32_t>& ids, uint32_t m, uint32_t s) {
+  std::vector<int32_t> e(ids.begin() + size_t{s} * m * kTopK,
+                         ids.begin() + size_t{s + 1} * m * kTopK);
+  std::sort(e.begin(), e.end());
+  return static_cast<size_t>(std::unique(e.begin(), e.end()) - e.begin());
+}
+
+void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m) {
+  constexpr uint32_t kSets = 16;
+  DeviceMemory weights(kExperts * expert_stride()), d1(kExperts * sizeof(DeviceQuantMatrix)),
+      d2(kExperts * sizeof(DeviceQuantMatrix)), ids(size_t{kSets} * m * kTopK * 4),
+      wts(size_t{m} * kTopK * 4), residency(kExperts * 4), count(4), x(size_t{m} * kHidden * 2),
+      y(size_t{m} * kHidden * 2), ws(moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter));
+  if (weights.p == nullptr || ws.p == nullptr || ids.p == nullptr) {
+    state.SkipWithError("device allocation failed");
+    return;
+  }
+  if (!describe_layer(weights.as<unsigned char>(), d1, d2, 17)) {
+    state.SkipWithError("copy of the descriptions failed");
+    return;
+  }
+  const std::vector<int32_t> h_ids = routing_ids(kSets, m);
+  const std::vector<float> h_w(size_t{m} * kTopK, 1.0f / kTopK);
+  std::vector<int32_t> h_res(kExperts);
+  for (uint32_t e = 0; e < kExperts; ++e) h_res[e] = static_cast<int32_t>(e);
+  BENCH_CUDA(cudaMemcpy(ids.p, h_ids.data(), h_ids.size() * 4, cudaMemcpyHostToDevice), state);
+  BENCH_CUDA(cudaMemcpy(wts.p, h_w.data(), h_w.size() * 4, cudaMemcpyHostToDevice), state);
+  BENCH_CUDA(cudaMemcpy(residency.p, h_res.data(), h_res.size() * 4, cudaMemcpyHostToDevice),
+             state);
+  BENCH_CUDA(cudaMemcpy(count.p, &m, 4, cudaMemcpyHostToDevice), state);
+  fill_f16_value<<<64, 256>>>(x.as<uint16_t>(), size_t{m} * kHidden, 0x3F80);  // BF16 1.0
+  BENCH_CUDA(cudaDeviceSynchronize(), state);
+  MoeLayerParams p = layer_params(accuracy, m, d1, d2);
+  p.m = count.as<const uint32_t>();
+  p.x = x.p;
+  p.y = y.p;
+  p.weights = wts.as<const float>();
+  p.residency = residency.as<const int32_t>();
+  p.workspace = ws.p;
+  p.workspace_bytes = moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter);
+  double bytes = 0;
+  for (uint32_t s = 0; s < kSets; ++s) {
+    bytes += double(distinct_experts(h_ids, m, s)) * expert_weight_bytes();
+  }
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (auto _ : state) {
+    cudaEventRecord(a);
+    for (uint32_t s = 0; s < kSets; ++s) {
+      p.ids = ids.as<const int32_t>() + size_t{s} * m * kTopK;
+      const cudaError_t e = launch_moe_layer(p, nullptr);
+      if (e != cudaSuccess) {
+        state.SkipWithError(cudaGetErrorString(e));
+        break;
+      }
+    }
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    state.SetIterationTime(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  BENCH_CUDA(cudaGetLastError(), state);
+  report(state, bytes, kSets);
+}
+
+void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early) {
+  constexpr uint32_t kLayers = 48, m = 1, kSets = 16;
+  const size_t layer_bytes = size_t{kExperts} * expert_stride();
+  DeviceMemory weights(kLayers * layer_bytes);
+  if (weights.p == nullptr) {
+    state.SkipWithError("cannot allocate 48 layers x 128 experts of INT4 (about 16 GB)");
+    return;
+  }
+  std::vector<std::unique_ptr<DeviceMemory>> descs;
+  for (uint32_t l = 0; l < 2 * kLayers; ++l) {
+    descs.push_back(std::make_unique<DeviceMemory>(kExperts * sizeof(DeviceQuantMatrix)));
+  }
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    if (!describe_layer(weights.as<unsigned char>() + l * layer_bytes, *descs[2 * l],
+                        *descs[2 * l + 1], 1000 * l + 3)) {
+      state.SkipWithError("copy of the descriptions failed");
+      return;
+    }
+  }
+  // Per layer its routing buffer; replay r copies set (r + l) % kSets into it first.
+  const std::vector<int32_t> h_ids = routing_ids(kSets, m);
+  DeviceMemory all_ids(h_ids.size() * 4), ids(size_t{kLayers} * kTopK * 4), wts(kTopK * 4),
+      residency(kExperts * 4), count(4), acts(size_t{kLayers + 1} * kHidden * 2),
+      ws(moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter));
+  const std::vector<float> h_w(kTopK, 1.0f / kTopK);
+  std::vector<int32_t> h_res(kExperts);
+  for (uint32_t e = 0; e < kExperts; ++e) h_res[e] = static_cast<int32_t>(e);
+  BENCH_CUDA(cudaMemcpy(all_ids.p, h_ids.data(), h_ids.size() * 4, cudaMemcpyHostToDevice), state);
+  BENCH_CUDA(cudaMemcpy(wts.p, h_w.data(), h_w.size() * 4, cudaMemcpyHostToDevice), state);
+  BENCH_CUDA(cudaMemcpy(residency.p, h_res.data(), h_res.size() * 4, cudaMemcpyHostToDevice),
+             state);
+  BENCH_CUDA(cudaMemcpy(count.p, &m, 4, cudaMemcpyHostToDevice), state);
+  fill_f16_value<<<64, 256>>>(acts.as<uint16_t>(), size_t{kLayers + 1} * kHidden, 0x3F80);
+  BENCH_CUDA(cudaDeviceSynchronize(), state);
+
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), state);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), state);
+  cudaError_t launched = cudaSuccess;
+  for (uint32_t l = 0; l < kLayers && launched == cudaSuccess; ++l) {
+    MoeLayerParams p = layer_params(accuracy, m, *descs[2 * l], *descs[2 * l + 1]);
+    p.m = count.as<const uint32_t>();
+    p.x = acts.as<uint16_t>() + size_t{l} * kHidden;
+    p.y = acts.as<uint16_t>() + size_t{l + 1} * kHidden;
+    p.ids = ids.as<const int32_t>() + size_t{l} * kTopK;
+    p.weights = wts.as<const float>();
+    p.residency = residency.as<const int32_t>();
+    p.workspace = ws.p;
+    p.workspace_bytes = moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter);
+    p.inputs_ready_early = early;  // the routing is written before the graph launch
+    launched = launch_moe_layer(p, stream);
+  }
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph), state);
+  BENCH_CUDA(launched, state);
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0), state);
+  const double bytes = double(kLayers) * kTopK * expert_weight_bytes();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  uint32_t replay = 0;
+  const auto set_routing = [&]() {
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      cudaMemcpyAsync(ids.as<int32_t>() + size_t{l} * kTopK,
+                      all_ids.as<int32_t>() + size_t{(replay + l) % kSets} * kTopK, kTopK * 4,
+                      cudaMemcpyDeviceToDevice, stream);
+    }
+    ++replay;
+  };
+  set_routing();
+  BENCH_CUDA(cudaGraphLaunch(exec, stream), state);  // warm-up
+  BENCH_CUDA(cudaStreamSynchronize(stream), state);
+  for (auto _ : state) {
+    set_routing();
+    cudaEventRecord(a, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    state.SetIterationTime(ms * 1e-3);
+  }
+  BENCH_CUDA(cudaStreamSynchronize(stream), state);
+  BENCH_CUDA(cudaGetLastError(), state);
+  uint32_t error = 0;
+  BENCH_CUDA(cudaMemcpy(&error, ws.p, 4, cudaMemcpyDeviceToHost), state);
+  if (error != 0) state.SkipWithError("the layer reported an input error");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  report(state, bytes, kLayers);
+  state.counters["us_per_token"] = benchmark::Counter(
+      1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+const char* level(qmoe_accuracy a) {
+  return a == QMOE_ACCURACY_FAST ? "fast" : "exact";
+}
+
+void register_all() {
+  benchmark::RegisterBenchmark("gpu/read_roof", BM_ReadRoof)->UseManualTime()->Iterations(5);
+  struct Shape {
+    const char* name;
+    uint32_t n, k;
+  };
+  for (const Shape s : {Shape{"qwen3_fc1", 1536, 2048}, Shape{"qwen3_fc2", 2048, 768},
+                        Shape{"gptoss", 5760, 2880}}) {
+    for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
+      for (uint32_t m : {1u, 4u, 8u}) {
+        const std::string name =
+            std::string("gpu/int4_gemv/") + s.name + "/" + level(a) + "/m:" + std::to_string(m);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Gemv, s.n, s.k, a, m)
+            ->UseManualTime()
+            ->MinTime(0.2);
+      }
+    }
+  }
+  for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
+    for (uint32_t m : {1u, 4u}) {
+      const std::string name =
+          std::string("gpu/moe_layer/qwen3/") + level(a) + "/m:" + std::to_string(m);
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m)->UseManualTime()->MinTime(0.2);
+    }
+  }
+  for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
+    for (bool early : {false, true}) {
+      const std::string name = std::string("gpu/moe_stack48/qwen3/") + level(a) + "/m:1" +
+                               (early ? "/early_routing" : "");
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early)
+          ->UseManualTime()
+          ->MinTime(0.3);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qmoe::cuda
+
+int main(int argc, char** argv) {
+  // Listing needs no device (Initialize consumes the flag, so look before it).
+  bool listing = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    listing |= a == "--benchmark_list_tests" || a == "--benchmark_list_tests=true" ||
+               a == "--benchmark_list_tests=1";
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (!listing && (e != cudaSuccess || count == 0)) {
+    std::printf("qmoe_cuda_bench: no usable CUDA device (%s); nothing to measure\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 0;
+  }
+  if (!listing) {
+    using namespace qmoe::cuda;
+    DeviceMemory buffer(kRoofBytes), sink(1 << 16);
+    if (buffer.p != nullptr && sink.p != nullptr &&
+        cudaMemset(buffer.p, 1, kRoofBytes) == cudaSuccess) {
+      const double s = time_read(buffer, kRoofBytes, sink.as<uint32_t>(), 5);
+      g_roof_bytes_per_second = double(kRoofBytes) / s;
+    }
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, 0);
+    benchmark::AddCustomContext("gpu", prop.name);
+    benchmark::AddCustomContext("hbm_read_roof_GBps",
+                                std::to_string(g_roof_bytes_per_second * 1e-9));
+  }
+  qmoe::cuda::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,73 @@
+// INT4 dequant GEMV for decode (M <= 8 activation rows) on the canonical layout, read in place.
+//
+//   Y[i, n] = sum_k X[i, k] * W[n, k] (+ bias[n])   for i < m, n_begin <= n < n_end
+//
+// with X and Y in FP32, FP16 or BF16 (rows ldx and ldy elements apart), FP32 accumulation, and
+// the two accuracy levels of the CPU kernels (docs/formats.md):
+//   exact: X widened to FP32; per chunk and block, sum_k x_k * (code_k - z) in FP32, times the
+//          block's scale; within 1e-5 of an FP64 reference relative to sum_k |x_k w_k|.
+//   fast:  X quantized to int8 per 32 k exactly as quantize_activations_q8 (inside each block,
+//          into shared memory: no pre-kernel and no scratch), integer dot products (dp4a), the
+//          zero point folded with the chunk's sum of q, acc += (dot - z sum_q) (scale x_scale).
+// Only columns [n_begin, n_end) of each Y row are written.
+//
+// Work split. A block is 256 threads (8 warps). A warp computes one 8-row group against all m
+// rows over a share of K: lane l reads row l % 8 of chunk 4q + l / 8 for its quads q (so one
+// warp-wide 16-byte load is 512 contiguous bytes), `k_warps` warps split a group's quads
+// (interleaved: warp s of the group takes quads s, s + k_warps, ...), so 8 / k_warps groups run
+// side by side, and a block does `rounds` such steps over consecutive groups. X is staged in
+// shared memory per tile of `tile_chunks` chunks of K (all of K when it fits), once per block
+// when K fits in one tile; each warp issues its first batch of code loads before the staging, so
+// the weights stream while X is converted. Partial sums of the k_warps warps of a group meet in
+// shared memory and are added in a fixed order: the bits do not depend on timing.
+#ifndef QMOE_LIB_CUDA_INT4_GEMV_CUH_
+#define QMOE_LIB_CUDA_INT4_GEMV_CUH_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lib/cuda/device_quant_matrix.cuh"
+#include "qmoe/qmoe.h"
+
+namespace qmoe::cuda {
+
+constexpr uint32_t kInt4GemvMaxRows = 8;
+
+/// How a launch splits the work (int4_gemv_config picks one; tests force others). k_warps is 1,
+/// 2, 4 or 8; rounds >= 1; tile_chunks a multiple of 4 with tile_chunks * m_pad * record bytes
+/// within the shared-memory budget (m_pad: m rounded up to 1, 2, 4 or 8).
+struct Int4GemvConfig {
+  uint32_t k_warps;
+  uint32_t rounds;
+  uint32_t tile_chunks;
+};
+
+/// The split for this shape on a device with `sm_count` multiprocessors.
+Int4GemvConfig int4_gemv_config(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_t m,
+                                uint32_t n_begin, uint32_t n_end, int sm_count);
+
+/// Launches the GEMV on `stream` (no host synchronisation, no allocation; capturable in a CUDA
+/// graph). All pointers are device pointers; codes must be 16-byte aligned. Returns
+/// cudaErrorInvalidValue without launching for an invalid matrix description, m outside [1, 8],
+/// an unknown dtype or accuracy, NULL x or y, n_begin > n_end or n_end > N, or ldx < K / ldy <
+/// n_end when m > 1; cudaSuccess without launching for an empty range; otherwise the launch's
+/// error (cudaGetLastError).
+cudaError_t launch_int4_gemv(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_t m,
+                             qmoe_dtype x_dtype, const void* x, size_t ldx, qmoe_dtype y_dtype,
+                             void* y, size_t ldy, uint32_t n_begin, uint32_t n_end,
+                             cudaStream_t stream);
+
+/// launch_int4_gemv with a given split (cudaErrorInvalidValue when the split is not one the
+/// description above allows). Results of different splits agree within the accuracy bounds, not
+/// bit for bit (the sums are grouped differently).
+cudaError_t launch_int4_gemv_with_config(const DeviceQuantMatrix& w, qmoe_accuracy accuracy,
+                                         uint32_t m, qmoe_dtype x_dtype, const void* x, size_t ldx,
+                                         qmoe_dtype y_dtype, void* y, size_t ldy, uint32_t n_begin,
+                                         uint32_t n_end, const Int4GemvConfig& config,
+                                         cudaStream_t stream);
+
+}  // namespace qmoe::cuda
+
+#endif  // QMOE_LIB_CUDA_INT4_GEMV_CUH_

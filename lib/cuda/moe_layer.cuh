@@ -1,0 +1,109 @@
+// The resident-expert MoE layer for decode and small M, in two launches a layer, capturable in a
+// CUDA graph with every per-call value read from device memory:
+//
+//   (a) FC1 + SwiGLU: block (unit u of 32 intermediates, work item w). Every block first builds
+//       the layer's routing itself (moe_routes.cuh: top-k or the given ids, residency, grouping
+//       of routes by expert in ascending id, tokens ascending), takes work item w (an expert and
+//       up to T of its tokens, T = min(8, capacity rounded up to a power of 2)), stages those
+//       tokens' X rows, computes the FC1 rows of the unit's gate and up intermediates, applies
+//       SwiGLU and writes the unit's activations per route into the workspace (FP32 for the
+//       exact level, int8 records quantized per 32 as the CPU's FC2 input for the fast level).
+//   (b) FC2 + combine: block = 8 output rows of H for all routes. It builds the same routing,
+//       issues its first FC2 weight loads, waits for (a) (programmatic dependent launch on
+//       sm_90: cudaGridDependencySynchronize after the loads are issued; elsewhere a plain
+//       stream order), computes every route's 8 outputs, then for each token sums
+//       (accumulate ? y : 0) + sum over slots j in slot order of weight[t, j] * out in FP32 and
+//       rounds once to the dtype. No float atomics: the bits depend only on the inputs.
+//
+// Routes are what the CPU executor runs (lib/moe_forward.cc): slot (t, j) with weight != 0 whose
+// expert is resident (residency[e] >= 0); slots with weight 0 or a non-resident expert are
+// skipped, and a token with none gets 0 (or keeps y with accumulate).
+//
+// Invalid device-side input. Both kernels check the inputs of the call identically, and (b)'s
+// first block writes the call's error word (the first 4 bytes of the workspace; 0 when valid)
+// as the OR of kMoeError* bits. On any error the call computes nothing and writes y = 0 for rows
+// t < min(m, capacity) (with accumulate too). The word is overwritten by every call.
+#ifndef QMOE_LIB_CUDA_MOE_LAYER_CUH_
+#define QMOE_LIB_CUDA_MOE_LAYER_CUH_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lib/cuda/device_quant_matrix.cuh"
+#include "qmoe/qmoe.h"
+
+namespace qmoe::cuda {
+
+/// Error-word bits (moe_layer_error_word).
+constexpr uint32_t kMoeErrorTokensOverCapacity = 1u;  // *m > m_capacity
+constexpr uint32_t kMoeErrorExpertId = 2u;            // an id outside [0, E)
+constexpr uint32_t kMoeErrorWeight = 4u;              // a non-finite routing weight
+constexpr uint32_t kMoeErrorLogits = 8u;              // NaN or +inf logit, or a row of -inf only
+constexpr uint32_t kMoeErrorResidency = 16u;          // routed expert's slot outside [-1, slots)
+constexpr uint32_t kMoeErrorSlotMatrix = 32u;         // a used slot's FC1/FC2 is malformed
+
+/// Largest supported sizes: E experts, m_capacity * k routing slots (they size each block's
+/// shared routing tables).
+constexpr uint32_t kMoeMaxExperts = 1024;
+constexpr uint32_t kMoeMaxSlots = 4096;
+
+struct MoeLayerParams {
+  // Fixed when a graph is captured (host values).
+  uint32_t num_experts;   // E
+  uint32_t hidden;        // H: FC1 k, FC2 n
+  uint32_t intermediate;  // I: FC1 n is 2 I, FC2 k is I
+  uint32_t top_k;         // k slots per token, 1..E
+  uint32_t m_capacity;    // largest m; sizes the grid and the workspace
+  uint32_t num_slots;     // device expert slots
+  qmoe_accuracy accuracy;
+  qmoe_dtype dtype;  // of x, y and logits
+  qmoe_swiglu_fusion fusion;
+  float alpha, beta, limit;  // SwiGLU; limit +inf: no clamp
+  bool accumulate;           // y += result instead of y = result
+  // Device memory, read by every call.
+  const DeviceQuantMatrix* fc1;  // [num_slots]: [2I, H]
+  const DeviceQuantMatrix* fc2;  // [num_slots]: [H, I]
+  const uint32_t* m;             // tokens of this call, <= m_capacity
+  const void* x;                 // [m, H], row t at x + t * ldx elements
+  size_t ldx;
+  void* y;  // [m, H]
+  size_t ldy;
+  // Routing: ids and weights [m, k] (logits NULL), or router logits [m, E] (ids and weights
+  // NULL) routed as qmoe_moe_route_topk: top k by logit, ties to the lower id, weights
+  // exp(l - max) over the sum across the k selected (renormalize) or all E.
+  const int32_t* ids;
+  const float* weights;
+  const void* logits;
+  bool renormalize;
+  const int32_t* residency;  // [E]: expert -> slot, or -1 (not resident: its routes are skipped)
+  // true: m, the routing, the residency and the slot descriptions were complete before the
+  // kernel preceding this call in the stream started (written before a graph launch, say), so
+  // FC1 builds its routing and prefetches its weights into L2 before waiting for that kernel
+  // (x is still read after the wait). false: FC1 waits first and reads everything after.
+  bool inputs_ready_early;
+  // Scratch of moe_layer_workspace_size bytes, 256-byte aligned; one call at a time.
+  void* workspace;
+  size_t workspace_bytes;
+};
+
+/// Bytes of device workspace for a capacity (0 when the sizes are out of range or overflow).
+size_t moe_layer_workspace_size(uint32_t m_capacity, uint32_t top_k, uint32_t num_experts,
+                                uint32_t hidden, uint32_t intermediate);
+
+/// The call's error word inside a workspace (device pointer).
+inline const uint32_t* moe_layer_error_word(const void* workspace) {
+  return static_cast<const uint32_t*>(workspace);
+}
+
+/// Launches (a) and (b) on `stream`: no host synchronisation, no allocation, capturable.
+/// cudaErrorInvalidValue (nothing launched) for host-side arguments out of range: sizes above,
+/// k outside [1, E], m_capacity 0, unknown enums, NULL pointers (ids/weights and logits: exactly
+/// one routing), a workspace too small or not 256-byte aligned, or ldx, ldy < H with capacity
+/// > 1. Otherwise the first launch error.
+cudaError_t launch_moe_layer(const MoeLayerParams& params, cudaStream_t stream);
+
+}  // namespace qmoe::cuda
+
+#endif  // QMOE_LIB_CUDA_MOE_LAYER_CUH_

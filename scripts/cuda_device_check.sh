@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# On a GPU host: build with CUDA (all cores), run the CUDA tests (a usable device required),
+# compute-sanitizer memcheck and racecheck on a filtered subset of them, and the CUDA
+# benchmarks with JSON output. Everything it writes goes into the directory given as $1.
+#   scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]
+# QMOE_SKIP_BUILD=1 uses an existing BUILD_DIR as it is (for a host without the build's Debian
+# dependencies: GoogleTest, Google Benchmark, cpuinfo, pthreadpool, FP16; scripts/setup.sh).
+# Meant to finish within 8 minutes on an H200 with 16 cores; each step has its own timeout and
+# the script goes on after a failed step, exiting non-zero at the end if any failed. OUT_DIR.tgz
+# holds all of it.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${1:?usage: scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]}
+build=${2:-"$root/build-cuda"}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+failed=()
+step() {  # step NAME TIMEOUT_S COMMAND...: run, log to $out/NAME.log, record a failure
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout --signal=TERM --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc after $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+  [[ $rc -eq 0 ]] || failed+=("$name")
+  return $rc
+}
+
+: >"$out/summary.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+  --format=csv >"$out/gpu.txt" 2>&1 || true
+jobs=$(nproc)
+
+# 1. Build (the architectures of the project default, 80 and 90).
+if [[ ${QMOE_SKIP_BUILD:-0} != 1 ]]; then
+step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQMOE_CUDA=ON \
+  -DQMOE_BUILD_TESTS=ON -DQMOE_BUILD_BENCHMARKS=ON -DQMOE_BUILD_TOOLS=OFF || {
+  echo "configure failed; see $out/configure.log" >&2
+  exit 1
+}
+step build 300 cmake --build "$build" -j"$jobs" --target qmoe_cuda_tests qmoe_cuda_bench || {
+  echo "build failed; see $out/build.log" >&2
+  exit 1
+}
+fi
+tests="$build/tests/qmoe_cuda_tests"
+bench="$build/benchmarks/qmoe_cuda_bench"
+
+# 2. The CUDA tests, skips not allowed: a skipped test here means the device was not usable.
+step tests 240 "$tests" --gtest_output="xml:$out/cuda_tests.xml"
+if grep -q "SKIPPED" "$out/tests.log"; then
+  echo "tests: some tests skipped on the GPU host (no usable device?)" | tee -a "$out/summary.txt"
+  failed+=("tests-skipped")
+fi
+
+# 3. compute-sanitizer on a subset that covers every kernel and both levels in little time.
+if command -v compute-sanitizer >/dev/null; then
+  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput'
+  step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$tests" --gtest_filter="$filter"
+  step racecheck 150 compute-sanitizer --tool racecheck --racecheck-report hazard \
+    --error-exitcode 3 "$tests" \
+    --gtest_filter='CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput'
+else
+  echo "compute-sanitizer: not found" | tee -a "$out/summary.txt"
+  failed+=("sanitizer-missing")
+fi
+
+# 4. Benchmarks (JSON), then the same layer rows with programmatic dependent launch off.
+step bench 180 "$bench" --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
+step bench_no_pdl 60 env QMOE_CUDA_PDL=0 "$bench" --benchmark_filter='moe_(layer|stack48)' \
+  --benchmark_out="$out/cuda_bench_no_pdl.json" --benchmark_out_format=json
+
+# 5. Resource usage and the hot loops' instructions, for the record.
+cuobjdump --dump-resource-usage "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o" \
+  "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o" >"$out/resource_usage.txt" 2>&1 || true
+
+echo "total $SECONDS s; failed: ${failed[*]:-none}" | tee -a "$out/summary.txt"
+# One archive beside the directory, for hosts that hand back only a few files.
+tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
+[[ ${#failed[@]} -eq 0 ]]
