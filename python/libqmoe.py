@@ -69,6 +69,7 @@ class QuantMatrix(ctypes.Structure):
         ("bias", ctypes.c_void_p),
         ("scale_group_stride", ctypes.c_size_t),
         ("zero_point_group_stride", ctypes.c_size_t),
+        ("global_scale", ctypes.c_float),
     ]
 
 

@@ -221,21 +221,28 @@ QMOE_API qmoe_status qmoe_convert_f32_to_bf16(qmoe_context* context, const float
  * Canonical codes are tiled by 8 rows and 32 k: for row n, code k the byte is at
  *   ((n / 8) * ceil(K / 32) + k / 32) * 128 + (n % 8) * 16 + (k % 16)
  * holding code k in its low nibble when k % 32 < 16 and in its high nibble otherwise; rows
- * and codes past N and K are zero padding. The layout is meant to be read as it is by CUDA
- * kernels too (a warp's 32 lanes read four whole chunks), so that an expert moves between host
- * and device with a plain copy; libqmoe's CUDA expert kernels are not written yet.
+ * and codes past N and K are zero padding. The layout is read as it is by the CUDA kernels too
+ * (a warp's 32 lanes read four whole chunks), so that an expert moves between host and device
+ * with a plain copy. Every format uses the same tiling (8 rows by 32 k, a group's tiles
+ * contiguous); docs/formats.md gives each format's bytes inside a tile.
  * ------------------------------------------------------------------------------------------- */
 
-/** Weight formats; fixed values. qmoe_gemm_kernel_available says which this build runs. */
+/** Weight formats; fixed values. qmoe_gemm_kernel_available says which this build runs (a
+ * format it does not is UNSUPPORTED_FORMAT wherever a matrix is described). */
 typedef enum qmoe_weight_format {
-  QMOE_WEIGHT_FORMAT_INT4 = 1 /**< unsigned 4-bit codes 0..15, default zero point 8 */
+  QMOE_WEIGHT_FORMAT_INT4 = 1,  /**< unsigned 4-bit codes 0..15, default zero point 8 */
+  QMOE_WEIGHT_FORMAT_INT3 = 2,  /**< unsigned 3-bit codes 0..7, default zero point 4 */
+  QMOE_WEIGHT_FORMAT_MXFP4 = 3, /**< OCP MX E2M1 codes, one E8M0 scale per 32 */
+  QMOE_WEIGHT_FORMAT_NVFP4 = 4  /**< E2M1 codes, one E4M3 scale per 16, one FP32 global scale */
 } qmoe_weight_format;
 
-/** Element types of scale and bias planes; fixed values. */
+/** Element types of activations, scale and bias planes; fixed values. */
 typedef enum qmoe_dtype {
   QMOE_DTYPE_F32 = 1,
-  QMOE_DTYPE_F16 = 2, /**< IEEE binary16 bits in uint16_t */
-  QMOE_DTYPE_BF16 = 3 /**< bfloat16 bits in uint16_t */
+  QMOE_DTYPE_F16 = 2,     /**< IEEE binary16 bits in uint16_t */
+  QMOE_DTYPE_BF16 = 3,    /**< bfloat16 bits in uint16_t */
+  QMOE_DTYPE_E8M0 = 4,    /**< scales only: uint8 e, the value 2^(e - 127); 0xFF is NaN */
+  QMOE_DTYPE_F8_E4M3 = 5  /**< scales only: OCP FP8 E4M3 bits in uint8 (no infinities) */
 } qmoe_dtype;
 
 /** Accuracy levels of the dequant-GEMM; fixed values. */
@@ -257,11 +264,12 @@ typedef enum qmoe_accuracy {
  * reused for every call (nothing is copied or repacked per call). */
 typedef struct qmoe_quant_matrix {
   size_t struct_size;        /**< caller sets sizeof(qmoe_quant_matrix) */
-  qmoe_weight_format format; /**< QMOE_WEIGHT_FORMAT_INT4 */
+  qmoe_weight_format format; /**< a QMOE_WEIGHT_FORMAT_* value */
   uint32_t n;                /**< rows (output features), 1 to QMOE_MAX_MATRIX_DIM */
   uint32_t k;                /**< columns (input features), a multiple of block_size, at most
                                   QMOE_MAX_MATRIX_DIM */
-  uint32_t block_size;       /**< 16, 32, 64 or 128 */
+  uint32_t block_size;       /**< k of one scale: what the format takes (INT4: 16, 32, 64 or
+                                  128) */
   /** Canonical codes, qmoe_quant_matrix_codes_size() bytes (64-byte alignment recommended). */
   const void* codes;
   /** Scales: element (n, b) at scales[n * scale_row_stride + b * scale_block_stride], in
@@ -290,6 +298,11 @@ typedef struct qmoe_quant_matrix {
    * (docs/formats.md has the measurement). */
   size_t scale_group_stride;
   size_t zero_point_group_stride;
+  /** One scale multiplying every weight: NVFP4's per-tensor FP32 scale. 0 (the default, and
+   * what a caller whose struct_size ends before this field gets) means none; otherwise finite
+   * and > 0, for the formats that take one (qmoe_gemm_kernel_available's format table in
+   * docs/formats.md): a value other than 0 or 1 for another format is INVALID_ARGUMENT. */
+  float global_scale;
 } qmoe_quant_matrix;
 
 /// Bytes of canonical codes for an N x K matrix of `format` (padding included).

@@ -25,6 +25,7 @@ struct FormatTraits {
   uint32_t scale_dtypes;        // bit d set: qmoe_dtype d is accepted for scales
   bool zero_points;             // whether a zero-point plane is accepted
   uint32_t default_zero_point;  // what a matrix without a zero-point plane subtracts
+  bool global_scale;            // whether qmoe_quant_matrix::global_scale may be other than 0 or 1
 };
 
 /// Bytes of one tile (8 rows of tile_row_bytes).

@@ -15,6 +15,7 @@ const FormatTraits kInt4Format = {
     /*scale_dtypes=*/(1u << QMOE_DTYPE_F32) | (1u << QMOE_DTYPE_F16) | (1u << QMOE_DTYPE_BF16),
     /*zero_points=*/true,
     /*default_zero_point=*/kInt4DefaultZeroPoint,
+    /*global_scale=*/false,
 };
 
 }  // namespace qmoe

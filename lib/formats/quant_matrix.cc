@@ -1,6 +1,7 @@
 #include "lib/formats/quant_matrix.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -13,7 +14,13 @@
 namespace qmoe {
 namespace {
 
+// A qmoe_dtype value at all (scales: the format's traits say which it takes).
 bool valid_dtype(int32_t d) {
+  return d >= QMOE_DTYPE_F32 && d <= QMOE_DTYPE_F8_E4M3;
+}
+
+// A dtype a bias may have.
+bool valid_bias_dtype(int32_t d) {
   return d == QMOE_DTYPE_F32 || d == QMOE_DTYPE_F16 || d == QMOE_DTYPE_BF16;
 }
 
@@ -125,6 +132,9 @@ size_t dtype_size(qmoe_dtype dtype) {
     case QMOE_DTYPE_F16:
     case QMOE_DTYPE_BF16:
       return 2;
+    case QMOE_DTYPE_E8M0:
+    case QMOE_DTYPE_F8_E4M3:
+      return 1;
   }
   return 0;
 }
@@ -147,7 +157,8 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
                                           QMOE_FIELD(M, bias_dtype),
                                           QMOE_FIELD(M, bias),
                                           QMOE_FIELD(M, scale_group_stride),
-                                          QMOE_FIELD(M, zero_point_group_stride)};
+                                          QMOE_FIELD(M, zero_point_group_stride),
+                                          QMOE_FIELD(M, global_scale)};
   if (!struct_size_ok(in->struct_size, offsetof(M, zero_points), kFields)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "weights->struct_size is %zu, not the size of any version of the struct; set it "
@@ -204,9 +215,16 @@ qmoe_status validate_quant_matrix(const qmoe_quant_matrix* in, const char* funct
                 w.zero_point_row_stride, w.zero_point_block_stride, w.zero_point_group_stride, w.n,
                 blocks);
   }
-  if (w.bias != nullptr && !valid_dtype(enum_bits(w.bias_dtype))) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "bias_dtype %d is not a qmoe_dtype",
+  if (w.bias != nullptr && !valid_bias_dtype(enum_bits(w.bias_dtype))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "bias_dtype %d is not F32, F16 or BF16",
                 enum_bits(w.bias_dtype));
+  }
+  // 0 is "none"; a format without a global scale takes only the neutral 1 besides.
+  if (w.global_scale != 0.0f && (!(w.global_scale > 0.0f) || !std::isfinite(w.global_scale) ||
+                                 (!format->global_scale && w.global_scale != 1.0f))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "global_scale = %g: %s takes %s",
+                static_cast<double>(w.global_scale), format->name,
+                format->global_scale ? "a finite value > 0, or 0 for none" : "none (0 or 1)");
   }
   // Sizes: each plane's span must fit in size_t and in the address space (strides are bounded
   // one by one, not times 2^32 rows), and 16/32-bit elements must be aligned to their size

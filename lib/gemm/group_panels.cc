@@ -18,6 +18,8 @@ float load_element(qmoe_dtype dtype, const void* base, size_t index, const Kerne
       kernels.convert_bf16_to_f32.fn(static_cast<const uint16_t*>(base) + index, &value, 1);
       return value;
     case QMOE_DTYPE_F32:
+    case QMOE_DTYPE_E8M0:  // scales only: never a bias (validate_quant_matrix)
+    case QMOE_DTYPE_F8_E4M3:
       break;
   }
   return static_cast<const float*>(base)[index];

@@ -407,6 +407,34 @@ TEST(GemmInt4Api, BadInputGetsAStatus) {
   EXPECT_NE(std::string(qmoe_last_error_message()).find("aligned"), std::string::npos);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.format = static_cast<qmoe_weight_format>(9); }),
             QMOE_STATUS_UNSUPPORTED_FORMAT);
+  // Byte scale types are other formats' (MXFP4's E8M0, NVFP4's E4M3): INT4 takes none, and no
+  // bias has them; an unknown dtype is no dtype at all.
+  for (qmoe_dtype byte_scale : {QMOE_DTYPE_E8M0, QMOE_DTYPE_F8_E4M3}) {
+    EXPECT_EQ(with([&](qmoe_quant_matrix& d) { d.scale_dtype = byte_scale; }),
+              QMOE_STATUS_UNSUPPORTED_FORMAT);
+    EXPECT_EQ(with([&](qmoe_quant_matrix& d) {
+                d.bias = x.data();
+                d.bias_dtype = byte_scale;
+              }),
+              QMOE_STATUS_INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.scale_dtype = static_cast<qmoe_dtype>(6); }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  // The global scale: 0 (none) and 1 are INT4's only values; NaN, infinity, negatives and
+  // anything else are refused, and a caller whose struct ends before the field gets none.
+  EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.global_scale = 1.0f; }), QMOE_STATUS_OK);
+  for (float bad : {2.0f, 0.5f, -1.0f, std::nanf(""), INFINITY}) {
+    EXPECT_EQ(with([&](qmoe_quant_matrix& d) { d.global_scale = bad; }),
+              QMOE_STATUS_INVALID_ARGUMENT)
+        << bad;
+    EXPECT_NE(std::string(qmoe_last_error_message()).find("global_scale"), std::string::npos);
+    EXPECT_EQ(with([&](qmoe_quant_matrix& d) {
+                d.global_scale = bad;
+                d.struct_size = offsetof(qmoe_quant_matrix, global_scale);
+              }),
+              QMOE_STATUS_OK);
+  }
+  std::fill(y.begin(), y.end(), kPoison);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.k = 48; }), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qmoe_last_error_message()).find("multiple"), std::string::npos);
   EXPECT_EQ(with([](qmoe_quant_matrix& d) { d.block_size = 24; }), QMOE_STATUS_INVALID_ARGUMENT);

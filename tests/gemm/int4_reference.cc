@@ -18,6 +18,10 @@ const char* dtype_name(qmoe_dtype d) {
       return "f16";
     case QMOE_DTYPE_BF16:
       return "bf16";
+    case QMOE_DTYPE_E8M0:
+      return "e8m0";
+    case QMOE_DTYPE_F8_E4M3:
+      return "e4m3";
   }
   return "?";
 }
@@ -61,6 +65,9 @@ double store_value(qmoe_dtype dtype, double v, unsigned char* dst) {
       std::memcpy(&out, &back, 4);
       return out;
     }
+    case QMOE_DTYPE_E8M0:  // not an INT4 scale type
+    case QMOE_DTYPE_F8_E4M3:
+      break;
   }
   return 0;
 }
