@@ -14,7 +14,7 @@
 // MMAs (the planes are strided gathers of 2- or 4-byte elements). One barrier per k-tile.
 //
 // Per 32-code chunk a warp dequantises its 4 n8 tiles' codes in registers once
-// (ptx::dequant_chunk_row) and reuses them for its 4 m16 tiles; each fold unit's MMAs start
+// (dequant_chunk_row) and reuses them for its 4 m16 tiles; each fold unit's MMAs start
 // from zero and the unit's sum is folded into the FP32 accumulators with its scale.
 #ifndef QMOE_LIB_CUDA_INT4_GEMM_TC_KERNEL_CUH_
 #define QMOE_LIB_CUDA_INT4_GEMM_TC_KERNEL_CUH_
@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "lib/cuda/int4_gemm_tc_layout.cuh"
 #include "lib/cuda/int4_gemm_tc_params.cuh"
 #include "lib/cuda/tc_ptx.cuh"
 
@@ -135,22 +136,13 @@ struct Loader {
   float scale[kPlanePerThread];  // plane values between their loads and their stores
   uint32_t zero[kPlanePerThread];
 
-  // Swizzle of piece q of row r. 16-bit X: slot q ^ (r % 8), so the 8 rows of an ldmatrix
-  // matrix (one q, r % 8 = 0..7) hit 8 distinct 16-byte bank groups. FP32 X: slot q ^ 2 (r % 4),
-  // so the 32 bytes the 4 lanes of a row read (pieces 2c, 2c + 1) stay adjacent and rows
-  // r % 4 = 0..3 cover all 32 banks.
-  static constexpr uint32_t kSwizzleRows = kXBytes == 2 ? 8 : 4;
-  static_assert(kXRowStep % kSwizzleRows == 0);
-  static __device__ __forceinline__ uint32_t x_offset(uint32_t r, uint32_t q) {
-    const uint32_t slot = kXBytes == 2 ? (q ^ (r & 7)) : (q ^ ((r & 3) << 1));
-    return r * C::kStage.x_row_bytes + slot * 16;
-  }
+  static_assert(kXRowStep % (kXBytes == 2 ? 8 : 4) == 0);  // see x_piece_offset
 
   __device__ __forceinline__ Loader(const Params& p, uint32_t rows, uint32_t m0, uint32_t n0,
                                     uint32_t tid) {
     const uint32_t r0 = tid / kPiecesPerRow, q = tid % kPiecesPerRow;
     x_k = q * (16 / kXBytes);
-    x_dst = x_offset(r0, q);
+    x_dst = x_piece_offset(r0, q, kXBytes);
     x_rows_left = static_cast<int32_t>(rows - m0) - static_cast<int32_t>(r0);
     x_row_bytes = p.ldx * kXBytes;
     x_src = static_cast<const uint8_t*>(p.x) + size_t{m0} * x_row_bytes;
@@ -179,12 +171,16 @@ struct Loader {
     if (kXThreads == C::kThreads || tid < kXThreads) {  // warp-uniform
       const bool k_ok = kt * kTileK + x_k < p.w.k;      // K is a multiple of 16: whole pieces
       const size_t x_advance = k_ok ? (size_t{kt} * kTileK + x_k) * kXBytes : 0;
+      // The row size passes through an opaque move so that the compiler recomputes each
+      // piece's address here instead of keeping kXPerThread 64-bit addresses live across the
+      // whole loop (with 16 pieces, FP32 X, they spilled).
+      const size_t row_bytes = ptx::opaque(x_row_bytes);
 #pragma unroll
       for (uint32_t i = 0; i < kXPerThread; ++i) {
         const bool row_ok = static_cast<int32_t>(i * kXRowStep) < x_rows_left;
         const uint32_t row = row_ok ? tid / kPiecesPerRow + i * kXRowStep : 0;  // in the tile
         ptx::cp_async_16(x_s + x_dst + i * kXRowStep * C::kStage.x_row_bytes,
-                         x_src + row * x_row_bytes + x_advance, k_ok && row_ok);
+                         x_src + row * row_bytes + x_advance, k_ok && row_ok);
       }
     }
     const uint32_t codes_s = x_s + C::kStage.code_offset;
@@ -193,7 +189,9 @@ struct Loader {
 #pragma unroll
     for (uint32_t i = 0; i < kCodePerThread; ++i) {
       const bool valid = chunk_ok && static_cast<int32_t>(i * kCodeGroupStep) < code_groups_left;
-      ptx::cp_async_16(codes_s + (tid + i * C::kThreads) * 16, code_src[i] + code_advance, valid);
+      const uint32_t piece = tid + i * C::kThreads;
+      ptx::cp_async_16(codes_s + code_row_offset(piece / 16, (piece / 8) % 2, piece % 8),
+                       code_src[i] + code_advance, valid);
     }
   }
 
@@ -213,7 +211,7 @@ struct Loader {
         }
       }
       scale[i] = s;
-      zero[i] = ptx::zero_constant<XTraits<kX>::kBf16Mma>(z);
+      zero[i] = zero_constant<XTraits<kX>::kBf16Mma>(z);
     }
   }
 
@@ -223,8 +221,9 @@ struct Loader {
     auto* zeros = reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset);
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
-      scales[tid + i * C::kThreads] = scale[i];
-      zeros[tid + i * C::kThreads] = zero[i];
+      const uint32_t e = tid + i * C::kThreads;  // = plane_entry(unit0 + i * step, column)
+      scales[e] = scale[i];
+      zeros[e] = zero[i];
     }
   }
 };
@@ -238,64 +237,53 @@ __device__ __forceinline__ void split_bf16x2(float2 v, uint32_t& hi, uint32_t& l
   lo = bits_of(__floats2bfloat162_rn(v.x - back.x, v.y - back.y));
 }
 
-// Stage-relative offsets that depend only on the lane and the warp, worked out once.
+// Stage-relative offsets that depend only on the lane and the warp, worked out once
+// (int4_gemm_tc_layout.cuh defines each).
 struct LaneOffsets {
-  uint32_t codes;       // row g of n8 tile 0, chunk 0, word t / 2 (bytes from the code tile)
-  uint32_t permute;     // ptx::permute_selector(t)
-  uint32_t zeros;       // column wn * 32 + g (bytes from a plane unit's start)
-  uint32_t scales;      // column wn * 32 + 2 t
-  uint32_t a_row;       // 16-bit X: the row this lane addresses for ldmatrix, times the row size
-  uint32_t a_piece[4];  // 16-bit X: per k16 slice of the stage, the swizzled piece offset
+  uint32_t codes;    // word_a of row b_col of the warp's first group, chunk 0
+  uint32_t permute;  // permute_selector(lane)
+  uint32_t zeros;    // plane entry (0, the lane's B column) in bytes
+  uint32_t scales;   // plane entry (0, the lane's first accumulator column) in bytes
+  uint32_t a[4];     // 16-bit X: ldmatrix_row_offset(warp's first row, slice s, lane)
+  uint32_t f32[4];   // FP32 X: fp32_pair_offset(warp's first row, s % 2, 2 u, lane), [2 s + u]
 };
 
-template <class C, XMode kX>
-__device__ __forceinline__ LaneOffsets lane_offsets(uint32_t wm, uint32_t wn, uint32_t lane) {
-  const uint32_t g = lane >> 2, t = lane & 3;
+// FP32 X: fp32_pair_offset(warp's first row + 16 i, s, reg, lane) from the four offsets kept.
+// Piece 4 s + 2 (reg / 2) + t / 2 is swizzled in its bits 1-2 only, so s / 2 adds 128 bytes;
+// reg % 2 selects row g + 8 (256 bytes a row), and the swizzle repeats every 4 rows.
+QMOE_TC_HD uint32_t fp32_pair_from(const uint32_t (&f32)[4], uint32_t i, uint32_t s, uint32_t reg) {
+  return f32[(s & 1) * 2 + (reg >> 1)] + (s >> 1) * 128 + (reg & 1) * 8 * 256 + i * 16 * 256;
+}
+
+template <class C>
+QMOE_TC_HD LaneOffsets lane_offsets(uint32_t wm, uint32_t wn, uint32_t lane) {
   LaneOffsets o;
-  o.codes = wn * 4 * 2 * kChunkBytes + g * kChunkRowBytes + (t >> 1) * 4;
-  o.permute = ptx::permute_selector(t);
-  o.zeros = (wn * kWarpRowsN + g) * 4;
-  o.scales = (wn * kWarpRowsN + 2 * t) * 4;
-  // ldmatrix.x4: lane L addresses row (L % 8) + 8 ((L / 8) % 2) of the m16 tile and 16-byte
-  // piece L / 16 of the slice, so matrices 0..3 are (rows 0-7, k 0-7), (rows 8-15, k 0-7),
-  // (rows 0-7, k 8-15), (rows 8-15, k 8-15): registers a[0..3] of the mma A fragment. The
-  // m16 tiles start at multiples of 16, so the row's swizzle term is L % 8.
-  o.a_row = (wm * kWarpRowsM + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kStage.x_row_bytes;
+  o.codes = code_row_offset(wn * 4, 0, b_col(lane)) + code_word_offset(lane, 0);
+  o.permute = permute_selector(lane);
+  o.zeros = plane_entry(0, wn * kWarpRowsN + b_col(lane), C::kBN) * 4;
+  o.scales = plane_entry(0, wn * kWarpRowsN + acc_col(0, lane), C::kBN) * 4;
 #pragma unroll
-  for (uint32_t s = 0; s < 4; ++s) o.a_piece[s] = ((s * 2 + (lane >> 4)) ^ (lane & 7)) << 4;
+  for (uint32_t s = 0; s < 4; ++s) {
+    o.a[s] = ldmatrix_row_offset(wm * kWarpRowsM, s, lane);
+    o.f32[s] = fp32_pair_offset(wm * kWarpRowsM, s >> 1, (s & 1) * 2, lane);
+  }
   return o;
 }
 
-// The A fragments of the m16 tile at stage row `row0` (a multiple of 16) for the two k16 slices
-// of chunk cc: a[h] covers stage k 32 cc + 16 h .. +15 (a_lo: FP32 X's low parts).
+// The A fragment of m16 tile i of the warp for the stage's k16 slice s (a_lo: FP32 X's low
+// parts).
 template <class C, XMode kX>
-__device__ __forceinline__ void load_a(uint32_t (&a)[2][4], uint32_t (&a_lo)[2][4],
-                                       const uint8_t* stage, const LaneOffsets& o, uint32_t row0,
-                                       uint32_t cc, uint32_t lane) {
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], uint32_t (&a_lo)[4], const uint8_t* stage,
+                                       const LaneOffsets& o, uint32_t i, uint32_t s) {
   if constexpr (!XTraits<kX>::kSplit) {
-    const uint32_t base =
-        ptx::shared_address(stage) + o.a_row + (row0 % kWarpRowsM) * C::kStage.x_row_bytes;
-#pragma unroll
-    for (uint32_t h = 0; h < 2; ++h) ptx::ldmatrix_x4(a[h], base + o.a_piece[cc * 2 + h]);
+    // ldmatrix_row_offset(row0 + 16 i, ...) = ldmatrix_row_offset(row0, ...) + 16 i rows: the
+    // swizzle repeats every 8 rows.
+    ptx::ldmatrix_x4(a, ptx::shared_address(stage) + i * 16 * C::kStage.x_row_bytes + o.a[s]);
   } else {
-    // Lane (g, t) reads A[g][2t, 2t+1], A[g+8][2t, 2t+1], A[g][2t+8, 2t+9], A[g+8][2t+8, 2t+9]
-    // of each slice as float pairs: k = 16 s + 8 u + 2 t lies in piece 4 s + 2 u + t / 2 at
-    // byte 8 (t % 2), and rows g and g + 8 share the swizzle 2 (g % 4).
-    const uint32_t g = lane >> 2, t = lane & 3;
-    const uint8_t* rows[2] = {stage + (row0 + g) * C::kStage.x_row_bytes,
-                              stage + (row0 + g + 8) * C::kStage.x_row_bytes};
 #pragma unroll
-    for (uint32_t h = 0; h < 2; ++h) {
-#pragma unroll
-      for (uint32_t u = 0; u < 2; ++u) {
-        const uint32_t piece = (cc * 2 + h) * 4 + u * 2 + (t >> 1);
-        const uint32_t offset = ((piece ^ ((g & 3) << 1)) << 4) + (t & 1) * 8;
-#pragma unroll
-        for (uint32_t half = 0; half < 2; ++half) {
-          const float2 v = *reinterpret_cast<const float2*>(rows[half] + offset);
-          split_bf16x2(v, a[h][u * 2 + half], a_lo[h][u * 2 + half]);
-        }
-      }
+    for (uint32_t reg = 0; reg < 4; ++reg) {
+      const float2 v = *reinterpret_cast<const float2*>(stage + fp32_pair_from(o.f32, i, s, reg));
+      split_bf16x2(v, a[reg], a_lo[reg]);
     }
   }
 }
@@ -327,7 +315,7 @@ __device__ __forceinline__ void mma_slice(float (&sum)[4], const uint32_t (&a)[4
 // The MMAs of one stage (k-tile) for the calling warp.
 template <class C, XMode kX>
 __device__ __forceinline__ void compute_stage(float (&acc)[4][4][4], const uint8_t* stage,
-                                              const LaneOffsets& o, uint32_t wm, uint32_t lane) {
+                                              const LaneOffsets& o) {
   constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
   const uint8_t* codes = stage + C::kStage.code_offset + o.codes;
   const uint8_t* scales = stage + C::kStage.scale_offset + o.scales;
@@ -343,33 +331,30 @@ __device__ __forceinline__ void compute_stage(float (&acc)[4][4][4], const uint8
 #pragma unroll
     for (uint32_t j = 0; j < 4; ++j) {
       const uint8_t* row = codes + (j * 2 + cc) * kChunkBytes;
+      constexpr uint32_t kWordB = code_word_offset(0, 1) - code_word_offset(0, 0);
       const uint32_t word_a = *reinterpret_cast<const uint32_t*>(row);
-      const uint32_t word_b = *reinterpret_cast<const uint32_t*>(row + 8);
+      const uint32_t word_b = *reinterpret_cast<const uint32_t*>(row + kWordB);
       const uint32_t z_lo =
           *reinterpret_cast<const uint32_t*>(zeros + unit_lo * kUnitBytes + j * 32);
       const uint32_t z_hi =
           *reinterpret_cast<const uint32_t*>(zeros + unit_hi * kUnitBytes + j * 32);
-      ptx::dequant_chunk_row<kBf16>(word_a, word_b, o.permute, z_lo, z_hi, b[j][0], b[j][1]);
+      dequant_chunk_row<kBf16>(word_a, word_b, o.permute, z_lo, z_hi, b[j][0], b[j][1]);
       scale[j][0] = *reinterpret_cast<const float2*>(scales + unit_lo * kUnitBytes + j * 32);
       scale[j][1] = *reinterpret_cast<const float2*>(scales + unit_hi * kUnitBytes + j * 32);
     }
 #pragma unroll
     for (uint32_t i = 0; i < 4; ++i) {
-      uint32_t a[2][4], a_lo[2][4];
-      load_a<C, kX>(a, a_lo, stage, o, wm * kWarpRowsM + i * 16, cc, lane);
+      // Slice by slice, so that one slice's A fragment is live at a time; with kFold == 32 the
+      // two slices' products of each n8 tile chain into one sum, folded after the second.
+      float sum[4][4];
 #pragma unroll
-      for (uint32_t j = 0; j < 4; ++j) {
-        float sum[4];
-        if constexpr (C::kFold == 32) {
-          mma_slice<kX>(sum, a[0], a_lo[0], b[j][0], true);
-          mma_slice<kX>(sum, a[1], a_lo[1], b[j][1], false);
-          fold(acc[i][j], sum, scale[j][0]);
-        } else {
+      for (uint32_t h = 0; h < 2; ++h) {
+        uint32_t a[4], a_lo[4];
+        load_a<C, kX>(a, a_lo, stage, o, i, cc * 2 + h);
 #pragma unroll
-          for (uint32_t h = 0; h < 2; ++h) {
-            mma_slice<kX>(sum, a[h], a_lo[h], b[j][h], true);
-            fold(acc[i][j], sum, scale[j][h]);
-          }
+        for (uint32_t j = 0; j < 4; ++j) {
+          mma_slice<kX>(sum[j], a, a_lo, b[j][h], C::kFold == 16 || h == 0);
+          if (C::kFold == 16 || h == 1) fold(acc[i][j], sum[j], scale[j][h]);
         }
       }
     }
@@ -420,10 +405,9 @@ template <class C>
 __device__ __forceinline__ void store_outputs(const Params& p, const float (&acc)[4][4][4],
                                               uint32_t rows, uint32_t m0, uint32_t n0, uint32_t wm,
                                               uint32_t wn, uint32_t lane) {
-  const uint32_t g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (uint32_t j = 0; j < 4; ++j) {
-    const uint32_t col = n0 + wn * kWarpRowsN + j * 8 + 2 * t;
+    const uint32_t col = n0 + wn * kWarpRowsN + j * 8 + acc_col(0, lane);  // even
     const bool in0 = col >= p.n_begin && col < p.n_end;
     const bool in1 = col + 1 >= p.n_begin && col + 1 < p.n_end;
     const bool bias = p.w.bias != nullptr;
@@ -433,7 +417,7 @@ __device__ __forceinline__ void store_outputs(const Params& p, const float (&acc
     for (uint32_t i = 0; i < 4; ++i) {
 #pragma unroll
       for (uint32_t half = 0; half < 2; ++half) {
-        const uint32_t row = m0 + wm * kWarpRowsM + i * 16 + half * 8 + g;
+        const uint32_t row = m0 + wm * kWarpRowsM + i * 16 + acc_row(2 * half, lane);
         if (row < rows) {
           float v0 = acc[i][j][2 * half], v1 = acc[i][j][2 * half + 1];
           if (bias) {
@@ -459,7 +443,7 @@ __global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
   const uint32_t n0 = p.n_base + blockIdx.x * C::kBN;
   const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
-  const LaneOffsets offsets = lane_offsets<C, kX>(wm, wn, lane);
+  const LaneOffsets offsets = lane_offsets<C>(wm, wn, lane);
 
   float acc[4][4][4];
 #pragma unroll
@@ -499,7 +483,7 @@ __global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
       loader.fetch_planes(p, next);
     }
     ptx::cp_async_commit();
-    compute_stage<C, kX>(acc, smem + (kt % kStages) * C::kStage.bytes, offsets, wm, lane);
+    compute_stage<C, kX>(acc, smem + (kt % kStages) * C::kStage.bytes, offsets);
     // Read first after the barrier of iteration `next` (> kt); the loads had the MMAs' time.
     if (next < p.k_tiles) loader.store_planes(next_stage, tid);
   }

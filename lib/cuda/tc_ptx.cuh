@@ -1,10 +1,14 @@
-// One-instruction PTX wrappers for the sm_80+ tensor-core kernels (cp.async, ldmatrix,
-// mma.sync m16n8k16, packed FMA), and the in-register dequantisation of one canonical INT4
-// chunk row into mma B fragments. Device code only.
+// One-instruction PTX wrappers for the sm_80+ tensor-core kernels: cp.async, ldmatrix and
+// mma.sync m16n8k16 (device only), and the byte, logic and packed-FMA operations of the
+// in-register dequantisation (device, and host for the layout test).
 #ifndef QMOE_LIB_CUDA_TC_PTX_CUH_
 #define QMOE_LIB_CUDA_TC_PTX_CUH_
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <cstring>
 
 namespace qmoe::cuda::ptx {
 
@@ -32,6 +36,14 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// `value`, unknown to the compiler: it cannot hoist what is computed from the result out of the
+// enclosing loop.
+__device__ __forceinline__ size_t opaque(size_t value) {
+  size_t result;
+  asm volatile("mov.b64 %0, %1;\n" : "=l"(result) : "l"(value));
+  return result;
 }
 
 // Four 8x8 matrices of 16-bit elements. Lanes 8i..8i+7 give the 16-byte rows of matrix i;
@@ -68,9 +80,44 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   }
 }
 
-// a * b + c on two packed 16-bit lanes, rounded once (sm_80+ for BF16).
+// The integer and packed-half operations of the in-register dequantisation. Each is one
+// instruction on the device; the host definitions follow the PTX ISA's and CUDA's descriptions
+// of those instructions, so that the layout test (tests/cuda/int4_gemm_tc_layout_test.cu) runs
+// the kernel's dequantisation code on the host.
+
+// Byte i of the result is byte (s >> 4i) & 7 of {x bytes 0-3, y bytes 4-7} (__byte_perm).
+__host__ __device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t bytes = (uint64_t{y} << 32) | x;
+  uint32_t r = 0;
+  for (uint32_t i = 0; i < 4; ++i) {
+    r |= static_cast<uint32_t>((bytes >> (((s >> (4 * i)) & 7) * 8)) & 0xFF) << (8 * i);
+  }
+  return r;
+#endif
+}
+
+// (a & kMask) | magic in one LOP3 (its table 0xEA = (0xF0 & 0xCC) | 0xAA): with both constants
+// as immediates ptxas emits two instructions.
+template <uint32_t kMask>
+__host__ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t magic) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(kMask), "r"(magic));
+  return d;
+#else
+  return (a & kMask) | magic;
+#endif
+}
+
+// a * b + c on two packed 16-bit lanes (low half: the first element), rounded once (sm_80+ for
+// BF16). The host definition rounds through FP32, which is exact for the dequantisation's
+// operands (small integers and the magic constants).
 template <bool kBf16>
-__device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
+__host__ __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
   uint32_t d;
   if constexpr (kBf16) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -78,61 +125,40 @@ __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
     asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   }
   return d;
-}
-
-// Exponent-trick constants, per 16-bit lane: OR-ing a nibble c into the mantissa of kMagic
-// gives exactly kMagic + c (BF16 128: 7 mantissa bits of spacing 1; FP16 1024: 10 bits of
-// spacing 1); adding zero_constant(z) = -(kMagic + z) then gives c - z exactly, an integer in
-// [-15, 15] that both types hold.
-template <bool kBf16>
-struct NibbleMagic {
-  static constexpr uint32_t kMagic = kBf16 ? 0x43004300u : 0x64006400u;     // 128 / 1024
-  static constexpr uint32_t kOne = kBf16 ? 0x3F803F80u : 0x3C003C00u;       // 1.0
-  static constexpr uint32_t kNegMagic = kBf16 ? 0xC300C300u : 0xE400E400u;  // -128 / -1024
-};
-
-// -(kMagic + z) in both lanes, for a zero point z in 0..15.
-template <bool kBf16>
-__device__ __forceinline__ uint32_t zero_constant(uint32_t z) {
-  return NibbleMagic<kBf16>::kNegMagic | (z * 0x00010001u);
-}
-
-// (a & kMask) | magic in one LOP3 (0xEA = (a & b) | c): with both constants as immediates
-// ptxas emits two.
-template <uint32_t kMask>
-__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t magic) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(kMask), "r"(magic));
+#else
+  uint32_t d = 0;
+  for (uint32_t lane = 0; lane < 2; ++lane) {
+    const auto half = [lane](uint32_t v) { return static_cast<uint16_t>(v >> (16 * lane)); };
+    float x, y, z;
+    uint16_t r;
+    if constexpr (kBf16) {
+      const auto widen = [](uint16_t h) {
+        const uint32_t bits = uint32_t{h} << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        return f;
+      };
+      x = widen(half(a));
+      y = widen(half(b));
+      z = widen(half(c));
+      const __nv_bfloat16 out = __float2bfloat16_rn(x * y + z);
+      memcpy(&r, &out, 2);
+    } else {
+      const auto widen = [](uint16_t h) {
+        __half v;
+        memcpy(&v, &h, 2);
+        return __half2float(v);
+      };
+      x = widen(half(a));
+      y = widen(half(b));
+      z = widen(half(c));
+      const __half out = __float2half_rn(x * y + z);
+      memcpy(&r, &out, 2);
+    }
+    d |= uint32_t{r} << (16 * lane);
+  }
   return d;
-}
-
-// The B fragments of one 8-row x 32-k canonical chunk for the calling lane (g = lane / 4 is the
-// row, t = lane % 4): lo = the mma over chunk k 0..15, hi = over k 16..31, each {b[0], b[1]}.
-// Row g's 16 bytes are byte j = code j | code j+16 << 4, and the lane needs k = 2t, 2t+1,
-// 2t+8, 2t+9 of each half: the nibbles of bytes 2t, 2t+1, 2t+8, 2t+9, i.e. half t % 2 of
-// word t / 2 (`word_a`) and of word 2 + t / 2 (`word_b`). One byte permute makes
-//   v = byte 2t | byte 2t+8 << 8 | byte 2t+1 << 16 | byte 2t+9 << 24
-// so that its nibble pairs at bits (s, s + 16) are: s = 0: k (2t, 2t+1); s = 4: (2t+16, 2t+17);
-// s = 8: (2t+8, 2t+9); s = 12: (2t+24, 2t+25) -- exactly lo[0], hi[0], lo[1], hi[1].
-// `permute` = permute_selector(t). z_lo / z_hi: zero_constant() of the zero points of k 0..15
-// and 16..31 (equal unless the block size is 16).
-template <bool kBf16>
-__device__ __forceinline__ void dequant_chunk_row(uint32_t word_a, uint32_t word_b,
-                                                  uint32_t permute, uint32_t z_lo, uint32_t z_hi,
-                                                  uint32_t (&lo)[2], uint32_t (&hi)[2]) {
-  using M = NibbleMagic<kBf16>;
-  const uint32_t v = __byte_perm(word_a, word_b, permute);
-  constexpr uint32_t kMask = 0x000F000Fu;
-  lo[0] = fma2<kBf16>(and_or<kMask>(v, M::kMagic), M::kOne, z_lo);
-  hi[0] = fma2<kBf16>(and_or<kMask>(v >> 4, M::kMagic), M::kOne, z_hi);
-  lo[1] = fma2<kBf16>(and_or<kMask>(v >> 8, M::kMagic), M::kOne, z_lo);
-  hi[1] = fma2<kBf16>(and_or<kMask>(v >> 12, M::kMagic), M::kOne, z_hi);
-}
-
-// __byte_perm picks byte i of its result by selector nibble i from {word_a bytes 0-3, word_b
-// bytes 4-7}: t even takes a0, b0, a1, b1; t odd a2, b2, a3, b3.
-__host__ __device__ constexpr uint32_t permute_selector(uint32_t t) {
-  return (t & 1) != 0 ? 0x7362u : 0x5140u;
+#endif
 }
 
 }  // namespace qmoe::cuda::ptx
