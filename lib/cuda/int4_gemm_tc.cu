@@ -22,10 +22,19 @@ uint32_t element_bytes(qmoe_dtype d) {
   return d == QMOE_DTYPE_F32 ? 4 : 2;
 }
 
-// Relative throughput of a multiprocessor working on each tile (index: Int4GemmTcTile): larger
-// tiles reload X and W less often per MMA and keep more warps on a multiprocessor. Used only to
-// rank tiles when they leave the multiprocessors equally busy.
-constexpr double kTileEfficiency[kInt4GemmTcTileCount] = {1.0, 0.92, 0.88, 0.80};
+// The tile choice models the busiest warp scheduler (4 per multiprocessor; CTAs spread evenly
+// over the multiprocessors, a CTA's warps round-robin over its schedulers): the instructions
+// it issues, counted in 64 x 32 warp-tile k-steps (halved by split K) times the tile's
+// instructions per MMA relative to 128x128 (the split-K tiles pay their per-k-tile loads and
+// loop work with half as many MMAs), over the rate one scheduler sustains with that many warps
+// resident (one warp stalls on its own latencies). Residency assumes 192 registers a thread
+// (ptxas reports 133-198) and the opt-in shared memory. Ties go to the larger tile, which
+// reloads X and W less.
+constexpr uint32_t kSchedulers = 4;
+constexpr uint32_t kRegistersPerThread = 192;
+constexpr uint32_t kRegistersPerSm = 65536;
+constexpr double kIssuePerMma[kInt4GemmTcTileCount] = {1.0, 1.25, 1.25, 1.25};
+constexpr double kSchedulerRate[] = {0.0, 0.6, 0.85, 1.0};  // by resident warps, 3 or more
 
 // Per device: filled once under the mutex, then read without it (`ready` publishes it).
 struct DeviceState {
@@ -147,7 +156,7 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
 
 Int4GemmTcTileShape int4_gemm_tc_tile_shape(Int4GemmTcTile tile) {
   const tc::TileGeometry& g = kTileGeometry[static_cast<int>(tile)];
-  return {g.bm, g.bn, 32 * g.warps_m * g.warps_n};
+  return {g.bm, g.bn, tc::tile_threads(g)};
 }
 
 size_t int4_gemm_tc_shared_bytes(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t block_size) {
@@ -165,13 +174,21 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int 
   double best = 0.0;
   for (int i = 0; i < kInt4GemmTcTileCount; ++i) {
     const auto candidate = static_cast<Int4GemmTcTile>(i);
-    if (int4_gemm_tc_shared_bytes(candidate, x_dtype, block_size) > max_shared_bytes) continue;
+    const size_t shared = int4_gemm_tc_shared_bytes(candidate, x_dtype, block_size);
+    if (shared > max_shared_bytes) continue;
     const tc::TileGeometry& g = kTileGeometry[i];
+    const uint64_t threads = tc::tile_threads(g), warps = threads / 32;
     const uint64_t tiles = (uint64_t{m} + g.bm - 1) / g.bm * ((columns + g.bn - 1) / g.bn);
-    // Tile-rows of work on the busiest multiprocessor, per unit of its throughput.
+    const uint64_t per_sm = (tiles + sms - 1) / sms;
+    const uint64_t resident = std::max<uint64_t>(
+        1, std::min<uint64_t>({per_sm, kRegistersPerSm / (threads * kRegistersPerThread),
+                               max_shared_bytes / std::max<size_t>(shared, 1)}));
+    const uint64_t issued = (per_sm * warps + kSchedulers - 1) / kSchedulers;  // warps, serially
+    const uint64_t concurrent =
+        std::min<uint64_t>((resident * warps + kSchedulers - 1) / kSchedulers, 3);
     const double cost =
-        static_cast<double>((tiles + sms - 1) / sms) * g.bm * g.bn / kTileEfficiency[i];
-    if (!found || cost < best) {
+        static_cast<double>(issued) / g.split_k * kIssuePerMma[i] / kSchedulerRate[concurrent];
+    if (!found || cost < best * (1.0 - 1e-9)) {
       found = true;
       best = cost;
       *tile = candidate;

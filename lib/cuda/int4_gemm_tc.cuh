@@ -72,7 +72,8 @@ cudaError_t launch_int4_gemm_tc_device_m(const DeviceQuantMatrix& w, uint32_t m_
 /// idempotent and thread-safe. The launchers call it themselves.
 cudaError_t prepare_int4_gemm_tc();
 
-/// CTA tiles (rows of X by rows of W); each is made of 64 x 32 warp tiles.
+/// CTA tiles (rows of X by rows of W), made of 64 x 32 warp tiles; all but 128x128 give each
+/// warp tile two warps, one per half of every 64-code k-tile.
 enum class Int4GemmTcTile : int { k128x128 = 0, k64x128 = 1, k64x96 = 2, k64x64 = 3 };
 constexpr int kInt4GemmTcTileCount = 4;
 
@@ -88,8 +89,8 @@ size_t int4_gemm_tc_shared_bytes(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32
 
 /// The tile the launchers pick for m rows and columns [n_begin, n_end) on a device with
 /// `sm_count` multiprocessors and `max_shared_bytes` of opt-in shared memory per block: the
-/// fewest tile-rows of work on the busiest multiprocessor, weighted by each tile's relative
-/// efficiency. Returns false when no tile fits the shared memory.
+/// least work on the busiest warp scheduler, at the rate its resident warps sustain (the model
+/// is in int4_gemm_tc.cu). Returns false when no tile fits the shared memory.
 bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int sm_count,
                               size_t max_shared_bytes, qmoe_dtype x_dtype, uint32_t block_size,
                               Int4GemmTcTile* tile);

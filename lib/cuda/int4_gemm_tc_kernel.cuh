@@ -4,9 +4,11 @@
 //
 // Work split. The grid is (column tiles, row tiles); CTA (bx, by) computes rows
 // [by * bm, by * bm + bm) of Y against W rows [n0, n0 + bn), n0 = n_base + bx * bn, a multiple
-// of 8, so the CTA's W rows are whole 8-row groups of the canonical layout. Warp (wm, wn) owns
-// rows wm * 64 .. +63 and W rows wn * 32 .. +31 of the tile: 4 x 4 m16n8 accumulator tiles,
-// n8 tile j being W group n0 / 8 + wn * 4 + j.
+// of 8, so the CTA's W rows are whole 8-row groups of the canonical layout. Warp (kg, wm, wn)
+// owns rows wm * 64 .. +63 and W rows wn * 32 .. +31 of the tile: 4 x 4 m16n8 accumulator
+// tiles, n8 tile j being W group n0 / 8 + wn * 4 + j. Without split K (kg = 0) the warp runs
+// both 32-code chunks of every k-tile; with it, k group kg runs chunk kg, and at the end group
+// 1's sums are added to group 0's, which writes Y.
 //
 // Pipeline. K advances in k-tiles of 64 (two 32-code chunks) through kStages shared-memory
 // stages: X and the codes by cp.async (kStages - 1 k-tiles in flight), the scale and zero-point
@@ -48,7 +50,10 @@ struct Config {
   static constexpr uint32_t kBM = kGeometry.bm;
   static constexpr uint32_t kBN = kGeometry.bn;
   static constexpr uint32_t kWarpsN = kGeometry.warps_n;
-  static constexpr uint32_t kThreads = 32 * kGeometry.warps_m * kGeometry.warps_n;
+  static constexpr uint32_t kWarpsPerGroup = kGeometry.warps_m * kGeometry.warps_n;
+  static constexpr uint32_t kSplitK = kGeometry.split_k;
+  static constexpr uint32_t kChunksPerWarp = 2 / kSplitK;  // of each k-tile's two
+  static constexpr uint32_t kThreads = tile_threads(kGeometry);
   static constexpr uint32_t kFold = kFoldK;
   static constexpr StageLayout kStage = stage_layout(kGeometry, XTraits<kX>::kBytes, kFold);
   // Plane entries of one stage: [unit][column], kTileK / kFold units of bn columns.
@@ -56,6 +61,9 @@ struct Config {
 
   static_assert(kBM == kWarpRowsM * kGeometry.warps_m && kBN == kWarpRowsN * kWarpsN);
   static_assert(kFold == 16 || kFold == 32);
+  static_assert(kSplitK == 1 || kSplitK == 2);
+  // The split-K sums pass through the (then idle) stages: a group's 64 accumulators per thread.
+  static_assert(kSplitK == 1 || kWarpsPerGroup * 32 * 64 * 4 <= kStages * kStage.bytes);
   static_assert(kThreads % 16 == 0);
   static_assert(kStage.bytes % 128 == 0 && kStage.code_offset % 128 == 0 &&
                 kStage.scale_offset % 128 == 0 && kStage.zero_offset % 128 == 0);
@@ -103,10 +111,10 @@ struct Loader {
   static constexpr uint32_t kXBytes = XTraits<kX>::kBytes;
   static constexpr uint32_t kPiecesPerRow = C::kStage.x_row_bytes / 16;  // 8 or 16 (FP32 X)
   static constexpr uint32_t kXPieces = C::kBM * kPiecesPerRow;
-  // X is copied by the first kXThreads threads (all of them unless there are 96): a multiple of
-  // 64, so that a thread's pieces are kXRowStep rows apart, a multiple of the swizzle period,
-  // and sit at constant offsets from its first one.
-  static constexpr uint32_t kXThreads = C::kThreads / 64 * 64;
+  // X is copied by the first kXThreads threads: the largest power of two not above the CTA's
+  // (all but for 192), so that they divide the tile's pieces evenly and a thread's pieces are
+  // kXRowStep rows apart, a multiple of the swizzle period, at constant offsets from its first.
+  static constexpr uint32_t kXThreads = C::kThreads >= 256 ? 256 : C::kThreads >= 128 ? 128 : 64;
   static constexpr uint32_t kXPerThread = kXPieces / kXThreads;
   static constexpr uint32_t kXRowStep = kXThreads / kPiecesPerRow;
   // The code tile holds group j's chunk c at (2 j + c) * 128, its row r at + 16 r: piece
@@ -238,34 +246,52 @@ __device__ __forceinline__ void split_bf16x2(float2 v, uint32_t& hi, uint32_t& l
 }
 
 // Stage-relative offsets that depend only on the lane and the warp, worked out once
-// (int4_gemm_tc_layout.cuh defines each).
+// (int4_gemm_tc_layout.cuh defines each). A warp's chunks within each k-tile are
+// first_chunk .. first_chunk + kChunksPerWarp - 1, first_chunk = kg * kChunksPerWarp for the
+// warp's k group kg; the offsets below already point at the first, and slices and fold units
+// are counted from there ("local").
 struct LaneOffsets {
-  uint32_t codes;    // word_a of row b_col of the warp's first group, chunk 0
+  uint32_t codes;    // word_a of row b_col of the warp's first group, first chunk
   uint32_t permute;  // permute_selector(lane)
-  uint32_t zeros;    // plane entry (0, the lane's B column) in bytes
-  uint32_t scales;   // plane entry (0, the lane's first accumulator column) in bytes
-  uint32_t a[4];     // 16-bit X: ldmatrix_row_offset(warp's first row, slice s, lane)
-  uint32_t f32[4];   // FP32 X: fp32_pair_offset(warp's first row, s % 2, 2 u, lane), [2 s + u]
+  uint32_t zeros;    // plane entry (first chunk's first unit, the lane's B column), in bytes
+  uint32_t scales;   // plane entry (same unit, the lane's first accumulator column), in bytes
+  uint32_t a[4];     // 16-bit X: ldmatrix_row_offset(warp's first row, slice, lane), local slice
+  uint32_t f32[4];   // FP32 X: fp32_pair_offset(warp's first row, first chunk's slice h,
+                     // 2 u, lane) at [2 h + u]
 };
 
-// FP32 X: fp32_pair_offset(warp's first row + 16 i, s, reg, lane) from the four offsets kept.
-// Piece 4 s + 2 (reg / 2) + t / 2 is swizzled in its bits 1-2 only, so s / 2 adds 128 bytes;
-// reg % 2 selects row g + 8 (256 bytes a row), and the swizzle repeats every 4 rows.
+// FP32 X: fp32_pair_offset(warp's first row + 16 i, slice, reg, lane) for local slice s, from
+// the four offsets kept. Piece 4 s + 2 (reg / 2) + t / 2 is swizzled in its bits 1-2 only, so a
+// chunk (s / 2) adds 128 bytes; reg % 2 selects row g + 8 (256 bytes a row), and the swizzle
+// repeats every 4 rows.
 QMOE_TC_HD uint32_t fp32_pair_from(const uint32_t (&f32)[4], uint32_t i, uint32_t s, uint32_t reg) {
   return f32[(s & 1) * 2 + (reg >> 1)] + (s >> 1) * 128 + (reg & 1) * 8 * 256 + i * 16 * 256;
 }
 
 template <class C>
-QMOE_TC_HD LaneOffsets lane_offsets(uint32_t wm, uint32_t wn, uint32_t lane) {
+QMOE_TC_HD LaneOffsets lane_offsets(uint32_t kg, uint32_t wm, uint32_t wn, uint32_t lane) {
+  const uint32_t first_chunk = kg * C::kChunksPerWarp;
+  constexpr uint32_t kUnitsPerChunk = 32 / C::kFold;
   LaneOffsets o;
-  o.codes = code_row_offset(wn * 4, 0, b_col(lane)) + code_word_offset(lane, 0);
+  o.codes = code_row_offset(wn * 4, first_chunk, b_col(lane)) + code_word_offset(lane, 0);
   o.permute = permute_selector(lane);
-  o.zeros = plane_entry(0, wn * kWarpRowsN + b_col(lane), C::kBN) * 4;
-  o.scales = plane_entry(0, wn * kWarpRowsN + acc_col(0, lane), C::kBN) * 4;
-#pragma unroll
+  o.zeros = plane_entry(first_chunk * kUnitsPerChunk, wn * kWarpRowsN + b_col(lane), C::kBN) * 4;
+  o.scales =
+      plane_entry(first_chunk * kUnitsPerChunk, wn * kWarpRowsN + acc_col(0, lane), C::kBN) * 4;
   for (uint32_t s = 0; s < 4; ++s) {
-    o.a[s] = ldmatrix_row_offset(wm * kWarpRowsM, s, lane);
-    o.f32[s] = fp32_pair_offset(wm * kWarpRowsM, s >> 1, (s & 1) * 2, lane);
+    o.a[s] = s < 2 * C::kChunksPerWarp
+                 ? ldmatrix_row_offset(wm * kWarpRowsM, 2 * first_chunk + s, lane)
+                 : 0;
+    o.f32[s] = fp32_pair_offset(wm * kWarpRowsM, 2 * first_chunk + (s >> 1), (s & 1) * 2, lane);
+  }
+  // Kept in registers for the whole loop rather than recomputed from the lane every k-tile.
+  o.codes = ptx::opaque32(o.codes);
+  o.permute = ptx::opaque32(o.permute);
+  o.zeros = ptx::opaque32(o.zeros);
+  o.scales = ptx::opaque32(o.scales);
+  for (uint32_t s = 0; s < 4; ++s) {
+    o.a[s] = ptx::opaque32(o.a[s]);
+    o.f32[s] = ptx::opaque32(o.f32[s]);
   }
   return o;
 }
@@ -322,7 +348,7 @@ __device__ __forceinline__ void compute_stage(float (&acc)[4][4][4], const uint8
   const uint8_t* zeros = stage + C::kStage.zero_offset + o.zeros;
   constexpr uint32_t kUnitBytes = C::kBN * 4;  // one fold unit's plane entries
 #pragma unroll
-  for (uint32_t cc = 0; cc < 2; ++cc) {
+  for (uint32_t cc = 0; cc < C::kChunksPerWarp; ++cc) {  // local chunks
     // Fold units of the chunk's two k16 halves (the same unit when kFold == 32).
     constexpr uint32_t kUnitsPerChunk = 32 / C::kFold;
     const uint32_t unit_lo = cc * kUnitsPerChunk, unit_hi = unit_lo + kUnitsPerChunk - 1;
@@ -442,8 +468,10 @@ __global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
   if (m0 >= rows) return;  // the whole CTA, before any barrier
   const uint32_t n0 = p.n_base + blockIdx.x * C::kBN;
   const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const uint32_t wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
-  const LaneOffsets offsets = lane_offsets<C>(wm, wn, lane);
+  // Warp = (k group, warp row, warp column), the column fastest.
+  const uint32_t kg = warp / C::kWarpsPerGroup, in_group = warp % C::kWarpsPerGroup;
+  const uint32_t wm = in_group / C::kWarpsN, wn = in_group % C::kWarpsN;
+  const LaneOffsets offsets = lane_offsets<C>(kg, wm, wn, lane);
 
   float acc[4][4][4];
 #pragma unroll
@@ -489,6 +517,21 @@ __global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
   }
   ptx::cp_async_wait<0>();  // only empty groups can remain; none outlives the kernel
 
+  if constexpr (C::kSplitK == 2) {
+    // k group 1 hands its sums to group 0 through the stages: after this barrier no warp reads
+    // them any more and no copy into them is pending. Entry [warp in group][c][lane], so that a
+    // warp's stores and loads are 32 consecutive words.
+    __syncthreads();
+    auto* partial = reinterpret_cast<float*>(smem) + in_group * 64 * 32 + lane;
+    if (kg == 1) {
+#pragma unroll
+      for (uint32_t c = 0; c < 64; ++c) partial[c * 32] = acc[c / 16][(c / 4) % 4][c % 4];
+    }
+    __syncthreads();
+    if (kg == 1) return;
+#pragma unroll
+    for (uint32_t c = 0; c < 64; ++c) acc[c / 16][(c / 4) % 4][c % 4] += partial[c * 32];
+  }
   store_outputs<C>(p, acc, rows, m0, n0, wm, wn, lane);
 }
 

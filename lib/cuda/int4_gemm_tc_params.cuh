@@ -36,14 +36,21 @@ constexpr uint32_t kTileK = 64;
 constexpr uint32_t kStages = 4;
 
 // Every CTA tile is warps_m x warps_n warp tiles of 64 x 32 (rows of X x rows of W): a warp
-// holds 4 x 4 m16n8 accumulator tiles. Indexed by Int4GemmTcTile.
+// holds 4 x 4 m16n8 accumulator tiles. With split_k = 2 each warp tile has two warps, one per
+// 32-code chunk of every k-tile, whose sums are added at the end: twice the warps on the same
+// work, for the shapes where the tile count, not the tile speed, limits (MoE expert GEMMs at
+// prefill sizes leave a 64 x 32 warp tile per scheduler or less). Indexed by Int4GemmTcTile.
 struct TileGeometry {
-  uint32_t bm, bn, warps_m, warps_n;
+  uint32_t bm, bn, warps_m, warps_n, split_k;
 };
 constexpr uint32_t kWarpRowsM = 64;
 constexpr uint32_t kWarpRowsN = 32;
 constexpr TileGeometry kTileGeometry[kInt4GemmTcTileCount] = {
-    {128, 128, 2, 4}, {64, 128, 1, 4}, {64, 96, 1, 3}, {64, 64, 1, 2}};
+    {128, 128, 2, 4, 1}, {64, 128, 1, 4, 2}, {64, 96, 1, 3, 2}, {64, 64, 1, 2, 2}};
+
+constexpr uint32_t tile_threads(TileGeometry g) {
+  return 32 * g.warps_m * g.warps_n * g.split_k;
+}
 
 // FP32 fold granularity in k: one fold per block when the block size is 16, else one per
 // 32-code chunk (a larger block's chunks fold with the same scale).

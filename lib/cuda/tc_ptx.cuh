@@ -39,11 +39,20 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // `value`, unknown to the compiler: it cannot hoist what is computed from the result out of the
-// enclosing loop.
+// enclosing loop, nor recompute the result from what made `value` (it has to keep it).
 __device__ __forceinline__ size_t opaque(size_t value) {
   size_t result;
   asm volatile("mov.b64 %0, %1;\n" : "=l"(result) : "l"(value));
   return result;
+}
+__host__ __device__ __forceinline__ uint32_t opaque32(uint32_t value) {
+#if defined(__CUDA_ARCH__)
+  uint32_t result;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(result) : "r"(value));
+  return result;
+#else
+  return value;
+#endif
 }
 
 // Four 8x8 matrices of 16-bit elements. Lanes 8i..8i+7 give the 16-byte rows of matrix i;

@@ -88,30 +88,33 @@ TEST(CudaInt4GemmTcLayout, XPiecesTileEachStageRowOnce) {
 }
 
 // Every lane's ldmatrix address from the kernel's LaneOffsets (plus 16 rows per m16 tile, as
-// load_a adds) gives the mma A fragment of the X tile, for every warp row, m16 tile and slice.
-TEST(CudaInt4GemmTcLayout, LdmatrixGivesMmaAFragments) {
-  const std::vector<uint8_t> tile = x_tile_16bit(128);
-  for (uint32_t wm = 0; wm < 2; ++wm) {
-    LaneOffsets o[32];
-    for (uint32_t lane = 0; lane < 32; ++lane)
-      o[lane] = lane_offsets<Config<0, XMode::kBf16, 32>>(wm, 0, lane);
-    for (uint32_t i = 0; i < 4; ++i) {
-      for (uint32_t s = 0; s < 4; ++s) {
-        uint32_t address[32];
-        for (uint32_t lane = 0; lane < 32; ++lane) {
-          address[lane] = i * 16 * 128 + o[lane].a[s];
-          EXPECT_EQ(address[lane], ldmatrix_row_offset(wm * 64 + i * 16, s, lane));
-        }
-        uint32_t regs[32][4];
-        ldmatrix_x4(tile, address, regs);
-        for (uint32_t lane = 0; lane < 32; ++lane) {
-          for (uint32_t reg = 0; reg < 4; ++reg) {
-            for (uint32_t e = 0; e < 2; ++e) {
-              const uint32_t row = wm * 64 + i * 16 + a_row(reg, lane);
-              const uint32_t k = 16 * s + a_k(reg, e, lane);
-              ASSERT_EQ(half_of(regs[lane][reg], e), row * 64 + k)
-                  << "wm " << wm << " tile " << i << " slice " << s << " lane " << lane << " a["
-                  << reg << "] element " << e;
+// load_a adds) gives the mma A fragment of the X tile, for every k group, warp row, m16 tile
+// and slice of the warp (its local slice s is the stage's slice 2 first_chunk + s).
+template <class C>
+void check_ldmatrix(const std::vector<uint8_t>& tile) {
+  for (uint32_t kg = 0; kg < C::kSplitK; ++kg) {
+    for (uint32_t wm = 0; wm < C::kBM / 64; ++wm) {
+      LaneOffsets o[32];
+      for (uint32_t lane = 0; lane < 32; ++lane) o[lane] = lane_offsets<C>(kg, wm, 0, lane);
+      for (uint32_t i = 0; i < 4; ++i) {
+        for (uint32_t s = 0; s < 2 * C::kChunksPerWarp; ++s) {
+          const uint32_t slice = 2 * kg * C::kChunksPerWarp + s;
+          uint32_t address[32];
+          for (uint32_t lane = 0; lane < 32; ++lane) {
+            address[lane] = i * 16 * 128 + o[lane].a[s];
+            EXPECT_EQ(address[lane], ldmatrix_row_offset(wm * 64 + i * 16, slice, lane));
+          }
+          uint32_t regs[32][4];
+          ldmatrix_x4(tile, address, regs);
+          for (uint32_t lane = 0; lane < 32; ++lane) {
+            for (uint32_t reg = 0; reg < 4; ++reg) {
+              for (uint32_t e = 0; e < 2; ++e) {
+                const uint32_t row = wm * 64 + i * 16 + a_row(reg, lane);
+                const uint32_t k = 16 * slice + a_k(reg, e, lane);
+                ASSERT_EQ(half_of(regs[lane][reg], e), row * 64 + k)
+                    << "split " << C::kSplitK << " kg " << kg << " wm " << wm << " tile " << i
+                    << " slice " << slice << " lane " << lane << " a[" << reg << "] element " << e;
+              }
             }
           }
         }
@@ -120,8 +123,43 @@ TEST(CudaInt4GemmTcLayout, LdmatrixGivesMmaAFragments) {
   }
 }
 
+TEST(CudaInt4GemmTcLayout, LdmatrixGivesMmaAFragments) {
+  const std::vector<uint8_t> tile = x_tile_16bit(128);
+  check_ldmatrix<Config<0, XMode::kBf16, 32>>(tile);
+  check_ldmatrix<Config<1, XMode::kBf16, 32>>(tile);
+  check_ldmatrix<Config<3, XMode::kF16, 16>>(tile);
+}
+
 // FP32 X: the float pair each lane reads for a[reg] (fp32_pair_from, as load_a calls it) is
 // A[row][k], A[row][k + 1] of the mma A fragment.
+template <class C>
+void check_fp32_pairs(const std::vector<float>& tile) {
+  for (uint32_t kg = 0; kg < C::kSplitK; ++kg) {
+    for (uint32_t wm = 0; wm < C::kBM / 64; ++wm) {
+      for (uint32_t lane = 0; lane < 32; ++lane) {
+        const LaneOffsets o = lane_offsets<C>(kg, wm, 0, lane);
+        for (uint32_t i = 0; i < 4; ++i) {
+          for (uint32_t s = 0; s < 2 * C::kChunksPerWarp; ++s) {
+            const uint32_t slice = 2 * kg * C::kChunksPerWarp + s;
+            for (uint32_t reg = 0; reg < 4; ++reg) {
+              const uint32_t at = fp32_pair_from(o.f32, i, s, reg);
+              ASSERT_EQ(at, fp32_pair_offset(wm * 64 + i * 16, slice, reg, lane));
+              ASSERT_EQ(at % 8, 0u);
+              for (uint32_t e = 0; e < 2; ++e) {
+                const uint32_t row = wm * 64 + i * 16 + a_row(reg, lane);
+                const uint32_t k = 16 * slice + a_k(reg, e, lane);
+                ASSERT_EQ(tile[at / 4 + e], static_cast<float>(row * 64 + k))
+                    << "split " << C::kSplitK << " kg " << kg << " wm " << wm << " tile " << i
+                    << " slice " << slice << " lane " << lane << " a[" << reg << "] element " << e;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaInt4GemmTcLayout, Fp32PairsGiveMmaAFragments) {
   const uint32_t rows = 128;
   std::vector<float> tile(size_t{rows} * 64, -1.0f);
@@ -131,27 +169,8 @@ TEST(CudaInt4GemmTcLayout, Fp32PairsGiveMmaAFragments) {
       for (uint32_t e = 0; e < 4; ++e) tile[at / 4 + e] = static_cast<float>(r * 64 + q * 4 + e);
     }
   }
-  for (uint32_t wm = 0; wm < 2; ++wm) {
-    for (uint32_t lane = 0; lane < 32; ++lane) {
-      const LaneOffsets o = lane_offsets<Config<0, XMode::kF32Split, 32>>(wm, 0, lane);
-      for (uint32_t i = 0; i < 4; ++i) {
-        for (uint32_t s = 0; s < 4; ++s) {
-          for (uint32_t reg = 0; reg < 4; ++reg) {
-            const uint32_t at = fp32_pair_from(o.f32, i, s, reg);
-            ASSERT_EQ(at, fp32_pair_offset(wm * 64 + i * 16, s, reg, lane));
-            ASSERT_EQ(at % 8, 0u);
-            for (uint32_t e = 0; e < 2; ++e) {
-              const uint32_t row = wm * 64 + i * 16 + a_row(reg, lane);
-              const uint32_t k = 16 * s + a_k(reg, e, lane);
-              ASSERT_EQ(tile[at / 4 + e], static_cast<float>(row * 64 + k))
-                  << "wm " << wm << " tile " << i << " slice " << s << " lane " << lane << " a["
-                  << reg << "] element " << e;
-            }
-          }
-        }
-      }
-    }
-  }
+  check_fp32_pairs<Config<0, XMode::kF32Split, 32>>(tile);
+  check_fp32_pairs<Config<2, XMode::kF32Split, 16>>(tile);
 }
 
 // 16-bit element -> value, for the dequantised B registers.
@@ -167,10 +186,53 @@ double b_value(bool bf16, uint16_t h) {
   return __half2float(v);
 }
 
+// Each lane's two words at the kernel's offsets (LaneOffsets.codes plus the local chunk, as
+// compute_stage adds), through dequant_chunk_row: the mma B fragments (code - zero point) of
+// every n8 tile, chunk and half of the warp, for every k group.
+template <class C, bool kBf16>
+void check_b_lanes(const std::vector<uint8_t>& tile, const std::vector<uint8_t>& code,
+                   const std::vector<uint32_t>& zero, uint64_t seed) {
+  for (uint32_t kg = 0; kg < C::kSplitK; ++kg) {
+    for (uint32_t wn = 0; wn < 2; ++wn) {
+      for (uint32_t lane = 0; lane < 32; ++lane) {
+        const LaneOffsets o = lane_offsets<C>(kg, 0, wn, lane);
+        EXPECT_EQ(o.permute, permute_selector(lane));
+        for (uint32_t j = 0; j < 4; ++j) {
+          for (uint32_t lc = 0; lc < C::kChunksPerWarp; ++lc) {
+            const uint32_t cc = kg * C::kChunksPerWarp + lc;
+            const uint8_t* row = tile.data() + o.codes + (j * 2 + lc) * kChunkBytes;
+            uint32_t word_a, word_b;
+            std::memcpy(&word_a, row, 4);
+            std::memcpy(&word_b, row + code_word_offset(0, 1) - code_word_offset(0, 0), 4);
+            const uint32_t n = wn * 32 + j * 8 + b_col(lane);
+            uint32_t lo[2], hi[2];
+            dequant_chunk_row<kBf16>(word_a, word_b, o.permute,
+                                     zero_constant<kBf16>(zero[(cc * 2) * 64 + n]),
+                                     zero_constant<kBf16>(zero[(cc * 2 + 1) * 64 + n]), lo, hi);
+            for (uint32_t h = 0; h < 2; ++h) {
+              for (uint32_t reg = 0; reg < 2; ++reg) {
+                for (uint32_t e = 0; e < 2; ++e) {
+                  const uint32_t k = 32 * cc + 16 * h + b_k(reg, e, lane);
+                  const double want = static_cast<double>(code[n * 64 + k]) -
+                                      static_cast<double>(zero[(cc * 2 + h) * 64 + n]);
+                  const uint32_t got = h == 0 ? lo[reg] : hi[reg];
+                  ASSERT_EQ(b_value(kBf16, half_of(got, e)), want)
+                      << (kBf16 ? "bf16" : "f16") << " seed " << seed << " split " << C::kSplitK
+                      << " kg " << kg << " wn " << wn << " lane " << lane << " n8 tile " << j
+                      << " chunk " << cc << " half " << h << " b[" << reg << "] element " << e;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The code tile as the loader fills it (piece p of the CTA's groups at p * 16, from canonical
-// bytes), each lane's two words at the kernel's offsets, dequant_chunk_row: the registers must
-// be the mma B fragments (code - zero point) of every n8 tile, chunk and half, for random codes
-// and zero points, in BF16 and FP16.
+// bytes) for random codes and zero points (one per k half, as with block size 16), checked
+// lane by lane in BF16 and FP16, for a tile without and one with split K.
 template <bool kBf16>
 void check_b_fragments(uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -196,39 +258,8 @@ void check_b_fragments(uint64_t seed) {
   std::vector<uint32_t> zero(4 * kGroups * 8);
   for (auto& z : zero) z = static_cast<uint32_t>(rng() % 16);
 
-  for (uint32_t wn = 0; wn < 2; ++wn) {
-    for (uint32_t lane = 0; lane < 32; ++lane) {
-      const LaneOffsets o = lane_offsets<Config<3, XMode::kBf16, 16>>(0, wn, lane);
-      EXPECT_EQ(o.permute, permute_selector(lane));
-      for (uint32_t j = 0; j < 4; ++j) {
-        for (uint32_t cc = 0; cc < 2; ++cc) {
-          const uint8_t* row = tile.data() + o.codes + (j * 2 + cc) * kChunkBytes;
-          uint32_t word_a, word_b;
-          std::memcpy(&word_a, row, 4);
-          std::memcpy(&word_b, row + code_word_offset(0, 1) - code_word_offset(0, 0), 4);
-          const uint32_t n = wn * 32 + j * 8 + b_col(lane);
-          uint32_t lo[2], hi[2];
-          dequant_chunk_row<kBf16>(word_a, word_b, o.permute,
-                                   zero_constant<kBf16>(zero[(cc * 2) * 64 + n]),
-                                   zero_constant<kBf16>(zero[(cc * 2 + 1) * 64 + n]), lo, hi);
-          for (uint32_t h = 0; h < 2; ++h) {
-            for (uint32_t reg = 0; reg < 2; ++reg) {
-              for (uint32_t e = 0; e < 2; ++e) {
-                const uint32_t k = 32 * cc + 16 * h + b_k(reg, e, lane);
-                const double want = static_cast<double>(code[n * 64 + k]) -
-                                    static_cast<double>(zero[(cc * 2 + h) * 64 + n]);
-                const uint32_t got = h == 0 ? lo[reg] : hi[reg];
-                ASSERT_EQ(b_value(kBf16, half_of(got, e)), want)
-                    << (kBf16 ? "bf16" : "f16") << " seed " << seed << " wn " << wn << " lane "
-                    << lane << " n8 tile " << j << " chunk " << cc << " half " << h << " b[" << reg
-                    << "] element " << e;
-              }
-            }
-          }
-        }
-      }
-    }
-  }
+  check_b_lanes<Config<0, XMode::kBf16, 16>, kBf16>(tile, code, zero, seed);
+  check_b_lanes<Config<1, XMode::kBf16, 16>, kBf16>(tile, code, zero, seed);
 }
 
 TEST(CudaInt4GemmTcLayout, DequantisedCodesAreMmaBFragments) {
@@ -261,22 +292,26 @@ TEST(CudaInt4GemmTcLayout, NibbleMagicIsExact) {
 // The plane entries each lane reads are those of its fragments' columns: the zero constant of
 // its B column, the scales of its two accumulator columns; and the loader's entry e of a thread
 // is plane_entry(unit0 + i * step, column).
-TEST(CudaInt4GemmTcLayout, PlaneEntriesFollowTheFragments) {
-  using C = Config<0, XMode::kBf16, 16>;
+template <class C>
+void check_plane_entries() {
   using L = Loader<C, XMode::kBf16>;
-  for (uint32_t wn = 0; wn < 4; ++wn) {
-    for (uint32_t lane = 0; lane < 32; ++lane) {
-      const LaneOffsets o = lane_offsets<C>(0, wn, lane);
-      for (uint32_t j = 0; j < 4; ++j) {
-        for (uint32_t unit = 0; unit < 4; ++unit) {
-          const uint32_t column = wn * 32 + j * 8;
-          EXPECT_EQ(o.zeros + unit * C::kBN * 4 + j * 32,
-                    plane_entry(unit, column + b_col(lane), C::kBN) * 4);
-          for (uint32_t c = 0; c < 2; ++c) {
-            EXPECT_EQ(o.scales + unit * C::kBN * 4 + j * 32 + 4 * c,
-                      plane_entry(unit, column + acc_col(c, lane), C::kBN) * 4);
-            EXPECT_EQ(acc_col(c + 2, lane), acc_col(c, lane));
-            EXPECT_EQ(acc_row(c + 2, lane), acc_row(c, lane) + 8);
+  constexpr uint32_t kUnitsPerChunk = 32 / C::kFold;
+  for (uint32_t kg = 0; kg < C::kSplitK; ++kg) {
+    for (uint32_t wn = 0; wn < C::kWarpsN; ++wn) {
+      for (uint32_t lane = 0; lane < 32; ++lane) {
+        const LaneOffsets o = lane_offsets<C>(kg, 0, wn, lane);
+        for (uint32_t j = 0; j < 4; ++j) {
+          for (uint32_t unit = 0; unit < C::kChunksPerWarp * kUnitsPerChunk; ++unit) {
+            const uint32_t column = wn * 32 + j * 8;
+            const uint32_t stage_unit = kg * C::kChunksPerWarp * kUnitsPerChunk + unit;
+            EXPECT_EQ(o.zeros + unit * C::kBN * 4 + j * 32,
+                      plane_entry(stage_unit, column + b_col(lane), C::kBN) * 4);
+            for (uint32_t c = 0; c < 2; ++c) {
+              EXPECT_EQ(o.scales + unit * C::kBN * 4 + j * 32 + 4 * c,
+                        plane_entry(stage_unit, column + acc_col(c, lane), C::kBN) * 4);
+              EXPECT_EQ(acc_col(c + 2, lane), acc_col(c, lane));
+              EXPECT_EQ(acc_row(c + 2, lane), acc_row(c, lane) + 8);
+            }
           }
         }
       }
@@ -288,6 +323,17 @@ TEST(CudaInt4GemmTcLayout, PlaneEntriesFollowTheFragments) {
                 plane_entry(tid / C::kBN + i * L::kPlaneUnitStep, tid % C::kBN, C::kBN));
     }
   }
+}
+
+// The plane entries each lane reads are those of its fragments' columns and its chunks' fold
+// units: the zero constant of its B column, the scales of its two accumulator columns; and the
+// loader's entry of a thread is plane_entry(unit0 + i * step, column).
+TEST(CudaInt4GemmTcLayout, PlaneEntriesFollowTheFragments) {
+  check_plane_entries<Config<0, XMode::kBf16, 16>>();
+  check_plane_entries<Config<0, XMode::kBf16, 32>>();
+  check_plane_entries<Config<1, XMode::kBf16, 16>>();
+  check_plane_entries<Config<2, XMode::kBf16, 32>>();
+  check_plane_entries<Config<3, XMode::kBf16, 16>>();
 }
 
 // The loader's X pieces (thread tid < kXThreads, piece i: row tid / pieces + i * kXRowStep,
