@@ -148,6 +148,8 @@ struct Bench {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   cudaEvent_t events[4] = {};
+  int sm_count = 0;
+  size_t max_shared = 0;
   ShapeData shapes[3];
 };
 
@@ -175,6 +177,16 @@ Bench& bench() {
       s->error = "cublasCreate / cublasSetStream failed";
       return s;
     }
+    int device = 0, max_shared = 0;
+    if ((e = cudaGetDevice(&device)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, device)) !=
+            cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                    device)) != cudaSuccess) {
+      s->error = cuda_message("device attributes", e);
+      return s;
+    }
+    s->max_shared = static_cast<size_t>(max_shared);
     if ((e = qmoe::cuda::prepare_int4_gemm_tc()) != cudaSuccess) {
       s->error = cuda_message("prepare_int4_gemm_tc", e);
       return s;
@@ -273,9 +285,17 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
   state.counters["cublas_TFLOP/s"] = cublas_tflops;
   state.counters["ratio"] = ours_tflops / cublas_tflops;
   state.counters["cublas_us"] = cublas_ms / batches * 1e3;
-  state.SetLabel(std::string(kShapes[shape].name) + " m=" + std::to_string(m) +
-                 (tile < 0 ? " auto tile" : " tile " + std::to_string(tile)) + " weights x" +
-                 std::to_string(d.int4.size()));
+  std::string tile_name = tile < 0 ? "auto " : "";
+  qmoe::cuda::Int4GemmTcTile shown = static_cast<qmoe::cuda::Int4GemmTcTile>(tile);
+  if (tile < 0 && !qmoe::cuda::choose_int4_gemm_tc_tile(m, 0, d.n, b.sm_count, b.max_shared,
+                                                        QMOE_DTYPE_BF16, kBlock, &shown)) {
+    tile_name += "none";
+  } else {
+    const qmoe::cuda::Int4GemmTcTileShape s = qmoe::cuda::int4_gemm_tc_tile_shape(shown);
+    tile_name += std::to_string(s.rows_m) + "x" + std::to_string(s.rows_n);
+  }
+  state.SetLabel(std::string(kShapes[shape].name) + " m=" + std::to_string(m) + " tile " +
+                 tile_name + " weights x" + std::to_string(d.int4.size()));
 }
 
 void Args(benchmark::internal::Benchmark* bm) {
