@@ -10,7 +10,8 @@
 // Numerics. (code - zero_point) is a small integer, exact in BF16 and FP16, so the weights enter
 // the tensor cores exactly; every quantization block's products are summed in FP32 by the
 // tensor cores and the block's scale is applied once, in FP32 (acc = fma(scale, block_sum,
-// acc); a 64- or 128-code block is summed as 32-code parts, each folded with the same scale).
+// acc); a 64- or 128-code block is summed as 32-code parts, each folded with the same scale;
+// the split-K tiles fold alternate 32-code chunks in two warps and add the two sums at the end).
 // The only rounding of an operand is X's own type:
 // - X in BF16 or FP16 is used as given (the MMA runs in that type).
 // - X in FP32 is split into BF16 hi = rn(x) and lo = rn(x - hi), two MMAs each; hi + lo equals
@@ -23,9 +24,10 @@
 // error below 32 * 2^-23 of their magnitudes (the tensor cores align addends to the largest
 // exponent and may truncate, in up to four partial sums per step, each normalised), and each
 // FP32 fold and the bias add as one rounding; against the exact FP32 X add
-// int4_gemm_tc_x_split_bound() * sum_k |x_k w_k|. Products whose magnitude is
-// below FP32's normal range may be flushed to zero by the tensor cores (an absolute error of at
-// most 2^-126 each). A Y in FP16 or BF16 is then rounded to nearest even (overflow to infinity).
+// int4_gemm_tc_x_split_bound() * sum_k |x_k w_k|. Products and partial sums below FP32's
+// normal range may be flushed to zero by the tensor cores (an absolute error below 2^-126 per
+// flushed value). A Y in FP16 or BF16 is then rounded to nearest even (overflow to infinity);
+// NaN payloads are not kept.
 // Results are bitwise reproducible: fixed reduction order, no atomics, no dependence on
 // timing.
 //
@@ -34,7 +36,8 @@
 // ldx >= K; codes 16-byte aligned (cudaMalloc gives 256); ldy >= n_end; n_begin <= n_end <= N;
 // a well-formed matrix (block size 16/32/64/128, K a multiple of it, chunks = ceil(K / 32),
 // scales present). Zero points are read as their low 4 bits (docs/formats.md: 0..15). Y must
-// not overlap X or the weights.
+// not overlap X or the weights. Devices 64 and up are cudaErrorInvalidDevice (the one-time
+// setup is kept per device in a fixed table).
 //
 // Launches are asynchronous on `stream`, allocate nothing, synchronise nothing and can be
 // captured in a CUDA graph. The first launch on each device sets the kernels' shared-memory
