@@ -122,24 +122,8 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
                                        device->max_shared_bytes, x_dtype, w.block_size, &tile)) {
     return cudaErrorInvalidValue;
   }
-  const tc::TileGeometry& g = kTileGeometry[static_cast<int>(tile)];
-
-  tc::Params p{};
-  p.w = w;
-  p.x = x;
-  p.ldx = ldx;
-  p.y = y;
-  p.ldy = ldy;
-  p.y_dtype = y_dtype;
-  p.m = m;
-  p.m_device = m_device;
-  p.n_begin = n_begin;
-  p.n_end = n_end;
-  p.n_base = n_begin / kGroupRows * kGroupRows;
-  p.k_tiles = (w.k + tc::kTileK - 1) / tc::kTileK;
-  p.block_shift = static_cast<uint32_t>(__builtin_ctz(w.block_size));
-  p.y_pairs = reinterpret_cast<uintptr_t>(y) % (2 * element_bytes(y_dtype)) == 0 && ldy % 2 == 0;
-  const dim3 grid((n_end - p.n_base + g.bn - 1) / g.bn, (m + g.bm - 1) / g.bm);
+  const tc::Params p = tc::make_params(w, m, m_device, x, ldx, y_dtype, y, ldy, n_begin, n_end);
+  const dim3 grid = tc::grid_for(tile, p);
   const uint32_t fold = tc::fold_k(w.block_size);
   switch (x_dtype) {
     case QMOE_DTYPE_BF16:
@@ -236,4 +220,33 @@ double int4_gemm_tc_x_split_bound(qmoe_dtype x_dtype) {
   return x_dtype == QMOE_DTYPE_F32 ? 0x1p-16 : 0.0;
 }
 
+namespace tc {
+
+Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_device, const void* x,
+                   size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy, uint32_t n_begin,
+                   uint32_t n_end) {
+  Params p{};
+  p.w = w;
+  p.x = x;
+  p.ldx = ldx;
+  p.y = y;
+  p.ldy = ldy;
+  p.y_dtype = y_dtype;
+  p.m = m;
+  p.m_device = m_device;
+  p.n_begin = n_begin;
+  p.n_end = n_end;
+  p.n_base = n_begin / kGroupRows * kGroupRows;
+  p.k_tiles = (w.k + kTileK - 1) / kTileK;
+  p.block_shift = static_cast<uint32_t>(__builtin_ctz(w.block_size));
+  p.y_pairs = reinterpret_cast<uintptr_t>(y) % (2 * element_bytes(y_dtype)) == 0 && ldy % 2 == 0;
+  return p;
+}
+
+dim3 grid_for(Int4GemmTcTile tile, const Params& p) {
+  const TileGeometry& g = kTileGeometry[static_cast<int>(tile)];
+  return dim3((p.n_end - p.n_base + g.bn - 1) / g.bn, (p.m + g.bm - 1) / g.bm);
+}
+
+}  // namespace tc
 }  // namespace qmoe::cuda

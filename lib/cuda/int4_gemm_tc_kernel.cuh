@@ -70,7 +70,7 @@ struct Config {
 };
 
 template <class T>
-__device__ __forceinline__ uint32_t bits_of(T value) {
+QMOE_TC_HD uint32_t bits_of(T value) {
   static_assert(sizeof(T) == 4);
   uint32_t bits;
   memcpy(&bits, &value, 4);
@@ -78,17 +78,24 @@ __device__ __forceinline__ uint32_t bits_of(T value) {
 }
 
 // One 16-bit or 32-bit plane element as FP32 (exact).
-__device__ __forceinline__ float load_as_float(qmoe_dtype dtype, const void* base, size_t i) {
+QMOE_TC_HD float load_as_float(qmoe_dtype dtype, const void* base, size_t i) {
   if (dtype == QMOE_DTYPE_F32) return static_cast<const float*>(base)[i];
-  const uint32_t bits = static_cast<const uint16_t*>(base)[i];
-  return dtype == QMOE_DTYPE_F16 ? __half2float(__ushort_as_half(static_cast<unsigned short>(bits)))
-                                 : __uint_as_float(bits << 16);
+  const uint16_t bits = static_cast<const uint16_t*>(base)[i];
+  if (dtype == QMOE_DTYPE_F16) {
+    __half h;
+    memcpy(&h, &bits, 2);
+    return __half2float(h);
+  }
+  const uint32_t wide = uint32_t{bits} << 16;
+  float f;
+  memcpy(&f, &wide, 4);
+  return f;
 }
 
 // Element (n, b) of a scale or zero-point plane (docs/formats.md: row term n * row_stride, or
 // (n / 8) * group_stride + (n % 8) * row_stride when the group stride is nonzero).
-__device__ __forceinline__ size_t plane_offset(uint32_t n, uint32_t b, size_t row_stride,
-                                               size_t block_stride, size_t group_stride) {
+QMOE_TC_HD size_t plane_offset(uint32_t n, uint32_t b, size_t row_stride, size_t block_stride,
+                               size_t group_stride) {
   const size_t row = group_stride != 0 ? size_t{n / kGroupRows} * group_stride +
                                              size_t{n % kGroupRows} * row_stride
                                        : size_t{n} * row_stride;
@@ -146,8 +153,7 @@ struct Loader {
 
   static_assert(kXRowStep % (kXBytes == 2 ? 8 : 4) == 0);  // see x_piece_offset
 
-  __device__ __forceinline__ Loader(const Params& p, uint32_t rows, uint32_t m0, uint32_t n0,
-                                    uint32_t tid) {
+  QMOE_TC_HD Loader(const Params& p, uint32_t rows, uint32_t m0, uint32_t n0, uint32_t tid) {
     const uint32_t r0 = tid / kPiecesPerRow, q = tid % kPiecesPerRow;
     x_k = q * (16 / kXBytes);
     x_dst = x_piece_offset(r0, q, kXBytes);
@@ -173,8 +179,7 @@ struct Loader {
   }
 
   // Issues the cp.async copies of k-tile kt into `stage`.
-  __device__ __forceinline__ void copy_async(const Params& p, uint8_t* stage, uint32_t kt,
-                                             uint32_t tid) const {
+  QMOE_TC_HD void copy_async(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
     const uint32_t x_s = ptx::shared_address(stage);
     if (kXThreads == C::kThreads || tid < kXThreads) {  // warp-uniform
       const bool k_ok = kt * kTileK + x_k < p.w.k;      // K is a multiple of 16: whole pieces
@@ -205,7 +210,7 @@ struct Loader {
 
   // Loads k-tile kt's plane entries (unit0 + i * kPlaneUnitStep, this thread's column) into
   // registers.
-  __device__ __forceinline__ void fetch_planes(const Params& p, uint32_t kt) {
+  QMOE_TC_HD void fetch_planes(const Params& p, uint32_t kt) {
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
       const uint32_t k = kt * kTileK + (unit0 + i * kPlaneUnitStep) * C::kFold;
@@ -224,7 +229,7 @@ struct Loader {
   }
 
   // Entry [unit][column] of the stage's planes.
-  __device__ __forceinline__ void store_planes(uint8_t* stage, uint32_t tid) const {
+  QMOE_TC_HD void store_planes(uint8_t* stage, uint32_t tid) const {
     auto* scales = reinterpret_cast<float*>(stage + C::kStage.scale_offset);
     auto* zeros = reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset);
 #pragma unroll
@@ -238,7 +243,7 @@ struct Loader {
 
 // x = hi + lo + r with hi = rn(x), lo = rn(x - hi) in BF16 (x - hi is exact in FP32), so
 // |r| <= 2^-16 |x|; both pairs packed with the first value in the low half.
-__device__ __forceinline__ void split_bf16x2(float2 v, uint32_t& hi, uint32_t& lo) {
+QMOE_TC_HD void split_bf16x2(float2 v, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(v.x, v.y);
   const float2 back = __bfloat1622float2(h);
   hi = bits_of(h);
@@ -299,8 +304,8 @@ QMOE_TC_HD LaneOffsets lane_offsets(uint32_t kg, uint32_t wm, uint32_t wn, uint3
 // The A fragment of m16 tile i of the warp for the stage's k16 slice s (a_lo: FP32 X's low
 // parts).
 template <class C, XMode kX>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], uint32_t (&a_lo)[4], const uint8_t* stage,
-                                       const LaneOffsets& o, uint32_t i, uint32_t s) {
+QMOE_TC_HD void load_a(uint32_t (&a)[4], uint32_t (&a_lo)[4], const uint8_t* stage,
+                       const LaneOffsets& o, uint32_t i, uint32_t s) {
   if constexpr (!XTraits<kX>::kSplit) {
     // ldmatrix_row_offset(row0 + 16 i, ...) = ldmatrix_row_offset(row0, ...) + 16 i rows: the
     // swizzle repeats every 8 rows.
@@ -315,7 +320,7 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], uint32_t (&a_lo)[4], co
 }
 
 // acc += scale * sum for one m16n8 tile: columns 2t (c[0], c[2]) and 2t + 1 (c[1], c[3]).
-__device__ __forceinline__ void fold(float (&acc)[4], const float (&sum)[4], float2 scale) {
+QMOE_TC_HD void fold(float (&acc)[4], const float (&sum)[4], float2 scale) {
   acc[0] = fmaf(scale.x, sum[0], acc[0]);
   acc[1] = fmaf(scale.y, sum[1], acc[1]);
   acc[2] = fmaf(scale.x, sum[2], acc[2]);
@@ -324,9 +329,8 @@ __device__ __forceinline__ void fold(float (&acc)[4], const float (&sum)[4], flo
 
 // sum (+)= A * B over one k16 slice; FP32 X adds its low part first, then the high part.
 template <XMode kX>
-__device__ __forceinline__ void mma_slice(float (&sum)[4], const uint32_t (&a)[4],
-                                          const uint32_t (&a_lo)[4], const uint32_t (&b)[2],
-                                          bool first) {
+QMOE_TC_HD void mma_slice(float (&sum)[4], const uint32_t (&a)[4], const uint32_t (&a_lo)[4],
+                          const uint32_t (&b)[2], bool first) {
   constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
   const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const uint32_t(&a_first)[4] = XTraits<kX>::kSplit ? a_lo : a;
@@ -340,8 +344,7 @@ __device__ __forceinline__ void mma_slice(float (&sum)[4], const uint32_t (&a)[4
 
 // The MMAs of one stage (k-tile) for the calling warp.
 template <class C, XMode kX>
-__device__ __forceinline__ void compute_stage(float (&acc)[4][4][4], const uint8_t* stage,
-                                              const LaneOffsets& o) {
+QMOE_TC_HD void compute_stage(float (&acc)[4][4][4], const uint8_t* stage, const LaneOffsets& o) {
   constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
   const uint8_t* codes = stage + C::kStage.code_offset + o.codes;
   const uint8_t* scales = stage + C::kStage.scale_offset + o.scales;
@@ -389,8 +392,8 @@ __device__ __forceinline__ void compute_stage(float (&acc)[4][4][4], const uint8
 
 // Y[row][col], Y[row][col + 1] for the written ones of the two (col is even); one vector store
 // when both are written and the launch allows pairs.
-__device__ __forceinline__ void store_pair(const Params& p, uint32_t row, uint32_t col, float v0,
-                                           float v1, bool in0, bool in1) {
+QMOE_TC_HD void store_pair(const Params& p, uint32_t row, uint32_t col, float v0, float v1,
+                           bool in0, bool in1) {
   const size_t at = size_t{row} * p.ldy + col;
   const bool pair = p.y_pairs && in0 && in1;
   switch (p.y_dtype) {
@@ -428,9 +431,8 @@ __device__ __forceinline__ void store_pair(const Params& p, uint32_t row, uint32
 
 // Writes the warp's outputs: rows < M, columns in [n_begin, n_end) only; bias added in FP32.
 template <class C>
-__device__ __forceinline__ void store_outputs(const Params& p, const float (&acc)[4][4][4],
-                                              uint32_t rows, uint32_t m0, uint32_t n0, uint32_t wm,
-                                              uint32_t wn, uint32_t lane) {
+QMOE_TC_HD void store_outputs(const Params& p, const float (&acc)[4][4][4], uint32_t rows,
+                              uint32_t m0, uint32_t n0, uint32_t wm, uint32_t wn, uint32_t lane) {
 #pragma unroll
   for (uint32_t j = 0; j < 4; ++j) {
     const uint32_t col = n0 + wn * kWarpRowsN + j * 8 + acc_col(0, lane);  // even
@@ -457,17 +459,16 @@ __device__ __forceinline__ void store_outputs(const Params& p, const float (&acc
   }
 }
 
-template <int kTileIndex, XMode kX, uint32_t kFold>
-__global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
-    int4_gemm_tc_kernel(const __grid_constant__ Params p) {
-  using C = Config<kTileIndex, kX, kFold>;
-  extern __shared__ __align__(128) uint8_t smem[];
-
-  const uint32_t rows = p.m_device != nullptr ? min(*p.m_device, p.m) : p.m;
-  const uint32_t m0 = blockIdx.y * C::kBM;
+// One CTA's work: (bx, by) as blockIdx, thread tid of C::kThreads, `smem` its dynamic shared
+// memory (kStages stages). The kernel below runs it; the emulation test runs it on host
+// threads.
+template <class C, XMode kX>
+QMOE_TC_HD void run_cta(const Params& p, uint8_t* smem, uint32_t bx, uint32_t by, uint32_t tid) {
+  const uint32_t rows = p.m_device != nullptr ? (*p.m_device < p.m ? *p.m_device : p.m) : p.m;
+  const uint32_t m0 = by * C::kBM;
   if (m0 >= rows) return;  // the whole CTA, before any barrier
-  const uint32_t n0 = p.n_base + blockIdx.x * C::kBN;
-  const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint32_t n0 = p.n_base + bx * C::kBN;
+  const uint32_t lane = tid & 31, warp = tid >> 5;
   // Warp = (k group, warp row, warp column), the column fastest.
   const uint32_t kg = warp / C::kWarpsPerGroup, in_group = warp % C::kWarpsPerGroup;
   const uint32_t wm = in_group / C::kWarpsN, wn = in_group % C::kWarpsN;
@@ -503,7 +504,7 @@ __global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
     ptx::cp_async_wait<kStages - 2>();
     // All threads' copies and plane stores of k-tile kt are now visible, and every warp has
     // finished k-tile kt - 1, whose stage ((kt + kStages - 1) % kStages) is refilled next.
-    __syncthreads();
+    ptx::cta_barrier();
     const uint32_t next = kt + kStages - 1;
     uint8_t* next_stage = smem + (next % kStages) * C::kStage.bytes;
     if (next < p.k_tiles) {
@@ -521,18 +522,25 @@ __global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
     // k group 1 hands its sums to group 0 through the stages: after this barrier no warp reads
     // them any more and no copy into them is pending. Entry [warp in group][c][lane], so that a
     // warp's stores and loads are 32 consecutive words.
-    __syncthreads();
+    ptx::cta_barrier();
     auto* partial = reinterpret_cast<float*>(smem) + in_group * 64 * 32 + lane;
     if (kg == 1) {
 #pragma unroll
       for (uint32_t c = 0; c < 64; ++c) partial[c * 32] = acc[c / 16][(c / 4) % 4][c % 4];
     }
-    __syncthreads();
+    ptx::cta_barrier();
     if (kg == 1) return;
 #pragma unroll
     for (uint32_t c = 0; c < 64; ++c) acc[c / 16][(c / 4) % 4][c % 4] += partial[c * 32];
   }
   store_outputs<C>(p, acc, rows, m0, n0, wm, wn, lane);
+}
+
+template <int kTileIndex, XMode kX, uint32_t kFold>
+__global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
+    int4_gemm_tc_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  run_cta<Config<kTileIndex, kX, kFold>, kX>(p, smem, blockIdx.x, blockIdx.y, threadIdx.x);
 }
 
 template <XMode kX, int kTileIndex, uint32_t kFold>

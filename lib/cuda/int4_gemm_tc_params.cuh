@@ -80,6 +80,13 @@ constexpr size_t shared_bytes(TileGeometry g, uint32_t x_element_bytes, uint32_t
   return size_t{kStages} * stage_layout(g, x_element_bytes, fold).bytes;
 }
 
+// The launch parameters and grid of checked arguments (int4_gemm_tc.cu): also what the
+// emulation test runs the kernel code with.
+Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_device, const void* x,
+                   size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy, uint32_t n_begin,
+                   uint32_t n_end);
+dim3 grid_for(Int4GemmTcTile tile, const Params& p);
+
 // Per X type (int4_gemm_tc_{bf16,f16,f32}.cu): launch one variant on `grid`, and raise the
 // dynamic shared-memory limit of every variant whose need is at most max_shared_bytes.
 cudaError_t launch_variant_bf16(Int4GemmTcTile tile, uint32_t fold, const Params& p, dim3 grid,

@@ -1,6 +1,10 @@
-// One-instruction PTX wrappers for the sm_80+ tensor-core kernels: cp.async, ldmatrix and
-// mma.sync m16n8k16 (device only), and the byte, logic and packed-FMA operations of the
-// in-register dequantisation (device, and host for the layout test).
+// One-instruction PTX wrappers for the sm_80+ tensor-core kernels: cp.async, ldmatrix,
+// mma.sync m16n8k16 and the CTA barrier, and the byte, logic and packed-FMA operations of the
+// in-register dequantisation. On the device each is its instruction. On the host each follows
+// the PTX ISA's (or CUDA's) description: the plain ones directly, the warp- and CTA-wide ones
+// through the emulator that tests/cuda/int4_gemm_tc_emulation_test.cu installs (HostEmulator
+// below), so that the kernels' own code runs, unchanged, on a machine without a GPU. Library
+// code never calls the host paths.
 #ifndef QMOE_LIB_CUDA_TC_PTX_CUH_
 #define QMOE_LIB_CUDA_TC_PTX_CUH_
 
@@ -12,38 +16,80 @@
 
 namespace qmoe::cuda::ptx {
 
-__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+// The host side of the warp- and CTA-wide operations: one emulator per emulated thread, set by
+// the test before it runs kernel code on that thread.
+struct HostEmulator {
+  virtual ~HostEmulator() = default;
+  virtual uint8_t* shared_memory() = 0;
+  virtual void cta_barrier() = 0;
+  virtual void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) = 0;
+  virtual void mma_16816(bool bf16, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                         const float (&c)[4]) = 0;
+};
+inline thread_local HostEmulator* host_emulator = nullptr;
+
+__host__ __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+#if defined(__CUDA_ARCH__)
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+#else
+  return static_cast<uint32_t>(static_cast<const uint8_t*>(pointer) -
+                               host_emulator->shared_memory());
+#endif
+}
+
+__host__ __device__ __forceinline__ void cta_barrier() {
+#if defined(__CUDA_ARCH__)
+  __syncthreads();
+#else
+  host_emulator->cta_barrier();
+#endif
 }
 
 // 16 bytes global -> shared, asynchronously (cp.async.cg: cached in L2 only). With valid false
 // the source size is 0: nothing is read and the 16 destination bytes are zeroed (PTX ISA,
 // cp.async: the bytes past src-size are filled with zeros); `src` must still be a mapped
-// address, so callers pass a base pointer then.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+// address, so callers pass a base pointer then. (The host copies at once.)
+__host__ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__)
   const uint32_t src_bytes = valid ? 16u : 0u;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes)
                : "memory");
+#else
+  uint8_t* to = host_emulator->shared_memory() + dst;
+  if (valid) {
+    memcpy(to, src, 16);
+  } else {
+    memset(to, 0, 16);
+  }
+#endif
 }
 
-__device__ __forceinline__ void cp_async_commit() {
+__host__ __device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__)
   asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
 }
 
 // Waits until at most `kPending` of this thread's most recent groups are still in flight. The
 // copies become visible to other threads only after a barrier that follows.
 template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
+__host__ __device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__)
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
 }
 
 // `value`, unknown to the compiler: it cannot hoist what is computed from the result out of the
 // enclosing loop, nor recompute the result from what made `value` (it has to keep it).
-__device__ __forceinline__ size_t opaque(size_t value) {
+__host__ __device__ __forceinline__ size_t opaque(size_t value) {
+#if defined(__CUDA_ARCH__)
   size_t result;
   asm volatile("mov.b64 %0, %1;\n" : "=l"(result) : "l"(value));
   return result;
+#else
+  return value;
+#endif
 }
 __host__ __device__ __forceinline__ uint32_t opaque32(uint32_t value) {
 #if defined(__CUDA_ARCH__)
@@ -58,10 +104,14 @@ __host__ __device__ __forceinline__ uint32_t opaque32(uint32_t value) {
 // Four 8x8 matrices of 16-bit elements. Lanes 8i..8i+7 give the 16-byte rows of matrix i;
 // register i of lane L receives elements 2(L % 4), 2(L % 4) + 1 of row L / 4 of matrix i, the
 // lower index in the low half (PTX ISA, ldmatrix, fragment layout of one 8x8 matrix).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+__host__ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+#if defined(__CUDA_ARCH__)
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
+#else
+  host_emulator->ldmatrix_x4(r, address);
+#endif
 }
 
 // D = A * B + C for a 16x8x16 tile, FP32 accumulators. With g = lane / 4 and t = lane % 4
@@ -72,8 +122,9 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) 
 //   c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
 // each pair with the lower index in the low 16 bits.
 template <bool kBf16>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1, const float (&c)[4]) {
+__host__ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
+                                                   uint32_t b0, uint32_t b1, const float (&c)[4]) {
+#if defined(__CUDA_ARCH__)
   if constexpr (kBf16) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
@@ -87,6 +138,9 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
           "f"(c[2]), "f"(c[3]));
   }
+#else
+  host_emulator->mma_16816(kBf16, d, a, b0, b1, c);
+#endif
 }
 
 // The integer and packed-half operations of the in-register dequantisation. Each is one
