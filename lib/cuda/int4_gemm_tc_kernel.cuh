@@ -137,6 +137,10 @@ struct Loader {
   // Row (group) starts of the pieces' sources. A piece whose row is past M (group past the
   // last) gets a row (group) that exists and is copied with source size 0, and a piece whose k
   // is past K gets no k offset, so that no address handed to cp.async leaves the buffers.
+  // With at most 4 pieces a thread keeps each piece's row start (x_rows); with more (FP32 X on
+  // the smaller tiles) that many 64-bit addresses spill, so it recomputes them from x_src.
+  static constexpr bool kKeepRows = kXPerThread <= 4;
+  const uint8_t* x_rows[kKeepRows ? kXPerThread : 1];
   const uint8_t* x_src;  // row m0 of X (it exists: the CTA has rows)
   size_t x_row_bytes;    // ldx in bytes
   const uint8_t* code_src[kCodePerThread];
@@ -160,6 +164,13 @@ struct Loader {
     x_rows_left = static_cast<int32_t>(rows - m0) - static_cast<int32_t>(r0);
     x_row_bytes = p.ldx * kXBytes;
     x_src = static_cast<const uint8_t*>(p.x) + size_t{m0} * x_row_bytes;
+    if constexpr (kKeepRows) {
+#pragma unroll
+      for (uint32_t i = 0; i < kXPerThread; ++i) {
+        const bool row_ok = static_cast<int32_t>(i * kXRowStep) < x_rows_left;
+        x_rows[i] = row_ok ? x_src + (r0 + i * kXRowStep) * x_row_bytes : x_src;
+      }
+    }
     const uint32_t groups = (p.w.n + kGroupRows - 1) / kGroupRows;
     const uint32_t group = n0 / kGroupRows + tid / 16;
     code_chunk = (tid / 8) % 2;
@@ -184,16 +195,20 @@ struct Loader {
     if (kXThreads == C::kThreads || tid < kXThreads) {  // warp-uniform
       const bool k_ok = kt * kTileK + x_k < p.w.k;      // K is a multiple of 16: whole pieces
       const size_t x_advance = k_ok ? (size_t{kt} * kTileK + x_k) * kXBytes : 0;
-      // The row size passes through an opaque move so that the compiler recomputes each
-      // piece's address here instead of keeping kXPerThread 64-bit addresses live across the
-      // whole loop (with 16 pieces, FP32 X, they spilled).
-      const size_t row_bytes = ptx::opaque(x_row_bytes);
+      // Without kept rows the row size passes through an opaque move, so that the compiler
+      // recomputes each address here rather than hoisting kXPerThread of them out of the loop.
+      const size_t row_bytes = kKeepRows ? 0 : ptx::opaque(x_row_bytes);
 #pragma unroll
       for (uint32_t i = 0; i < kXPerThread; ++i) {
         const bool row_ok = static_cast<int32_t>(i * kXRowStep) < x_rows_left;
-        const uint32_t row = row_ok ? tid / kPiecesPerRow + i * kXRowStep : 0;  // in the tile
-        ptx::cp_async_16(x_s + x_dst + i * kXRowStep * C::kStage.x_row_bytes,
-                         x_src + row * row_bytes + x_advance, k_ok && row_ok);
+        const uint8_t* src;
+        if constexpr (kKeepRows) {
+          src = x_rows[i];
+        } else {
+          src = x_src + (row_ok ? tid / kPiecesPerRow + i * kXRowStep : 0) * row_bytes;
+        }
+        ptx::cp_async_16(x_s + x_dst + i * kXRowStep * C::kStage.x_row_bytes, src + x_advance,
+                         k_ok && row_ok);
       }
     }
     const uint32_t codes_s = x_s + C::kStage.code_offset;
