@@ -1,0 +1,252 @@
+// Host side of the tensor-core INT4 GEMM: argument checks, the per-device one-time setup, the
+// tile choice and the launch. The kernels are in int4_gemm_tc_kernel.cuh.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+#include "lib/cuda/int4_gemm_tc.cuh"
+#include "lib/cuda/int4_gemm_tc_params.cuh"
+
+namespace qmoe::cuda {
+namespace {
+
+using tc::kTileGeometry;
+
+bool valid_dtype(qmoe_dtype d) {
+  return d == QMOE_DTYPE_F32 || d == QMOE_DTYPE_F16 || d == QMOE_DTYPE_BF16;
+}
+
+uint32_t element_bytes(qmoe_dtype d) {
+  return d == QMOE_DTYPE_F32 ? 4 : 2;
+}
+
+// The tile choice models the busiest warp scheduler (4 per multiprocessor; CTAs spread evenly
+// over the multiprocessors, a CTA's warps round-robin over its schedulers): the instructions
+// it issues, counted in 64 x 32 warp-tile k-steps (halved by split K) times the tile's
+// instructions per MMA relative to 128x128 (the split-K tiles pay their per-k-tile loads and
+// loop work with half as many MMAs), over the rate one scheduler sustains with that many warps
+// resident (one warp stalls on its own latencies). Residency assumes 192 registers a thread
+// (ptxas reports 133-198) and the opt-in shared memory. Ties go to the larger tile, which
+// reloads X and W less.
+constexpr uint32_t kSchedulers = 4;
+constexpr uint32_t kRegistersPerThread = 192;
+constexpr uint32_t kRegistersPerSm = 65536;
+constexpr double kIssuePerMma[kInt4GemmTcTileCount] = {1.0, 1.25, 1.25, 1.25};
+constexpr double kSchedulerRate[] = {0.0, 0.6, 0.85, 1.0};  // by resident warps, 3 or more
+
+// Per device: filled once under the mutex, then read without it (`ready` publishes it).
+struct DeviceState {
+  std::atomic<bool> ready{false};
+  int sm_count = 0;
+  size_t max_shared_bytes = 0;
+};
+constexpr int kMaxDevices = 64;
+DeviceState g_devices[kMaxDevices];
+std::mutex g_setup_mutex;
+
+cudaError_t current_device_state(const DeviceState** state) {
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return error;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  DeviceState& s = g_devices[device];
+  if (!s.ready.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(g_setup_mutex);
+    if (!s.ready.load(std::memory_order_relaxed)) {
+      int sm_count = 0, max_shared = 0;
+      error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+      if (error == cudaSuccess) {
+        error =
+            cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      }
+      const size_t max_bytes = static_cast<size_t>(std::max(max_shared, 0));
+      if (error == cudaSuccess) error = tc::configure_variants_bf16(max_bytes);
+      if (error == cudaSuccess) error = tc::configure_variants_f16(max_bytes);
+      if (error == cudaSuccess) error = tc::configure_variants_f32(max_bytes);
+      if (error != cudaSuccess) return error;  // not marked ready: the next call tries again
+      s.sm_count = std::max(sm_count, 1);
+      s.max_shared_bytes = max_bytes;
+      s.ready.store(true, std::memory_order_release);
+    }
+  }
+  *state = &s;
+  return cudaSuccess;
+}
+
+cudaError_t check_arguments(const DeviceQuantMatrix& w, uint32_t m, qmoe_dtype x_dtype,
+                            const void* x, size_t ldx, qmoe_dtype y_dtype, const void* y,
+                            size_t ldy, uint32_t n_begin, uint32_t n_end) {
+  const uint32_t b = w.block_size;
+  if (b != 16 && b != 32 && b != 64 && b != 128) return cudaErrorInvalidValue;
+  if (w.n == 0 || w.k == 0 || w.n > QMOE_MAX_MATRIX_DIM || w.k > QMOE_MAX_MATRIX_DIM ||
+      w.k % b != 0 || w.chunks != (w.k + kChunkCodes - 1) / kChunkCodes) {
+    return cudaErrorInvalidValue;
+  }
+  if (w.codes == nullptr || reinterpret_cast<uintptr_t>(w.codes) % 16 != 0 || w.scales == nullptr ||
+      !valid_dtype(w.scale_dtype) || (w.bias != nullptr && !valid_dtype(w.bias_dtype))) {
+    return cudaErrorInvalidValue;
+  }
+  if (!valid_dtype(x_dtype) || !valid_dtype(y_dtype) || n_begin > n_end || n_end > w.n) {
+    return cudaErrorInvalidValue;
+  }
+  if (m == 0 || n_begin == n_end) return cudaSuccess;
+  if (x == nullptr || y == nullptr || ldx < w.k || ldy < n_end ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0 || (ldx * element_bytes(x_dtype)) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  // Row tiles go on grid.y (at most 65535); the shortest tile has 64 rows.
+  if ((m + 63) / 64 > 65535u) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w, uint32_t m,
+                   const uint32_t* m_device, qmoe_dtype x_dtype, const void* x, size_t ldx,
+                   qmoe_dtype y_dtype, void* y, size_t ldy, uint32_t n_begin, uint32_t n_end,
+                   cudaStream_t stream) {
+  cudaError_t error = check_arguments(w, m, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end);
+  if (error != cudaSuccess || m == 0 || n_begin == n_end) return error;
+  const DeviceState* device = nullptr;
+  error = current_device_state(&device);
+  if (error != cudaSuccess) return error;
+
+  Int4GemmTcTile tile;
+  if (given_tile != nullptr) {
+    tile = *given_tile;
+    if (static_cast<int>(tile) < 0 || static_cast<int>(tile) >= kInt4GemmTcTileCount ||
+        int4_gemm_tc_shared_bytes(tile, x_dtype, w.block_size) > device->max_shared_bytes) {
+      return cudaErrorInvalidValue;
+    }
+  } else if (!choose_int4_gemm_tc_tile(m, n_begin, n_end, device->sm_count,
+                                       device->max_shared_bytes, x_dtype, w.block_size, &tile)) {
+    return cudaErrorInvalidValue;
+  }
+  const tc::Params p = tc::make_params(w, m, m_device, x, ldx, y_dtype, y, ldy, n_begin, n_end);
+  const dim3 grid = tc::grid_for(tile, p);
+  const uint32_t fold = tc::fold_k(w.block_size);
+  switch (x_dtype) {
+    case QMOE_DTYPE_BF16:
+      return tc::launch_variant_bf16(tile, fold, p, grid, stream);
+    case QMOE_DTYPE_F16:
+      return tc::launch_variant_f16(tile, fold, p, grid, stream);
+    case QMOE_DTYPE_F32:
+      break;
+  }
+  return tc::launch_variant_f32(tile, fold, p, grid, stream);
+}
+
+}  // namespace
+
+Int4GemmTcTileShape int4_gemm_tc_tile_shape(Int4GemmTcTile tile) {
+  const tc::TileGeometry& g = kTileGeometry[static_cast<int>(tile)];
+  return {g.bm, g.bn, tc::tile_threads(g)};
+}
+
+size_t int4_gemm_tc_shared_bytes(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t block_size) {
+  if (!valid_dtype(x_dtype)) return 0;
+  return tc::shared_bytes(kTileGeometry[static_cast<int>(tile)], element_bytes(x_dtype),
+                          tc::fold_k(block_size));
+}
+
+bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int sm_count,
+                              size_t max_shared_bytes, qmoe_dtype x_dtype, uint32_t block_size,
+                              Int4GemmTcTile* tile) {
+  const uint64_t columns = n_end - n_begin / kGroupRows * kGroupRows;
+  const uint64_t sms = static_cast<uint64_t>(std::max(sm_count, 1));
+  bool found = false;
+  double best = 0.0;
+  for (int i = 0; i < kInt4GemmTcTileCount; ++i) {
+    const auto candidate = static_cast<Int4GemmTcTile>(i);
+    const size_t shared = int4_gemm_tc_shared_bytes(candidate, x_dtype, block_size);
+    if (shared > max_shared_bytes) continue;
+    const tc::TileGeometry& g = kTileGeometry[i];
+    const uint64_t threads = tc::tile_threads(g), warps = threads / 32;
+    const uint64_t tiles = (uint64_t{m} + g.bm - 1) / g.bm * ((columns + g.bn - 1) / g.bn);
+    const uint64_t per_sm = (tiles + sms - 1) / sms;
+    const uint64_t resident = std::max<uint64_t>(
+        1, std::min<uint64_t>({per_sm, kRegistersPerSm / (threads * kRegistersPerThread),
+                               max_shared_bytes / std::max<size_t>(shared, 1)}));
+    const uint64_t issued = (per_sm * warps + kSchedulers - 1) / kSchedulers;  // warps, serially
+    const uint64_t concurrent =
+        std::min<uint64_t>((resident * warps + kSchedulers - 1) / kSchedulers, 3);
+    const double cost =
+        static_cast<double>(issued) / g.split_k * kIssuePerMma[i] / kSchedulerRate[concurrent];
+    if (!found || cost < best * (1.0 - 1e-9)) {
+      found = true;
+      best = cost;
+      *tile = candidate;
+    }
+  }
+  return found;
+}
+
+cudaError_t prepare_int4_gemm_tc() {
+  const DeviceState* device = nullptr;
+  return current_device_state(&device);
+}
+
+cudaError_t launch_int4_gemm_tc(const DeviceQuantMatrix& w, uint32_t m, qmoe_dtype x_dtype,
+                                const void* x, size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
+                                uint32_t n_begin, uint32_t n_end, cudaStream_t stream) {
+  return launch(nullptr, w, m, nullptr, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end, stream);
+}
+
+cudaError_t launch_int4_gemm_tc_device_m(const DeviceQuantMatrix& w, uint32_t m_capacity,
+                                         const uint32_t* m_device, qmoe_dtype x_dtype,
+                                         const void* x, size_t ldx, qmoe_dtype y_dtype, void* y,
+                                         size_t ldy, uint32_t n_begin, uint32_t n_end,
+                                         cudaStream_t stream) {
+  if (m_device == nullptr) return cudaErrorInvalidValue;
+  return launch(nullptr, w, m_capacity, m_device, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end,
+                stream);
+}
+
+cudaError_t launch_int4_gemm_tc_tile(Int4GemmTcTile tile, const DeviceQuantMatrix& w, uint32_t m,
+                                     const uint32_t* m_device, qmoe_dtype x_dtype, const void* x,
+                                     size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
+                                     uint32_t n_begin, uint32_t n_end, cudaStream_t stream) {
+  return launch(&tile, w, m, m_device, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end, stream);
+}
+
+double int4_gemm_tc_accumulation_bound(uint32_t k, uint32_t block_size, qmoe_dtype x_dtype) {
+  const uint32_t fold = tc::fold_k(block_size);
+  const double steps = (fold / 16) * (x_dtype == QMOE_DTYPE_F32 ? 2.0 : 1.0);
+  const double folds = std::ceil(static_cast<double>(k) / fold);
+  return (32.0 * steps + folds + 2.0) * 0x1p-23;
+}
+
+double int4_gemm_tc_x_split_bound(qmoe_dtype x_dtype) {
+  return x_dtype == QMOE_DTYPE_F32 ? 0x1p-16 : 0.0;
+}
+
+namespace tc {
+
+Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_device, const void* x,
+                   size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy, uint32_t n_begin,
+                   uint32_t n_end) {
+  Params p{};
+  p.w = w;
+  p.x = x;
+  p.ldx = ldx;
+  p.y = y;
+  p.ldy = ldy;
+  p.y_dtype = y_dtype;
+  p.m = m;
+  p.m_device = m_device;
+  p.n_begin = n_begin;
+  p.n_end = n_end;
+  p.n_base = n_begin / kGroupRows * kGroupRows;
+  p.k_tiles = (w.k + kTileK - 1) / kTileK;
+  p.block_shift = static_cast<uint32_t>(__builtin_ctz(w.block_size));
+  p.y_pairs = reinterpret_cast<uintptr_t>(y) % (2 * element_bytes(y_dtype)) == 0 && ldy % 2 == 0;
+  return p;
+}
+
+dim3 grid_for(Int4GemmTcTile tile, const Params& p) {
+  const TileGeometry& g = kTileGeometry[static_cast<int>(tile)];
+  return dim3((p.n_end - p.n_base + g.bn - 1) / g.bn, (p.m + g.bm - 1) / g.bm);
+}
+
+}  // namespace tc
+}  // namespace qmoe::cuda

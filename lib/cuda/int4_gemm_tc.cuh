@@ -1,0 +1,119 @@
+// The prefill dequant-GEMM on tensor cores (sm_80+, mma.sync m16n8k16), reading the canonical
+// INT4 codes and scale planes in place (docs/formats.md): no repack, no dequantised copy.
+//
+//   Y[i, n] = sum_k X[i, k] * W[n, k] (+ bias[n])   for i < M, n_begin <= n < n_end,
+//   W[n, k] = (code[n, k] - zero_point[n, k / B]) * scale[n, k / B]
+//
+// Only columns [n_begin, n_end) of rows i < M are written. X and Y are FP32, FP16 or BF16
+// (x_dtype, y_dtype; ldx and ldy count elements of those types).
+//
+// Numerics. (code - zero_point) is a small integer, exact in BF16 and FP16, so the weights enter
+// the tensor cores exactly; every quantization block's products are summed in FP32 by the
+// tensor cores and the block's scale is applied once, in FP32 (acc = fma(scale, block_sum,
+// acc); a 64- or 128-code block is summed as 32-code parts, each folded with the same scale;
+// the split-K tiles fold alternate 32-code chunks in two warps and add the two sums at the end).
+// The only rounding of an operand is X's own type:
+// - X in BF16 or FP16 is used as given (the MMA runs in that type).
+// - X in FP32 is split into BF16 hi = rn(x) and lo = rn(x - hi), two MMAs each; hi + lo equals
+//   x within 2^-16 |x| (plus 2^-134 absolute below BF16's normal range). |x| must stay below
+//   BF16's largest finite value (about 3.39e38): hi would round to infinity.
+// Bound, for y_ref computed in FP64 from the X the kernel uses (BF16/FP16 X as given, FP32 X
+// as hi + lo), with S = sum_k |x_k w_k| + |bias_n|:
+//   |y - y_ref| <= int4_gemm_tc_accumulation_bound(K, B, x_dtype) * S
+// which counts each m16n8k16 step as adding its 16 exact products to the running sum with an
+// error below 32 * 2^-23 of their magnitudes (the tensor cores align addends to the largest
+// exponent and may truncate, in up to four partial sums per step, each normalised), and each
+// FP32 fold and the bias add as one rounding; against the exact FP32 X add
+// int4_gemm_tc_x_split_bound() * sum_k |x_k w_k|. Products and partial sums below FP32's
+// normal range may be flushed to zero by the tensor cores (an absolute error below 2^-126 per
+// flushed value). A Y in FP16 or BF16 is then rounded to nearest even (overflow to infinity);
+// NaN payloads are not kept.
+// Results are bitwise reproducible: fixed reduction order, no atomics, no dependence on
+// timing.
+//
+// Requirements (violations return cudaErrorInvalidValue and launch nothing): device pointers;
+// X 16-byte aligned with rows 16-byte aligned (ldx * element size a multiple of 16) and
+// ldx >= K; codes 16-byte aligned (cudaMalloc gives 256); ldy >= n_end; n_begin <= n_end <= N;
+// a well-formed matrix (block size 16/32/64/128, K a multiple of it, chunks = ceil(K / 32),
+// scales present). Zero points are read as their low 4 bits (docs/formats.md: 0..15). Y must
+// not overlap X or the weights. Devices 64 and up are cudaErrorInvalidDevice (the one-time
+// setup is kept per device in a fixed table).
+//
+// Launches are asynchronous on `stream`, allocate nothing, synchronise nothing and can be
+// captured in a CUDA graph. The first launch on each device sets the kernels' shared-memory
+// limits (cudaFuncSetAttribute, once, under a lock); call prepare_int4_gemm_tc() on the current
+// device before capturing a graph to keep that out of the capture.
+#ifndef QMOE_LIB_CUDA_INT4_GEMM_TC_CUH_
+#define QMOE_LIB_CUDA_INT4_GEMM_TC_CUH_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lib/cuda/device_quant_matrix.cuh"
+#include "qmoe/qmoe.h"
+
+namespace qmoe::cuda {
+
+/// The GEMM above on `stream`; rows M = m. cudaSuccess with nothing launched when m == 0 or
+/// n_begin == n_end.
+cudaError_t launch_int4_gemm_tc(const DeviceQuantMatrix& w, uint32_t m, qmoe_dtype x_dtype,
+                                const void* x, size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
+                                uint32_t n_begin, uint32_t n_end, cudaStream_t stream);
+
+/// The same for a graph captured once for up to m_capacity rows: M = min(*m_device,
+/// m_capacity), read by the kernel when it runs (blocks past M exit at once). The grid and the
+/// tile are chosen for m_capacity; X and Y must be valid for m_capacity rows.
+cudaError_t launch_int4_gemm_tc_device_m(const DeviceQuantMatrix& w, uint32_t m_capacity,
+                                         const uint32_t* m_device, qmoe_dtype x_dtype,
+                                         const void* x, size_t ldx, qmoe_dtype y_dtype, void* y,
+                                         size_t ldy, uint32_t n_begin, uint32_t n_end,
+                                         cudaStream_t stream);
+
+/// One-time setup of the current device (shared-memory limits of every kernel that fits it);
+/// idempotent and thread-safe. The launchers call it themselves.
+cudaError_t prepare_int4_gemm_tc();
+
+/// CTA tiles (rows of X by rows of W), made of 64 x 32 warp tiles; all but 128x128 give each
+/// warp tile two warps, one per half of every 64-code k-tile.
+enum class Int4GemmTcTile : int { k128x128 = 0, k64x128 = 1, k64x96 = 2, k64x64 = 3 };
+constexpr int kInt4GemmTcTileCount = 4;
+
+/// Rows of X, rows of W and threads of a tile's CTA.
+struct Int4GemmTcTileShape {
+  uint32_t rows_m, rows_n, threads;
+};
+Int4GemmTcTileShape int4_gemm_tc_tile_shape(Int4GemmTcTile tile);
+
+/// Dynamic shared memory of a tile's kernel for this X type and block size (0 for an unknown
+/// dtype).
+size_t int4_gemm_tc_shared_bytes(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t block_size);
+
+/// The tile the launchers pick for m rows and columns [n_begin, n_end) on a device with
+/// `sm_count` multiprocessors and `max_shared_bytes` of opt-in shared memory per block: the
+/// least work on the busiest warp scheduler, at the rate its resident warps sustain (the model
+/// is in int4_gemm_tc.cu). Returns false when no tile fits the shared memory.
+bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int sm_count,
+                              size_t max_shared_bytes, qmoe_dtype x_dtype, uint32_t block_size,
+                              Int4GemmTcTile* tile);
+
+/// Either launcher with the tile given instead of chosen (tests, benchmarks); m_device may be
+/// nullptr (then M = m). cudaErrorInvalidValue if the tile's shared memory exceeds the
+/// device's limit.
+cudaError_t launch_int4_gemm_tc_tile(Int4GemmTcTile tile, const DeviceQuantMatrix& w, uint32_t m,
+                                     const uint32_t* m_device, qmoe_dtype x_dtype, const void* x,
+                                     size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
+                                     uint32_t n_begin, uint32_t n_end, cudaStream_t stream);
+
+/// The relative bound above: (32 * steps + K / F + 2) * 2^-23, where F = 16 for block size 16
+/// and 32 otherwise (the FP32 fold granularity) and steps = F / 16 MMAs per fold, twice that
+/// for FP32 X.
+double int4_gemm_tc_accumulation_bound(uint32_t k, uint32_t block_size, qmoe_dtype x_dtype);
+
+/// 2^-16 for FP32 X (the hi + lo split), 0 for BF16 and FP16 X.
+double int4_gemm_tc_x_split_bound(qmoe_dtype x_dtype);
+
+}  // namespace qmoe::cuda
+
+#endif  // QMOE_LIB_CUDA_INT4_GEMM_TC_CUH_

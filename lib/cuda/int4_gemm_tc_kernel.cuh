@@ -1,0 +1,623 @@
+// The tensor-core INT4 GEMM kernel, a template over the CTA tile, the X type and the fold
+// granularity, with the launch and configuration bodies of each X type. Included only by
+// int4_gemm_tc_{bf16,f16,f32}.cu, which instantiate it (one X type per file).
+//
+// Work split. The grid is (column tiles, row tiles); CTA (bx, by) computes rows
+// [by * bm, by * bm + bm) of Y against W rows [n0, n0 + bn), n0 = n_base + bx * bn, a multiple
+// of 8, so the CTA's W rows are whole 8-row groups of the canonical layout. Warp (kg, wm, wn)
+// owns rows wm * 64 .. +63 and W rows wn * 32 .. +31 of the tile: 4 x 4 m16n8 accumulator
+// tiles, n8 tile j being W group n0 / 8 + wn * 4 + j. Without split K (kg = 0) the warp runs
+// both 32-code chunks of every k-tile; with it, k group kg runs chunk kg, and at the end group
+// 1's sums are added to group 0's, which writes Y.
+//
+// Pipeline. K advances in k-tiles of 64 (two 32-code chunks) through kStages shared-memory
+// stages: X and the codes by cp.async (kStages - 1 k-tiles in flight), the scale and zero-point
+// planes by ordinary loads into registers that are stored into the stage after the k-tile's
+// MMAs (the planes are strided gathers of 2- or 4-byte elements). One barrier per k-tile.
+//
+// Per 32-code chunk a warp dequantises its 4 n8 tiles' codes in registers once
+// (dequant_chunk_row) and reuses them for its 4 m16 tiles; each fold unit's MMAs start
+// from zero and the unit's sum is folded into the FP32 accumulators with its scale.
+#ifndef QMOE_LIB_CUDA_INT4_GEMM_TC_KERNEL_CUH_
+#define QMOE_LIB_CUDA_INT4_GEMM_TC_KERNEL_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "lib/cuda/int4_gemm_tc_layout.cuh"
+#include "lib/cuda/int4_gemm_tc_params.cuh"
+#include "lib/cuda/tc_ptx.cuh"
+
+namespace qmoe::cuda::tc {
+
+// How X enters the MMAs: BF16 or FP16 as given; FP32 split into BF16 hi + lo.
+enum class XMode { kBf16, kF16, kF32Split };
+
+template <XMode kX>
+struct XTraits {
+  static constexpr uint32_t kBytes = kX == XMode::kF32Split ? 4 : 2;
+  static constexpr bool kBf16Mma = kX != XMode::kF16;
+  static constexpr bool kSplit = kX == XMode::kF32Split;
+};
+
+template <int kTileIndex, XMode kX, uint32_t kFoldK>
+struct Config {
+  static constexpr TileGeometry kGeometry = kTileGeometry[kTileIndex];
+  static constexpr uint32_t kBM = kGeometry.bm;
+  static constexpr uint32_t kBN = kGeometry.bn;
+  static constexpr uint32_t kWarpsN = kGeometry.warps_n;
+  static constexpr uint32_t kWarpsPerGroup = kGeometry.warps_m * kGeometry.warps_n;
+  static constexpr uint32_t kSplitK = kGeometry.split_k;
+  static constexpr uint32_t kChunksPerWarp = 2 / kSplitK;  // of each k-tile's two
+  static constexpr uint32_t kThreads = tile_threads(kGeometry);
+  static constexpr uint32_t kFold = kFoldK;
+  static constexpr StageLayout kStage = stage_layout(kGeometry, XTraits<kX>::kBytes, kFold);
+  // Plane entries of one stage: [unit][column], kTileK / kFold units of bn columns.
+  static constexpr uint32_t kPlaneEntries = (kTileK / kFold) * kBN;
+
+  static_assert(kBM == kWarpRowsM * kGeometry.warps_m && kBN == kWarpRowsN * kWarpsN);
+  static_assert(kFold == 16 || kFold == 32);
+  static_assert(kSplitK == 1 || kSplitK == 2);
+  // The split-K sums pass through the (then idle) stages: a group's 64 accumulators per thread.
+  static_assert(kSplitK == 1 || kWarpsPerGroup * 32 * 64 * 4 <= kStages * kStage.bytes);
+  static_assert(kThreads % 16 == 0);
+  static_assert(kStage.bytes % 128 == 0 && kStage.code_offset % 128 == 0 &&
+                kStage.scale_offset % 128 == 0 && kStage.zero_offset % 128 == 0);
+};
+
+template <class T>
+QMOE_TC_HD uint32_t bits_of(T value) {
+  static_assert(sizeof(T) == 4);
+  uint32_t bits;
+  memcpy(&bits, &value, 4);
+  return bits;
+}
+
+// One 16-bit or 32-bit plane element as FP32 (exact).
+QMOE_TC_HD float load_as_float(qmoe_dtype dtype, const void* base, size_t i) {
+  if (dtype == QMOE_DTYPE_F32) return static_cast<const float*>(base)[i];
+  const uint16_t bits = static_cast<const uint16_t*>(base)[i];
+  if (dtype == QMOE_DTYPE_F16) {
+    __half h;
+    memcpy(&h, &bits, 2);
+    return __half2float(h);
+  }
+  const uint32_t wide = uint32_t{bits} << 16;
+  float f;
+  memcpy(&f, &wide, 4);
+  return f;
+}
+
+// Element (n, b) of a scale or zero-point plane (docs/formats.md: row term n * row_stride, or
+// (n / 8) * group_stride + (n % 8) * row_stride when the group stride is nonzero).
+QMOE_TC_HD size_t plane_offset(uint32_t n, uint32_t b, size_t row_stride, size_t block_stride,
+                               size_t group_stride) {
+  const size_t row = group_stride != 0 ? size_t{n / kGroupRows} * group_stride +
+                                             size_t{n % kGroupRows} * row_stride
+                                       : size_t{n} * row_stride;
+  return row + size_t{b} * block_stride;
+}
+
+// A thread's share of filling the stages, with everything that does not depend on the k-tile
+// worked out once. With the CTA's threads a multiple of 16 and of bn, every piece a thread
+// copies has the same position within its 16-byte row group and every plane entry the same
+// column, so a k-tile only moves the source pointers.
+//
+// Per stage: X rows [m0, m0 + bm) of the k-tile as 16-byte pieces (zeros past M and past K);
+// the codes of W groups [group0, group0 + bn / 8), chunks 2 kt and 2 kt + 1 (zeros past the
+// last group and past the last chunk); and per fold unit and column the FP32 scale and the
+// zero constant (scale 0 and the default zero point past N and K, where the planes are not
+// read: a fold unit of padding then adds exactly 0). Both zero fills matter: a zero code still
+// dequantises to -zero_point, so X must be zero wherever the codes are padding.
+template <class C, XMode kX>
+struct Loader {
+  static constexpr uint32_t kXBytes = XTraits<kX>::kBytes;
+  static constexpr uint32_t kPiecesPerRow = C::kStage.x_row_bytes / 16;  // 8 or 16 (FP32 X)
+  static constexpr uint32_t kXPieces = C::kBM * kPiecesPerRow;
+  // X is copied by the first kXThreads threads: the largest power of two not above the CTA's
+  // (all but for 192), so that they divide the tile's pieces evenly and a thread's pieces are
+  // kXRowStep rows apart, a multiple of the swizzle period, at constant offsets from its first.
+  static constexpr uint32_t kXThreads = C::kThreads >= 256 ? 256 : C::kThreads >= 128 ? 128 : 64;
+  static constexpr uint32_t kXPerThread = kXPieces / kXThreads;
+  static constexpr uint32_t kXRowStep = kXThreads / kPiecesPerRow;
+  // The code tile holds group j's chunk c at (2 j + c) * 128, its row r at + 16 r: piece
+  // 16 j + 8 c + r, as the chunks lie in memory.
+  static constexpr uint32_t kCodePieces = C::kBN * 2;
+  static constexpr uint32_t kCodePerThread = kCodePieces / C::kThreads;
+  static constexpr uint32_t kCodeGroupStep = C::kThreads / 16;
+  static constexpr uint32_t kPlanePerThread = C::kPlaneEntries / C::kThreads;
+  static constexpr uint32_t kPlaneUnitStep = C::kThreads / C::kBN;
+  static_assert(kXPieces % kXThreads == 0 && kCodePieces % C::kThreads == 0);
+  static_assert(C::kThreads % C::kBN == 0 && C::kPlaneEntries % C::kThreads == 0);
+
+  // Row (group) starts of the pieces' sources. A piece whose row is past M (group past the
+  // last) gets a row (group) that exists and is copied with source size 0, and a piece whose k
+  // is past K gets no k offset, so that no address handed to cp.async leaves the buffers.
+  // With at most 4 pieces a thread keeps each piece's row start (x_rows); with more (FP32 X on
+  // the smaller tiles) that many 64-bit addresses spill, so it recomputes them from x_src.
+  static constexpr bool kKeepRows = kXPerThread <= 4;
+  const uint8_t* x_rows[kKeepRows ? kXPerThread : 1];
+  const uint8_t* x_src;  // row m0 of X (it exists: the CTA has rows)
+  size_t x_row_bytes;    // ldx in bytes
+  const uint8_t* code_src[kCodePerThread];
+  uint32_t x_dst;                // stage offset of piece 0
+  uint32_t x_k;                  // the pieces' first k within a k-tile
+  int32_t x_rows_left;           // rows from piece 0's row to M: piece i exists iff i * step < it
+  uint32_t code_chunk;           // the pieces' chunk within a k-tile (0 or 1)
+  int32_t code_groups_left;      // likewise for the groups of the code pieces
+  size_t scale_row, zero_row;    // plane row terms of this thread's column
+  uint32_t unit0;                // this thread's first fold unit within a stage
+  bool column_ok;                // this thread's column is below N
+  float scale[kPlanePerThread];  // plane values between their loads and their stores
+  uint32_t zero[kPlanePerThread];
+
+  static_assert(kXRowStep % (kXBytes == 2 ? 8 : 4) == 0);  // see x_piece_offset
+
+  QMOE_TC_HD Loader(const Params& p, uint32_t rows, uint32_t m0, uint32_t n0, uint32_t tid) {
+    const uint32_t r0 = tid / kPiecesPerRow, q = tid % kPiecesPerRow;
+    x_k = q * (16 / kXBytes);
+    x_dst = x_piece_offset(r0, q, kXBytes);
+    x_rows_left = static_cast<int32_t>(rows - m0) - static_cast<int32_t>(r0);
+    x_row_bytes = p.ldx * kXBytes;
+    x_src = static_cast<const uint8_t*>(p.x) + size_t{m0} * x_row_bytes;
+    if constexpr (kKeepRows) {
+#pragma unroll
+      for (uint32_t i = 0; i < kXPerThread; ++i) {
+        const bool row_ok = static_cast<int32_t>(i * kXRowStep) < x_rows_left;
+        x_rows[i] = row_ok ? x_src + (r0 + i * kXRowStep) * x_row_bytes : x_src;
+      }
+    }
+    const uint32_t groups = (p.w.n + kGroupRows - 1) / kGroupRows;
+    const uint32_t group = n0 / kGroupRows + tid / 16;
+    code_chunk = (tid / 8) % 2;
+    code_groups_left = static_cast<int32_t>(groups - group);
+#pragma unroll
+    for (uint32_t i = 0; i < kCodePerThread; ++i) {
+      const uint32_t g = static_cast<int32_t>(i * kCodeGroupStep) < code_groups_left
+                             ? group + i * kCodeGroupStep
+                             : n0 / kGroupRows;
+      code_src[i] = p.w.codes + size_t{g} * p.w.chunks * kChunkBytes + (tid % 8) * kChunkRowBytes;
+    }
+    const uint32_t n = n0 + tid % C::kBN;
+    column_ok = n < p.w.n;
+    unit0 = tid / C::kBN;
+    scale_row = plane_offset(n, 0, p.w.scale_row_stride, 0, p.w.scale_group_stride);
+    zero_row = plane_offset(n, 0, p.w.zero_point_row_stride, 0, p.w.zero_point_group_stride);
+  }
+
+  // Issues the cp.async copies of k-tile kt into `stage`.
+  QMOE_TC_HD void copy_async(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
+    const uint32_t x_s = ptx::shared_address(stage);
+    if (kXThreads == C::kThreads || tid < kXThreads) {  // warp-uniform
+      const bool k_ok = kt * kTileK + x_k < p.w.k;      // K is a multiple of 16: whole pieces
+      const size_t x_advance = k_ok ? (size_t{kt} * kTileK + x_k) * kXBytes : 0;
+      // Without kept rows the row size passes through an opaque move, so that the compiler
+      // recomputes each address here rather than hoisting kXPerThread of them out of the loop.
+      const size_t row_bytes = kKeepRows ? 0 : ptx::opaque(x_row_bytes);
+#pragma unroll
+      for (uint32_t i = 0; i < kXPerThread; ++i) {
+        const bool row_ok = static_cast<int32_t>(i * kXRowStep) < x_rows_left;
+        const uint8_t* src;
+        if constexpr (kKeepRows) {
+          src = x_rows[i];
+        } else {
+          src = x_src + (row_ok ? tid / kPiecesPerRow + i * kXRowStep : 0) * row_bytes;
+        }
+        ptx::cp_async_16(x_s + x_dst + i * kXRowStep * C::kStage.x_row_bytes, src + x_advance,
+                         k_ok && row_ok);
+      }
+    }
+    const uint32_t codes_s = x_s + C::kStage.code_offset;
+    const bool chunk_ok = kt * 2 + code_chunk < p.w.chunks;
+    const size_t code_advance = chunk_ok ? (size_t{kt} * 2 + code_chunk) * kChunkBytes : 0;
+#pragma unroll
+    for (uint32_t i = 0; i < kCodePerThread; ++i) {
+      const bool valid = chunk_ok && static_cast<int32_t>(i * kCodeGroupStep) < code_groups_left;
+      const uint32_t piece = tid + i * C::kThreads;
+      ptx::cp_async_16(codes_s + code_row_offset(piece / 16, (piece / 8) % 2, piece % 8),
+                       code_src[i] + code_advance, valid);
+    }
+  }
+
+  // Loads k-tile kt's plane entries (unit0 + i * kPlaneUnitStep, this thread's column) into
+  // registers.
+  QMOE_TC_HD void fetch_planes(const Params& p, uint32_t kt) {
+#pragma unroll
+    for (uint32_t i = 0; i < kPlanePerThread; ++i) {
+      const uint32_t k = kt * kTileK + (unit0 + i * kPlaneUnitStep) * C::kFold;
+      float s = 0.0f;
+      uint32_t z = kInt4DefaultZeroPoint;
+      if (column_ok && k < p.w.k) {
+        const size_t b = k >> p.block_shift;
+        s = load_as_float(p.w.scale_dtype, p.w.scales, scale_row + b * p.w.scale_block_stride);
+        if (p.w.zero_points != nullptr) {
+          z = p.w.zero_points[zero_row + b * p.w.zero_point_block_stride] & 0x0Fu;
+        }
+      }
+      scale[i] = s;
+      zero[i] = zero_constant<XTraits<kX>::kBf16Mma>(z);
+    }
+  }
+
+  // Entry [unit][column] of the stage's planes.
+  QMOE_TC_HD void store_planes(uint8_t* stage, uint32_t tid) const {
+    auto* scales = reinterpret_cast<float*>(stage + C::kStage.scale_offset);
+    auto* zeros = reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset);
+#pragma unroll
+    for (uint32_t i = 0; i < kPlanePerThread; ++i) {
+      const uint32_t e = tid + i * C::kThreads;  // = plane_entry(unit0 + i * step, column)
+      scales[e] = scale[i];
+      zeros[e] = zero[i];
+    }
+  }
+};
+
+// x = hi + lo + r with hi = rn(x), lo = rn(x - hi) in BF16 (x - hi is exact in FP32), so
+// |r| <= 2^-16 |x|; both pairs packed with the first value in the low half.
+QMOE_TC_HD void split_bf16x2(float2 v, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(v.x, v.y);
+  const float2 back = __bfloat1622float2(h);
+  hi = bits_of(h);
+  lo = bits_of(__floats2bfloat162_rn(v.x - back.x, v.y - back.y));
+}
+
+// Stage-relative offsets that depend only on the lane and the warp, worked out once
+// (int4_gemm_tc_layout.cuh defines each). A warp's chunks within each k-tile are
+// first_chunk .. first_chunk + kChunksPerWarp - 1, first_chunk = kg * kChunksPerWarp for the
+// warp's k group kg; the offsets below already point at the first, and slices and fold units
+// are counted from there ("local").
+struct LaneOffsets {
+  uint32_t codes;    // word_a of row b_col of the warp's first group, first chunk
+  uint32_t permute;  // permute_selector(lane)
+  uint32_t zeros;    // plane entry (first chunk's first unit, the lane's B column), in bytes
+  uint32_t scales;   // plane entry (same unit, the lane's first accumulator column), in bytes
+  uint32_t a[4];     // 16-bit X: ldmatrix_row_offset(warp's first row, slice, lane), local slice
+  uint32_t f32[4];   // FP32 X: fp32_pair_offset(warp's first row, first chunk's slice h,
+                     // 2 u, lane) at [2 h + u]
+};
+
+// FP32 X: fp32_pair_offset(warp's first row + 16 i, slice, reg, lane) for local slice s, from
+// the four offsets kept. Piece 4 s + 2 (reg / 2) + t / 2 is swizzled in its bits 1-2 only, so a
+// chunk (s / 2) adds 128 bytes; reg % 2 selects row g + 8 (256 bytes a row), and the swizzle
+// repeats every 4 rows.
+QMOE_TC_HD uint32_t fp32_pair_from(const uint32_t (&f32)[4], uint32_t i, uint32_t s, uint32_t reg) {
+  return f32[(s & 1) * 2 + (reg >> 1)] + (s >> 1) * 128 + (reg & 1) * 8 * 256 + i * 16 * 256;
+}
+
+template <class C>
+QMOE_TC_HD LaneOffsets lane_offsets(uint32_t kg, uint32_t wm, uint32_t wn, uint32_t lane) {
+  const uint32_t first_chunk = kg * C::kChunksPerWarp;
+  constexpr uint32_t kUnitsPerChunk = 32 / C::kFold;
+  LaneOffsets o;
+  o.codes = code_row_offset(wn * 4, first_chunk, b_col(lane)) + code_word_offset(lane, 0);
+  o.permute = permute_selector(lane);
+  o.zeros = plane_entry(first_chunk * kUnitsPerChunk, wn * kWarpRowsN + b_col(lane), C::kBN) * 4;
+  o.scales =
+      plane_entry(first_chunk * kUnitsPerChunk, wn * kWarpRowsN + acc_col(0, lane), C::kBN) * 4;
+  for (uint32_t s = 0; s < 4; ++s) {
+    o.a[s] = s < 2 * C::kChunksPerWarp
+                 ? ldmatrix_row_offset(wm * kWarpRowsM, 2 * first_chunk + s, lane)
+                 : 0;
+    o.f32[s] = fp32_pair_offset(wm * kWarpRowsM, 2 * first_chunk + (s >> 1), (s & 1) * 2, lane);
+  }
+  // Kept in registers for the whole loop rather than recomputed from the lane every k-tile.
+  o.codes = ptx::opaque32(o.codes);
+  o.permute = ptx::opaque32(o.permute);
+  o.zeros = ptx::opaque32(o.zeros);
+  o.scales = ptx::opaque32(o.scales);
+  for (uint32_t s = 0; s < 4; ++s) {
+    o.a[s] = ptx::opaque32(o.a[s]);
+    o.f32[s] = ptx::opaque32(o.f32[s]);
+  }
+  return o;
+}
+
+// The A fragment of m16 tile i of the warp for the stage's k16 slice s (a_lo: FP32 X's low
+// parts).
+template <class C, XMode kX>
+QMOE_TC_HD void load_a(uint32_t (&a)[4], uint32_t (&a_lo)[4], const uint8_t* stage,
+                       const LaneOffsets& o, uint32_t i, uint32_t s) {
+  if constexpr (!XTraits<kX>::kSplit) {
+    // ldmatrix_row_offset(row0 + 16 i, ...) = ldmatrix_row_offset(row0, ...) + 16 i rows: the
+    // swizzle repeats every 8 rows.
+    ptx::ldmatrix_x4(a, ptx::shared_address(stage) + i * 16 * C::kStage.x_row_bytes + o.a[s]);
+  } else {
+#pragma unroll
+    for (uint32_t reg = 0; reg < 4; ++reg) {
+      const float2 v = *reinterpret_cast<const float2*>(stage + fp32_pair_from(o.f32, i, s, reg));
+      split_bf16x2(v, a[reg], a_lo[reg]);
+    }
+  }
+}
+
+// acc += scale * sum for one m16n8 tile: columns 2t (c[0], c[2]) and 2t + 1 (c[1], c[3]).
+QMOE_TC_HD void fold(float (&acc)[4], const float (&sum)[4], float2 scale) {
+  acc[0] = fmaf(scale.x, sum[0], acc[0]);
+  acc[1] = fmaf(scale.y, sum[1], acc[1]);
+  acc[2] = fmaf(scale.x, sum[2], acc[2]);
+  acc[3] = fmaf(scale.y, sum[3], acc[3]);
+}
+
+// sum (+)= A * B over one k16 slice; FP32 X adds its low part first, then the high part.
+template <XMode kX>
+QMOE_TC_HD void mma_slice(float (&sum)[4], const uint32_t (&a)[4], const uint32_t (&a_lo)[4],
+                          const uint32_t (&b)[2], bool first) {
+  constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
+  const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint32_t(&a_first)[4] = XTraits<kX>::kSplit ? a_lo : a;
+  if (first) {
+    ptx::mma_16816<kBf16>(sum, a_first, b[0], b[1], zero);
+  } else {
+    ptx::mma_16816<kBf16>(sum, a_first, b[0], b[1], sum);
+  }
+  if constexpr (XTraits<kX>::kSplit) ptx::mma_16816<kBf16>(sum, a, b[0], b[1], sum);
+}
+
+// The MMAs of one stage (k-tile) for the calling warp.
+template <class C, XMode kX>
+QMOE_TC_HD void compute_stage(float (&acc)[4][4][4], const uint8_t* stage, const LaneOffsets& o) {
+  constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
+  const uint8_t* codes = stage + C::kStage.code_offset + o.codes;
+  const uint8_t* scales = stage + C::kStage.scale_offset + o.scales;
+  const uint8_t* zeros = stage + C::kStage.zero_offset + o.zeros;
+  constexpr uint32_t kUnitBytes = C::kBN * 4;  // one fold unit's plane entries
+#pragma unroll
+  for (uint32_t cc = 0; cc < C::kChunksPerWarp; ++cc) {  // local chunks
+    // Fold units of the chunk's two k16 halves (the same unit when kFold == 32).
+    constexpr uint32_t kUnitsPerChunk = 32 / C::kFold;
+    const uint32_t unit_lo = cc * kUnitsPerChunk, unit_hi = unit_lo + kUnitsPerChunk - 1;
+    uint32_t b[4][2][2];  // [n8 tile][chunk half][register]
+    float2 scale[4][2];   // [n8 tile][chunk half]: columns 2t, 2t + 1
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) {
+      const uint8_t* row = codes + (j * 2 + cc) * kChunkBytes;
+      constexpr uint32_t kWordB = code_word_offset(0, 1) - code_word_offset(0, 0);
+      const uint32_t word_a = *reinterpret_cast<const uint32_t*>(row);
+      const uint32_t word_b = *reinterpret_cast<const uint32_t*>(row + kWordB);
+      const uint32_t z_lo =
+          *reinterpret_cast<const uint32_t*>(zeros + unit_lo * kUnitBytes + j * 32);
+      const uint32_t z_hi =
+          *reinterpret_cast<const uint32_t*>(zeros + unit_hi * kUnitBytes + j * 32);
+      dequant_chunk_row<kBf16>(word_a, word_b, o.permute, z_lo, z_hi, b[j][0], b[j][1]);
+      scale[j][0] = *reinterpret_cast<const float2*>(scales + unit_lo * kUnitBytes + j * 32);
+      scale[j][1] = *reinterpret_cast<const float2*>(scales + unit_hi * kUnitBytes + j * 32);
+    }
+#pragma unroll
+    for (uint32_t i = 0; i < 4; ++i) {
+      // Slice by slice, so that one slice's A fragment is live at a time; with kFold == 32 the
+      // two slices' products of each n8 tile chain into one sum, folded after the second.
+      float sum[4][4];
+#pragma unroll
+      for (uint32_t h = 0; h < 2; ++h) {
+        uint32_t a[4], a_lo[4];
+        load_a<C, kX>(a, a_lo, stage, o, i, cc * 2 + h);
+#pragma unroll
+        for (uint32_t j = 0; j < 4; ++j) {
+          mma_slice<kX>(sum[j], a, a_lo, b[j][h], C::kFold == 16 || h == 0);
+          if (C::kFold == 16 || h == 1) fold(acc[i][j], sum[j], scale[j][h]);
+        }
+      }
+    }
+  }
+}
+
+// Y[row][col], Y[row][col + 1] for the written ones of the two (col is even); one vector store
+// when both are written and the launch allows pairs.
+QMOE_TC_HD void store_pair(const Params& p, uint32_t row, uint32_t col, float v0, float v1,
+                           bool in0, bool in1) {
+  const size_t at = size_t{row} * p.ldy + col;
+  const bool pair = p.y_pairs && in0 && in1;
+  switch (p.y_dtype) {
+    case QMOE_DTYPE_F16: {
+      __half* y = static_cast<__half*>(p.y) + at;
+      if (pair) {
+        *reinterpret_cast<__half2*>(y) = __floats2half2_rn(v0, v1);
+      } else {
+        if (in0) y[0] = __float2half_rn(v0);
+        if (in1) y[1] = __float2half_rn(v1);
+      }
+      return;
+    }
+    case QMOE_DTYPE_BF16: {
+      __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y) + at;
+      if (pair) {
+        *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(v0, v1);
+      } else {
+        if (in0) y[0] = __float2bfloat16_rn(v0);
+        if (in1) y[1] = __float2bfloat16_rn(v1);
+      }
+      return;
+    }
+    case QMOE_DTYPE_F32:
+      break;
+  }
+  float* y = static_cast<float*>(p.y) + at;
+  if (pair) {
+    *reinterpret_cast<float2*>(y) = make_float2(v0, v1);
+  } else {
+    if (in0) y[0] = v0;
+    if (in1) y[1] = v1;
+  }
+}
+
+// Writes the warp's outputs: rows < M, columns in [n_begin, n_end) only; bias added in FP32.
+template <class C>
+QMOE_TC_HD void store_outputs(const Params& p, const float (&acc)[4][4][4], uint32_t rows,
+                              uint32_t m0, uint32_t n0, uint32_t wm, uint32_t wn, uint32_t lane) {
+#pragma unroll
+  for (uint32_t j = 0; j < 4; ++j) {
+    const uint32_t col = n0 + wn * kWarpRowsN + j * 8 + acc_col(0, lane);  // even
+    const bool in0 = col >= p.n_begin && col < p.n_end;
+    const bool in1 = col + 1 >= p.n_begin && col + 1 < p.n_end;
+    const bool bias = p.w.bias != nullptr;
+    const float bias0 = bias && in0 ? load_as_float(p.w.bias_dtype, p.w.bias, col) : 0.0f;
+    const float bias1 = bias && in1 ? load_as_float(p.w.bias_dtype, p.w.bias, col + 1) : 0.0f;
+#pragma unroll
+    for (uint32_t i = 0; i < 4; ++i) {
+#pragma unroll
+      for (uint32_t half = 0; half < 2; ++half) {
+        const uint32_t row = m0 + wm * kWarpRowsM + i * 16 + acc_row(2 * half, lane);
+        if (row < rows) {
+          float v0 = acc[i][j][2 * half], v1 = acc[i][j][2 * half + 1];
+          if (bias) {
+            v0 += bias0;
+            v1 += bias1;
+          }
+          store_pair(p, row, col, v0, v1, in0, in1);
+        }
+      }
+    }
+  }
+}
+
+// One CTA's work: (bx, by) as blockIdx, thread tid of C::kThreads, `smem` its dynamic shared
+// memory (kStages stages). The kernel below runs it; the emulation test runs it on host
+// threads.
+template <class C, XMode kX>
+QMOE_TC_HD void run_cta(const Params& p, uint8_t* smem, uint32_t bx, uint32_t by, uint32_t tid) {
+  const uint32_t rows = p.m_device != nullptr ? (*p.m_device < p.m ? *p.m_device : p.m) : p.m;
+  const uint32_t m0 = by * C::kBM;
+  if (m0 >= rows) return;  // the whole CTA, before any barrier
+  const uint32_t n0 = p.n_base + bx * C::kBN;
+  const uint32_t lane = tid & 31, warp = tid >> 5;
+  // Warp = (k group, warp row, warp column), the column fastest.
+  const uint32_t kg = warp / C::kWarpsPerGroup, in_group = warp % C::kWarpsPerGroup;
+  const uint32_t wm = in_group / C::kWarpsN, wn = in_group % C::kWarpsN;
+  const LaneOffsets offsets = lane_offsets<C>(kg, wm, wn, lane);
+
+  float acc[4][4][4];
+#pragma unroll
+  for (uint32_t i = 0; i < 4; ++i) {
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) {
+#pragma unroll
+      for (uint32_t c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+    }
+  }
+
+  // Prologue: k-tiles 0 .. kStages - 2 into the stages of the same index, one cp.async group
+  // each (empty past the last k-tile, so that group counting below holds for any K).
+  Loader<C, kX> loader(p, rows, m0, n0, tid);
+#pragma unroll
+  for (uint32_t s = 0; s + 1 < kStages; ++s) {
+    if (s < p.k_tiles) {
+      uint8_t* stage = smem + s * C::kStage.bytes;
+      loader.copy_async(p, stage, s, tid);
+      loader.fetch_planes(p, s);
+      loader.store_planes(stage, tid);
+    }
+    ptx::cp_async_commit();
+  }
+
+  for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+    // kStages - 1 + kt groups are committed; with at most kStages - 2 pending, k-tile kt's
+    // (and all earlier) copies of this thread have landed.
+    ptx::cp_async_wait<kStages - 2>();
+    // All threads' copies and plane stores of k-tile kt are now visible, and every warp has
+    // finished k-tile kt - 1, whose stage ((kt + kStages - 1) % kStages) is refilled next.
+    ptx::cta_barrier();
+    const uint32_t next = kt + kStages - 1;
+    uint8_t* next_stage = smem + (next % kStages) * C::kStage.bytes;
+    if (next < p.k_tiles) {
+      loader.copy_async(p, next_stage, next, tid);
+      loader.fetch_planes(p, next);
+    }
+    ptx::cp_async_commit();
+    compute_stage<C, kX>(acc, smem + (kt % kStages) * C::kStage.bytes, offsets);
+    // Read first after the barrier of iteration `next` (> kt); the loads had the MMAs' time.
+    if (next < p.k_tiles) loader.store_planes(next_stage, tid);
+  }
+  ptx::cp_async_wait<0>();  // only empty groups can remain; none outlives the kernel
+
+  if constexpr (C::kSplitK == 2) {
+    // k group 1 hands its sums to group 0 through the stages: after this barrier no warp reads
+    // them any more and no copy into them is pending. Entry [warp in group][c][lane], so that a
+    // warp's stores and loads are 32 consecutive words.
+    ptx::cta_barrier();
+    auto* partial = reinterpret_cast<float*>(smem) + in_group * 64 * 32 + lane;
+    if (kg == 1) {
+#pragma unroll
+      for (uint32_t c = 0; c < 64; ++c) partial[c * 32] = acc[c / 16][(c / 4) % 4][c % 4];
+    }
+    ptx::cta_barrier();
+    if (kg == 1) return;
+#pragma unroll
+    for (uint32_t c = 0; c < 64; ++c) acc[c / 16][(c / 4) % 4][c % 4] += partial[c * 32];
+  }
+  store_outputs<C>(p, acc, rows, m0, n0, wm, wn, lane);
+}
+
+template <int kTileIndex, XMode kX, uint32_t kFold>
+__global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
+    int4_gemm_tc_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  run_cta<Config<kTileIndex, kX, kFold>, kX>(p, smem, blockIdx.x, blockIdx.y, threadIdx.x);
+}
+
+template <XMode kX, int kTileIndex, uint32_t kFold>
+cudaError_t launch_one(const Params& p, dim3 grid, cudaStream_t stream) {
+  using C = Config<kTileIndex, kX, kFold>;
+  int4_gemm_tc_kernel<kTileIndex, kX, kFold>
+      <<<grid, C::kThreads, size_t{kStages} * C::kStage.bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <XMode kX, int kTileIndex>
+cudaError_t launch_tile(uint32_t fold, const Params& p, dim3 grid, cudaStream_t stream) {
+  return fold == 16 ? launch_one<kX, kTileIndex, 16>(p, grid, stream)
+                    : launch_one<kX, kTileIndex, 32>(p, grid, stream);
+}
+
+template <XMode kX>
+cudaError_t launch_variant(Int4GemmTcTile tile, uint32_t fold, const Params& p, dim3 grid,
+                           cudaStream_t stream) {
+  switch (tile) {
+    case Int4GemmTcTile::k128x128:
+      return launch_tile<kX, 0>(fold, p, grid, stream);
+    case Int4GemmTcTile::k64x128:
+      return launch_tile<kX, 1>(fold, p, grid, stream);
+    case Int4GemmTcTile::k64x96:
+      return launch_tile<kX, 2>(fold, p, grid, stream);
+    case Int4GemmTcTile::k64x64:
+      return launch_tile<kX, 3>(fold, p, grid, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Opt-in shared memory (beyond 48 KB) and a carveout that favours shared memory over L1 (the
+// kernel's global reads bypass L1), for a variant that fits the device.
+template <XMode kX, int kTileIndex, uint32_t kFold>
+cudaError_t configure_one(size_t max_shared_bytes) {
+  using C = Config<kTileIndex, kX, kFold>;
+  constexpr size_t kBytes = size_t{kStages} * C::kStage.bytes;
+  if (kBytes > max_shared_bytes) return cudaSuccess;  // never launched on this device
+  const auto kernel = int4_gemm_tc_kernel<kTileIndex, kX, kFold>;
+  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kBytes));
+  if (error != cudaSuccess) return error;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                              cudaSharedmemCarveoutMaxShared);
+}
+
+template <XMode kX, int kTileIndex>
+cudaError_t configure_tile(size_t max_shared_bytes) {
+  const cudaError_t error = configure_one<kX, kTileIndex, 16>(max_shared_bytes);
+  return error != cudaSuccess ? error : configure_one<kX, kTileIndex, 32>(max_shared_bytes);
+}
+
+template <XMode kX>
+cudaError_t configure_variants(size_t max_shared_bytes) {
+  cudaError_t error = configure_tile<kX, 0>(max_shared_bytes);
+  if (error == cudaSuccess) error = configure_tile<kX, 1>(max_shared_bytes);
+  if (error == cudaSuccess) error = configure_tile<kX, 2>(max_shared_bytes);
+  if (error == cudaSuccess) error = configure_tile<kX, 3>(max_shared_bytes);
+  return error;
+}
+
+}  // namespace qmoe::cuda::tc
+
+#endif  // QMOE_LIB_CUDA_INT4_GEMM_TC_KERNEL_CUH_

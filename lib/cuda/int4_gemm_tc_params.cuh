@@ -1,0 +1,104 @@
+// What the host side of the tensor-core GEMM shares with its kernels: the launch parameters,
+// the tile and pipeline geometry (and so the shared-memory size of every variant), and the
+// per-X-type entry points that the kernel files define.
+#ifndef QMOE_LIB_CUDA_INT4_GEMM_TC_PARAMS_CUH_
+#define QMOE_LIB_CUDA_INT4_GEMM_TC_PARAMS_CUH_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lib/cuda/device_quant_matrix.cuh"
+#include "lib/cuda/int4_gemm_tc.cuh"
+
+namespace qmoe::cuda::tc {
+
+// Everything one launch reads; passed by value as the kernel's only parameter.
+struct Params {
+  DeviceQuantMatrix w;
+  const void* x;
+  size_t ldx;  // elements
+  void* y;
+  size_t ldy;  // elements
+  qmoe_dtype y_dtype;
+  uint32_t m;                // rows; the capacity when m_device is set
+  const uint32_t* m_device;  // nullptr, or the row count in device memory (clamped to m)
+  uint32_t n_begin, n_end;   // written columns
+  uint32_t n_base;           // n_begin rounded down to 8: CTA column tiles start here
+  uint32_t k_tiles;          // ceil(K / kTileK)
+  uint32_t block_shift;      // log2(block size)
+  bool y_pairs;              // y and ldy allow two adjacent outputs as one aligned store
+};
+
+// K per pipeline stage: two 32-code chunks. Stages in flight: kStages - 1 loads ahead.
+constexpr uint32_t kTileK = 64;
+constexpr uint32_t kStages = 4;
+
+// Every CTA tile is warps_m x warps_n warp tiles of 64 x 32 (rows of X x rows of W): a warp
+// holds 4 x 4 m16n8 accumulator tiles. With split_k = 2 each warp tile has two warps, one per
+// 32-code chunk of every k-tile, whose sums are added at the end: twice the warps on the same
+// work, for the shapes where the tile count, not the tile speed, limits (MoE expert GEMMs at
+// prefill sizes leave a 64 x 32 warp tile per scheduler or less). Indexed by Int4GemmTcTile.
+struct TileGeometry {
+  uint32_t bm, bn, warps_m, warps_n, split_k;
+};
+constexpr uint32_t kWarpRowsM = 64;
+constexpr uint32_t kWarpRowsN = 32;
+constexpr TileGeometry kTileGeometry[kInt4GemmTcTileCount] = {
+    {128, 128, 2, 4, 1}, {64, 128, 1, 4, 2}, {64, 96, 1, 3, 2}, {64, 64, 1, 2, 2}};
+
+constexpr uint32_t tile_threads(TileGeometry g) {
+  return 32 * g.warps_m * g.warps_n * g.split_k;
+}
+
+// FP32 fold granularity in k: one fold per block when the block size is 16, else one per
+// 32-code chunk (a larger block's chunks fold with the same scale).
+constexpr uint32_t fold_k(uint32_t block_size) {
+  return block_size == 16 ? 16 : 32;
+}
+
+// One pipeline stage: the X tile (bm rows x kTileK, 16-bit or FP32 elements), the code tile
+// (bn / 8 groups x 2 chunks x 128 bytes), then per fold unit and column an FP32 scale and a
+// 32-bit zero constant. Every part is a multiple of 128 bytes.
+struct StageLayout {
+  uint32_t x_row_bytes, x_bytes, code_offset, scale_offset, zero_offset, bytes;
+};
+constexpr StageLayout stage_layout(TileGeometry g, uint32_t x_element_bytes, uint32_t fold) {
+  const uint32_t x_row = kTileK * x_element_bytes;
+  const uint32_t x_bytes = g.bm * x_row;
+  const uint32_t code_bytes = g.bn * (kTileK / 2);
+  const uint32_t plane_bytes = (kTileK / fold) * g.bn * 4;
+  return {x_row,
+          x_bytes,
+          x_bytes,
+          x_bytes + code_bytes,
+          x_bytes + code_bytes + plane_bytes,
+          x_bytes + code_bytes + 2 * plane_bytes};
+}
+constexpr size_t shared_bytes(TileGeometry g, uint32_t x_element_bytes, uint32_t fold) {
+  return size_t{kStages} * stage_layout(g, x_element_bytes, fold).bytes;
+}
+
+// The launch parameters and grid of checked arguments (int4_gemm_tc.cu): also what the
+// emulation test runs the kernel code with.
+Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_device, const void* x,
+                   size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy, uint32_t n_begin,
+                   uint32_t n_end);
+dim3 grid_for(Int4GemmTcTile tile, const Params& p);
+
+// Per X type (int4_gemm_tc_{bf16,f16,f32}.cu): launch one variant on `grid`, and raise the
+// dynamic shared-memory limit of every variant whose need is at most max_shared_bytes.
+cudaError_t launch_variant_bf16(Int4GemmTcTile tile, uint32_t fold, const Params& p, dim3 grid,
+                                cudaStream_t stream);
+cudaError_t launch_variant_f16(Int4GemmTcTile tile, uint32_t fold, const Params& p, dim3 grid,
+                               cudaStream_t stream);
+cudaError_t launch_variant_f32(Int4GemmTcTile tile, uint32_t fold, const Params& p, dim3 grid,
+                               cudaStream_t stream);
+cudaError_t configure_variants_bf16(size_t max_shared_bytes);
+cudaError_t configure_variants_f16(size_t max_shared_bytes);
+cudaError_t configure_variants_f32(size_t max_shared_bytes);
+
+}  // namespace qmoe::cuda::tc
+
+#endif  // QMOE_LIB_CUDA_INT4_GEMM_TC_PARAMS_CUH_

@@ -1,0 +1,229 @@
+// One-instruction PTX wrappers for the sm_80+ tensor-core kernels: cp.async, ldmatrix,
+// mma.sync m16n8k16 and the CTA barrier, and the byte, logic and packed-FMA operations of the
+// in-register dequantisation. On the device each is its instruction. On the host each follows
+// the PTX ISA's (or CUDA's) description: the plain ones directly, the warp- and CTA-wide ones
+// through the emulator that tests/cuda/int4_gemm_tc_emulation_test.cu installs (HostEmulator
+// below), so that the kernels' own code runs, unchanged, on a machine without a GPU. Library
+// code never calls the host paths.
+#ifndef QMOE_LIB_CUDA_TC_PTX_CUH_
+#define QMOE_LIB_CUDA_TC_PTX_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace qmoe::cuda::ptx {
+
+// The host side of the warp- and CTA-wide operations: one emulator per emulated thread, set by
+// the test before it runs kernel code on that thread.
+struct HostEmulator {
+  virtual ~HostEmulator() = default;
+  virtual uint8_t* shared_memory() = 0;
+  virtual void cta_barrier() = 0;
+  virtual void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) = 0;
+  virtual void mma_16816(bool bf16, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                         const float (&c)[4]) = 0;
+};
+inline thread_local HostEmulator* host_emulator = nullptr;
+
+__host__ __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+#else
+  return static_cast<uint32_t>(static_cast<const uint8_t*>(pointer) -
+                               host_emulator->shared_memory());
+#endif
+}
+
+__host__ __device__ __forceinline__ void cta_barrier() {
+#if defined(__CUDA_ARCH__)
+  __syncthreads();
+#else
+  host_emulator->cta_barrier();
+#endif
+}
+
+// 16 bytes global -> shared, asynchronously (cp.async.cg: cached in L2 only). With valid false
+// the source size is 0: nothing is read and the 16 destination bytes are zeroed (PTX ISA,
+// cp.async: the bytes past src-size are filled with zeros); `src` must still be a mapped
+// address, so callers pass a base pointer then. (The host copies at once.)
+__host__ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t src_bytes = valid ? 16u : 0u;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+#else
+  uint8_t* to = host_emulator->shared_memory() + dst;
+  if (valid) {
+    memcpy(to, src, 16);
+  } else {
+    memset(to, 0, 16);
+  }
+#endif
+}
+
+__host__ __device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most `kPending` of this thread's most recent groups are still in flight. The
+// copies become visible to other threads only after a barrier that follows.
+template <int kPending>
+__host__ __device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// `value`, unknown to the compiler: it cannot hoist what is computed from the result out of the
+// enclosing loop, nor recompute the result from what made `value` (it has to keep it).
+__host__ __device__ __forceinline__ size_t opaque(size_t value) {
+#if defined(__CUDA_ARCH__)
+  size_t result;
+  asm volatile("mov.b64 %0, %1;\n" : "=l"(result) : "l"(value));
+  return result;
+#else
+  return value;
+#endif
+}
+__host__ __device__ __forceinline__ uint32_t opaque32(uint32_t value) {
+#if defined(__CUDA_ARCH__)
+  uint32_t result;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(result) : "r"(value));
+  return result;
+#else
+  return value;
+#endif
+}
+
+// Four 8x8 matrices of 16-bit elements. Lanes 8i..8i+7 give the 16-byte rows of matrix i;
+// register i of lane L receives elements 2(L % 4), 2(L % 4) + 1 of row L / 4 of matrix i, the
+// lower index in the low half (PTX ISA, ldmatrix, fragment layout of one 8x8 matrix).
+__host__ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+#else
+  host_emulator->ldmatrix_x4(r, address);
+#endif
+}
+
+// D = A * B + C for a 16x8x16 tile, FP32 accumulators. With g = lane / 4 and t = lane % 4
+// (PTX ISA, matrix fragments for mma.m16n8k16 with floating point type):
+//   a[0] = A[g][2t, 2t+1]      a[1] = A[g+8][2t, 2t+1]
+//   a[2] = A[g][2t+8, 2t+9]    a[3] = A[g+8][2t+8, 2t+9]
+//   b[0] = B[2t, 2t+1][g]      b[1] = B[2t+8, 2t+9][g]
+//   c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
+// each pair with the lower index in the low 16 bits.
+template <bool kBf16>
+__host__ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
+                                                   uint32_t b0, uint32_t b1, const float (&c)[4]) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (kBf16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+  }
+#else
+  host_emulator->mma_16816(kBf16, d, a, b0, b1, c);
+#endif
+}
+
+// The integer and packed-half operations of the in-register dequantisation. Each is one
+// instruction on the device; the host definitions follow the PTX ISA's and CUDA's descriptions
+// of those instructions, so that the layout test (tests/cuda/int4_gemm_tc_layout_test.cu) runs
+// the kernel's dequantisation code on the host.
+
+// Byte i of the result is byte (s >> 4i) & 7 of {x bytes 0-3, y bytes 4-7} (__byte_perm).
+__host__ __device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t bytes = (uint64_t{y} << 32) | x;
+  uint32_t r = 0;
+  for (uint32_t i = 0; i < 4; ++i) {
+    r |= static_cast<uint32_t>((bytes >> (((s >> (4 * i)) & 7) * 8)) & 0xFF) << (8 * i);
+  }
+  return r;
+#endif
+}
+
+// (a & kMask) | magic in one LOP3 (its table 0xEA = (0xF0 & 0xCC) | 0xAA): with both constants
+// as immediates ptxas emits two instructions.
+template <uint32_t kMask>
+__host__ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t magic) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(kMask), "r"(magic));
+  return d;
+#else
+  return (a & kMask) | magic;
+#endif
+}
+
+// a * b + c on two packed 16-bit lanes (low half: the first element), rounded once (sm_80+ for
+// BF16). The host definition rounds through FP32, which is exact for the dequantisation's
+// operands (small integers and the magic constants).
+template <bool kBf16>
+__host__ __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  if constexpr (kBf16) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  } else {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  }
+  return d;
+#else
+  uint32_t d = 0;
+  for (uint32_t lane = 0; lane < 2; ++lane) {
+    const auto half = [lane](uint32_t v) { return static_cast<uint16_t>(v >> (16 * lane)); };
+    float x, y, z;
+    uint16_t r;
+    if constexpr (kBf16) {
+      const auto widen = [](uint16_t h) {
+        const uint32_t bits = uint32_t{h} << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        return f;
+      };
+      x = widen(half(a));
+      y = widen(half(b));
+      z = widen(half(c));
+      const __nv_bfloat16 out = __float2bfloat16_rn(x * y + z);
+      memcpy(&r, &out, 2);
+    } else {
+      const auto widen = [](uint16_t h) {
+        __half v;
+        memcpy(&v, &h, 2);
+        return __half2float(v);
+      };
+      x = widen(half(a));
+      y = widen(half(b));
+      z = widen(half(c));
+      const __half out = __float2half_rn(x * y + z);
+      memcpy(&r, &out, 2);
+    }
+    d |= uint32_t{r} << (16 * lane);
+  }
+  return d;
+#endif
+}
+
+}  // namespace qmoe::cuda::ptx
+
+#endif  // QMOE_LIB_CUDA_TC_PTX_CUH_

@@ -1,0 +1,344 @@
+// The tensor-core GEMM's own kernel code (run_cta, lib/cuda/int4_gemm_tc_kernel.cuh) run on the
+// host, so that CI, which has no GPU, executes it: every CTA of the grid on as many host
+// threads as the CTA has, the warp- and CTA-wide instructions emulated as the PTX ISA defines
+// them (ldmatrix: lanes 8i..8i+7 address matrix i's rows and lane L gets elements 2 (L % 4), +1
+// of row L / 4; mma.m16n8k16: the A, B, C fragment layouts; bar.sync), cp.async as an
+// immediate copy, the launch parameters and grid from the launcher's own make_params and
+// grid_for. Small shapes over every tile, X type, block size, row/column/K tails, column
+// ranges and the device row count, against the FP64 reference from the X the kernel multiplies
+// within the documented bound, with poisoned outputs. The MMA is emulated exactly (FP64 sums
+// rounded to FP32), not with the tensor cores' truncation; the device tests cover that.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lib/cuda/int4_gemm_tc_kernel.cuh"
+#include "tests/activation_dtype_util.h"
+#include "tests/cuda/int4_gemm_tc_test_util.h"
+#include "tests/gemm/int4_reference.h"
+
+namespace qmoe::cuda::tc {
+namespace {
+
+using qmoe::testing::Int4Matrix;
+using qmoe::testing::Int4Options;
+using qmoe::testing::Reference;
+using qmoe::testing::ScaleOrder;
+
+// A reusable barrier for a fixed number of threads.
+class Barrier {
+ public:
+  explicit Barrier(uint32_t count) : count_(count) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == count_) {
+      arrived_ = 0;
+      ++generation_;
+      done_.notify_all();
+    } else {
+      done_.wait(lock, [&] { return generation_ != generation; });
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  const uint32_t count_;
+  uint32_t arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// One CTA: its shared memory, its barrier and, per warp, the lanes' operands of the collective
+// instruction in progress.
+struct Cta {
+  struct Warp {
+    Barrier barrier{32};
+    uint32_t address[32];
+    uint32_t a[32][4], b[32][2];
+  };
+  Cta(uint32_t threads, size_t shared_bytes)
+      : shared(shared_bytes, 0xA5), barrier(threads), warps(threads / 32) {}
+  std::vector<uint8_t> shared;
+  Barrier barrier;
+  std::vector<Warp> warps;
+};
+
+double half_value(bool bf16, uint16_t h) {
+  if (bf16) {
+    const uint32_t bits = uint32_t{h} << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  __half v;
+  std::memcpy(&v, &h, 2);
+  return __half2float(v);
+}
+
+class ThreadEmulator : public ptx::HostEmulator {
+ public:
+  ThreadEmulator(Cta* cta, uint32_t tid)
+      : cta_(cta), lane_(tid % 32), warp_(cta->warps[tid / 32]) {}
+  uint8_t* shared_memory() override { return cta_->shared.data(); }
+  void cta_barrier() override { cta_->barrier.arrive_and_wait(); }
+
+  void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) override {
+    warp_.address[lane_] = address;
+    warp_.barrier.arrive_and_wait();
+    for (uint32_t i = 0; i < 4; ++i) {
+      const uint32_t row = warp_.address[8 * i + lane_ / 4];
+      EXPECT_EQ(row % 16, 0u) << "ldmatrix row address not 16-byte aligned";
+      EXPECT_LE(row + 16, cta_->shared.size());
+      std::memcpy(&r[i], cta_->shared.data() + row + 4 * (lane_ % 4), 4);
+    }
+    warp_.barrier.arrive_and_wait();  // the addresses stay until every lane has read
+  }
+
+  void mma_16816(bool bf16, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                 const float (&c)[4]) override {
+    for (uint32_t i = 0; i < 4; ++i) warp_.a[lane_][i] = a[i];
+    warp_.b[lane_][0] = b0;
+    warp_.b[lane_][1] = b1;
+    warp_.barrier.arrive_and_wait();
+    // A[r][k] is element k % 2 of register (k / 8) * 2 + r / 8 of lane 4 (r % 8) + (k % 8) / 2;
+    // B[k][n] element k % 2 of register k / 8 of lane 4 n + (k % 8) / 2; this lane's C/D
+    // elements are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+    float out[4];
+    for (uint32_t e = 0; e < 4; ++e) {
+      const uint32_t r = lane_ / 4 + (e / 2) * 8, n = (lane_ % 4) * 2 + e % 2;
+      double sum = c[e];
+      for (uint32_t k = 0; k < 16; ++k) {
+        const uint32_t a_reg = warp_.a[4 * (r % 8) + (k % 8) / 2][(k / 8) * 2 + r / 8];
+        const uint32_t b_reg = warp_.b[4 * n + (k % 8) / 2][k / 8];
+        sum += half_value(bf16, static_cast<uint16_t>(a_reg >> (16 * (k % 2)))) *
+               half_value(bf16, static_cast<uint16_t>(b_reg >> (16 * (k % 2))));
+      }
+      out[e] = static_cast<float>(sum);
+    }
+    warp_.barrier.arrive_and_wait();  // the operands stay until every lane has read
+    for (uint32_t e = 0; e < 4; ++e) d[e] = out[e];
+  }
+
+ private:
+  Cta* cta_;
+  uint32_t lane_;
+  Cta::Warp& warp_;
+};
+
+// Runs every CTA of the grid, one after the other, each on C::kThreads host threads.
+template <int kTile, XMode kX, uint32_t kFold>
+void emulate(const Params& p, dim3 grid) {
+  using C = Config<kTile, kX, kFold>;
+  for (uint32_t by = 0; by < grid.y; ++by) {
+    for (uint32_t bx = 0; bx < grid.x; ++bx) {
+      Cta cta(C::kThreads, size_t{kStages} * C::kStage.bytes);
+      std::vector<std::thread> threads;
+      for (uint32_t tid = 0; tid < C::kThreads; ++tid) {
+        threads.emplace_back([&, tid] {
+          ThreadEmulator emulator(&cta, tid);
+          ptx::host_emulator = &emulator;
+          run_cta<C, kX>(p, cta.shared.data(), bx, by, tid);
+          ptx::host_emulator = nullptr;
+        });
+      }
+      for (auto& t : threads) t.join();
+    }
+  }
+}
+
+template <XMode kX, uint32_t kFold>
+void emulate_tile(int tile, const Params& p, dim3 grid) {
+  switch (tile) {
+    case 0:
+      return emulate<0, kX, kFold>(p, grid);
+    case 1:
+      return emulate<1, kX, kFold>(p, grid);
+    case 2:
+      return emulate<2, kX, kFold>(p, grid);
+    default:
+      return emulate<3, kX, kFold>(p, grid);
+  }
+}
+
+void emulate_launch(int tile, qmoe_dtype xd, const Params& p) {
+  const dim3 grid = grid_for(static_cast<Int4GemmTcTile>(tile), p);
+  const bool fold16 = fold_k(p.w.block_size) == 16;
+  switch (xd) {
+    case QMOE_DTYPE_BF16:
+      return fold16 ? emulate_tile<XMode::kBf16, 16>(tile, p, grid)
+                    : emulate_tile<XMode::kBf16, 32>(tile, p, grid);
+    case QMOE_DTYPE_F16:
+      return fold16 ? emulate_tile<XMode::kF16, 16>(tile, p, grid)
+                    : emulate_tile<XMode::kF16, 32>(tile, p, grid);
+    case QMOE_DTYPE_F32:
+      break;
+  }
+  return fold16 ? emulate_tile<XMode::kF32Split, 16>(tile, p, grid)
+                : emulate_tile<XMode::kF32Split, 32>(tile, p, grid);
+}
+
+struct Case {
+  Int4Options w;
+  uint32_t m = 17;
+  uint32_t n_begin = 0, n_end = 0;  // n_end 0: all columns
+  qmoe_dtype xd = QMOE_DTYPE_BF16, yd = QMOE_DTYPE_F32;
+  int tile = 0;
+  uint32_t device_rows = UINT32_MAX;  // below m: the row count read through m_device
+};
+
+void run_case(const Case& c, uint64_t seed) {
+  using namespace qmoe::testing;
+  const std::string where = c.w.describe() + " m=" + std::to_string(c.m) + " cols [" +
+                            std::to_string(c.n_begin) + "," + std::to_string(c.n_end) + ") x " +
+                            dtype_name(c.xd) + " y " + dtype_name(c.yd) + " tile " +
+                            std::to_string(c.tile) + " device rows " +
+                            std::to_string(c.device_rows) + " seed " + std::to_string(seed);
+  SCOPED_TRACE(where);
+  ContextPtr ctx = default_context();
+  std::mt19937_64 rng(seed);
+  const Int4Matrix w = make_int4_matrix(c.w, rng);
+  const uint32_t n = c.w.n, k = c.w.k, m = c.m;
+  const uint32_t n_begin = c.n_begin, n_end = c.n_end == 0 ? n : c.n_end;
+  const size_t ldx = k + 8, ldy = n + 3;
+  const std::vector<float> x_values = random_activations(m, static_cast<uint32_t>(ldx), rng);
+  const std::vector<unsigned char> x = narrow(ctx.get(), c.xd, x_values.data(), x_values.size());
+  const std::vector<float> x_true = dense_rows(widen(ctx.get(), c.xd, x), m, k, ldx);
+  const std::vector<float> x_used =
+      c.xd == QMOE_DTYPE_F32 ? split_bf16_sum(ctx.get(), x_true) : x_true;
+  const Reference ref = reference_gemm(w, x_used, m);
+
+  // The view the device would get, with host pointers; X copied to a 16-byte aligned buffer.
+  DeviceQuantMatrix view{};
+  view.n = n;
+  view.k = k;
+  view.block_size = c.w.block_size;
+  view.chunks = (k + 31) / 32;
+  view.codes = w.codes.data();
+  view.scale_dtype = w.desc.scale_dtype;
+  view.scales = w.desc.scales;
+  view.scale_row_stride = w.desc.scale_row_stride;
+  view.scale_block_stride = w.desc.scale_block_stride;
+  view.scale_group_stride = w.desc.scale_group_stride;
+  view.zero_points = w.desc.zero_points;
+  view.zero_point_row_stride = w.desc.zero_point_row_stride;
+  view.zero_point_block_stride = w.desc.zero_point_block_stride;
+  view.zero_point_group_stride = w.desc.zero_point_group_stride;
+  view.bias_dtype = w.desc.bias_dtype;
+  view.bias = w.desc.bias;
+  std::vector<uint4> x_buffer((x.size() + 15) / 16);
+  std::memcpy(x_buffer.data(), x.data(), x.size());
+  const size_t es = element_size(c.yd);
+  std::vector<unsigned char> y((size_t{m} * ldy + 16) * es, 0xFF);
+  const uint32_t device_rows = c.device_rows;
+  const Params p = make_params(view, m, c.device_rows < m ? &device_rows : nullptr, x_buffer.data(),
+                               ldx, c.yd, y.data(), ldy, n_begin, n_end);
+  emulate_launch(c.tile, c.xd, p);
+
+  const uint32_t rows = c.device_rows < m ? c.device_rows : m;
+  const double acc_bound = int4_gemm_tc_accumulation_bound(k, c.w.block_size, c.xd);
+  int reported = 0;
+  for (size_t e = 0; e < y.size() / es; ++e) {
+    const size_t i = e / ldy, col = e % ldy;
+    const unsigned char* got_bytes = y.data() + e * es;
+    if (i < rows && col >= n_begin && col < n_end) {
+      const size_t o = i * n + col;
+      const double got = element_value(c.yd, got_bytes);
+      const double tol = output_tolerance(
+          c.yd, ref.y[o], acc_bound * (ref.abs_sum[o] + std::fabs(w.bias_values[col])));
+      if (!(std::fabs(got - ref.y[o]) <= tol) && reported++ < 5) {
+        ADD_FAILURE() << "y[" << i << "][" << col << "] = " << got << ", FP64 reference "
+                      << ref.y[o] << ", bound " << tol;
+      }
+    } else {
+      for (size_t b = 0; b < es; ++b) {
+        if (got_bytes[b] != 0xFF && reported++ < 5) {
+          ADD_FAILURE() << "element " << e << " (row " << i << ", col " << col
+                        << ") outside the output changed";
+          break;
+        }
+      }
+    }
+  }
+}
+
+const qmoe_dtype kTypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
+const ScaleOrder kOrders[] = {ScaleOrder::kGrouped, ScaleOrder::kBlockMajor, ScaleOrder::kRowMajor,
+                              ScaleOrder::kPaddedRowMajor};
+
+// Every tile x X type x fold granularity, with N, M and K tails (a 6-row last group, 17 rows,
+// a partial last k-tile, for block 16 a half-filled last chunk) and a column range cut inside
+// groups; the scale, zero-point and bias variants rotate.
+TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
+  const uint32_t blocks[] = {16, 32, 128};
+  const uint32_t ks[] = {80, 96, 128};
+  int index = 0;
+  for (int tile = 0; tile < kInt4GemmTcTileCount; ++tile) {
+    for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16, QMOE_DTYPE_F32}) {
+      for (int b = 0; b < 3; ++b) {
+        Case c;
+        c.w.n = 46;
+        c.w.k = ks[b];
+        c.w.block_size = blocks[b];
+        c.w.scale_dtype = kTypes[index % 3];
+        c.w.scale_order = kOrders[index % 4];
+        c.w.zero_points = index % 2 == 0;
+        c.w.zero_point_order = kOrders[(index + 1) % 4];
+        c.w.bias = index % 3 != 1;
+        c.w.bias_dtype = kTypes[(index + 2) % 3];
+        c.m = 17;
+        c.n_begin = index % 2 == 0 ? 0 : 3;
+        c.n_end = index % 2 == 0 ? 0 : 45;
+        c.xd = xd;
+        c.yd = kTypes[(index / 2) % 3];
+        c.tile = tile;
+        ++index;
+        ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
+      }
+    }
+  }
+}
+
+// More than one CTA in each direction (rows past the first 64 or 128, columns past the first
+// tile) and a k loop longer than the pipeline, on the split-K and the plain tile.
+TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
+  for (int tile : {0, 1, 3}) {
+    Case c;
+    c.w.n = tile == 0 ? 136 : 72;
+    c.w.k = 448;  // 7 k-tiles through 4 stages
+    c.w.block_size = 64;
+    c.w.scale_dtype = QMOE_DTYPE_F16;
+    c.w.scale_order = ScaleOrder::kGrouped;
+    c.w.zero_points = true;
+    c.w.zero_point_order = ScaleOrder::kGrouped;
+    c.w.bias = true;
+    c.m = tile == 0 ? 130 : 70;
+    c.xd = QMOE_DTYPE_BF16;
+    c.yd = QMOE_DTYPE_BF16;
+    c.tile = tile;
+    ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
+  }
+}
+
+// The row count read through m_device: rows from it up keep their poison.
+TEST(CudaInt4GemmTcEmulation, DeviceRowCount) {
+  for (uint32_t rows : {0u, 1u, 40u}) {
+    Case c;
+    c.w.n = 24;
+    c.w.k = 64;
+    c.m = 70;
+    c.tile = 3;
+    c.device_rows = rows;
+    ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
+  }
+}
+
+}  // namespace
+}  // namespace qmoe::cuda::tc
