@@ -55,12 +55,12 @@ fi
 
 # 3. compute-sanitizer on a subset that covers every kernel and both levels in little time.
 if command -v compute-sanitizer >/dev/null; then
-  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput'
-  step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 \
+  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges'
+  step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$tests" --gtest_filter="$filter"
-  step racecheck 150 compute-sanitizer --tool racecheck --racecheck-report hazard \
+  step racecheck 240 compute-sanitizer --tool racecheck --racecheck-report hazard \
     --error-exitcode 3 "$tests" \
-    --gtest_filter='CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput'
+    --gtest_filter='CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails'
 else
   echo "compute-sanitizer: not found" | tee -a "$out/summary.txt"
   failed+=("sanitizer-missing")
@@ -71,7 +71,17 @@ step bench 180 "$bench" --benchmark_out="$out/cuda_bench.json" --benchmark_out_f
 step bench_no_pdl 60 env QMOE_CUDA_PDL=0 "$bench" --benchmark_filter='moe_(layer|stack48)' \
   --benchmark_out="$out/cuda_bench_no_pdl.json" --benchmark_out_format=json
 
-# 5. Resource usage and the hot loops' instructions, for the record.
+# 5. Where a decode layer's time goes: Nsight Compute on a few launches of each MoE kernel and
+# the GEMV (clocks left alone; ncu serialises kernels, so dependent launch does not overlap here).
+if command -v ncu >/dev/null; then
+  step ncu 180 ncu --clock-control none --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --kernel-name regex:'moe|gemv' --launch-skip 40 --launch-count 6 \
+    "$bench" --benchmark_filter='moe_layer/qwen3/fast/m:1/|int4_gemv/gptoss/fast/m:1/' \
+    --benchmark_min_time=0.01
+fi
+
+# 6. Resource usage and the hot loops' instructions, for the record.
 cuobjdump --dump-resource-usage "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o" \
   "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o" >"$out/resource_usage.txt" 2>&1 || true
 
