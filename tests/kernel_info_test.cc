@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "lib/formats/format_traits.h"
 #include "qmoe/qmoe.h"
 #include "qmoe/qmoe_experimental.h"
 #include "tests/cpu/isa_test_util.h"
@@ -51,7 +52,7 @@ TEST(GemmKernelAvailable, OtherFormatsAndBlockSizesAreAnsweredNo) {
                {QMOE_WEIGHT_FORMAT_INT4, 33},
                {QMOE_WEIGHT_FORMAT_INT4, 0x80000000u},
                {0, 32},
-               {2, 32},
+               {5, 32},
                {-1, 32},
                {1000, 32}};
   for (const auto& c : cases) {
@@ -87,9 +88,9 @@ TEST(KernelInfo, ListsEveryOperationAndOneGemmPerFormatAndLevel) {
   ContextPtr ctx = make_context(Isa::kScalar, 1);
   uint32_t count = 0;
   ASSERT_EQ(qmoe_context_get_kernel_count(ctx.get(), &count), QMOE_STATUS_OK);
-  // Six operations (four conversions, the read kernel, the activation quantizer) and INT4's
-  // exact and fast GEMMs: the one format this build has.
-  ASSERT_EQ(count, 8u);
+  // Six operations (four conversions, the read kernel, the activation quantizer) and an exact
+  // and a fast GEMM per format this build has.
+  ASSERT_EQ(count, 6u + 2u * format_count());
   std::set<std::string> names, operations;
   uint32_t gemms = 0;
   for (uint32_t i = 0; i < count; ++i) {
@@ -103,7 +104,7 @@ TEST(KernelInfo, ListsEveryOperationAndOneGemmPerFormatAndLevel) {
     operations.insert(info.operation);
     if (std::string(info.operation) == "gemm") {
       ++gemms;
-      EXPECT_EQ(info.format, QMOE_WEIGHT_FORMAT_INT4);
+      EXPECT_NE(find_format(info.format), nullptr) << info.name;
       EXPECT_TRUE(info.accuracy == QMOE_ACCURACY_EXACT || info.accuracy == QMOE_ACCURACY_FAST);
       const char* available_name = nullptr;
       int available = 0;
@@ -119,7 +120,7 @@ TEST(KernelInfo, ListsEveryOperationAndOneGemmPerFormatAndLevel) {
         << info.name;
   }
   EXPECT_EQ(names.size(), count);
-  EXPECT_EQ(gemms, 2u);
+  EXPECT_EQ(gemms, 2u * format_count());
   const std::set<std::string> expected = {"convert_f16_to_f32",
                                           "convert_f32_to_f16",
                                           "convert_bf16_to_f32",

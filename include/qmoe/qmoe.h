@@ -282,7 +282,7 @@ typedef struct qmoe_quant_matrix {
   size_t scale_block_stride;
   /** Optional zero points, one uint8 code per (n, b) at zero_points[n * zero_point_row_stride
    * + b * zero_point_block_stride] (row term as for scales when zero_point_group_stride is
-   * nonzero); NULL means the format's default (8 for INT4). */
+   * nonzero); NULL means the format's default (8 for INT4, 4 for INT3). */
   const uint8_t* zero_points;
   size_t zero_point_row_stride;
   size_t zero_point_block_stride;
@@ -361,6 +361,14 @@ QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint3
 QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t k, void* dst_codes,
                                            size_t dst_bytes, uint16_t* scales,
                                            size_t scale_row_stride, size_t scale_block_stride);
+
+/// Import 3-bit codes packed as upstream runtimes store them (ONNX Runtime's 3-bit
+/// MatMulNBits/QMoE weights): N rows of 3K/8 bytes, code k of a row in bits 3k..3k+2 of the
+/// row's byte stream, least significant bit first (codes 0, 1, ..., 7 pack to 88 c6 fa). K must
+/// be a multiple of 8. Writes the whole canonical INT3 buffer (padding zeroed); `dst_bytes`
+/// must be at least the codes size. src and dst must not overlap (INVALID_ARGUMENT).
+QMOE_API qmoe_status qmoe_import_int3_packed(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
+                                             size_t dst_bytes);
 
 /// Elements of an [n, blocks] plane in the grouped order (docs/formats.md): ceil(n / 8) * 8 *
 /// blocks, the last group padded to 8 rows. 0 when n or blocks is 0 or the count overflows.
