@@ -362,11 +362,11 @@ QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t
                                            size_t dst_bytes, uint16_t* scales,
                                            size_t scale_row_stride, size_t scale_block_stride);
 
-/// Import 3-bit codes packed as upstream runtimes store them (ONNX Runtime's 3-bit
-/// MatMulNBits/QMoE weights): N rows of 3K/8 bytes, code k of a row in bits 3k..3k+2 of the
-/// row's byte stream, least significant bit first (codes 0, 1, ..., 7 pack to 88 c6 fa). K must
-/// be a multiple of 8. Writes the whole canonical INT3 buffer (padding zeroed); `dst_bytes`
-/// must be at least the codes size. src and dst must not overlap (INVALID_ARGUMENT).
+/// Import 3-bit codes packed as upstream runtimes store them (ONNX Runtime's QMoE INT3
+/// weights): N rows of 3K/8 bytes, code k of a row in bits 3k..3k+2 of the row's byte stream,
+/// least significant bit first (codes 0, 1, ..., 7 pack to 88 c6 fa). K must be a multiple of 8.
+/// Writes the whole canonical INT3 buffer (padding zeroed); `dst_bytes` must be at least the
+/// codes size. src and dst must not overlap (INVALID_ARGUMENT).
 QMOE_API qmoe_status qmoe_import_int3_packed(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
                                              size_t dst_bytes);
 

@@ -1,6 +1,6 @@
-// Importer into the canonical INT3 layout from the upstream packing (ONNX Runtime's 3-bit
-// MatMulNBits/QMoE weights): each row a contiguous LSB-first stream of 3-bit codes (the
-// qmoe_import_int3_packed call): bit-exact, every check included.
+// Importer into the canonical INT3 layout from the upstream packing (ONNX Runtime's QMoE INT3
+// weights): each row a contiguous LSB-first stream of 3-bit codes (the qmoe_import_int3_packed
+// call): bit-exact, every check included.
 #ifndef QMOE_LIB_FORMATS_INT3_IMPORT_H_
 #define QMOE_LIB_FORMATS_INT3_IMPORT_H_
 
