@@ -10,23 +10,9 @@
 # holds all of it.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${1:?usage: scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]}
+source "$root/scripts/lib/device_steps.sh"
 build=${2:-"$root/build-cuda"}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-failed=()
-step() {  # step NAME TIMEOUT_S COMMAND...: run, log to $out/NAME.log, record a failure
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  timeout --signal=TERM --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  echo "$name: exit $rc after $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-  [[ $rc -eq 0 ]] || failed+=("$name")
-  return $rc
-}
-
-: >"$out/summary.txt"
+steps_begin "${1:?usage: scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
   --format=csv >"$out/gpu.txt" 2>&1 || true
 jobs=$(nproc)
@@ -85,7 +71,4 @@ fi
 cuobjdump --dump-resource-usage "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o" \
   "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o" >"$out/resource_usage.txt" 2>&1 || true
 
-echo "total $SECONDS s; failed: ${failed[*]:-none}" | tee -a "$out/summary.txt"
-# One archive beside the directory, for hosts that hand back only a few files.
-tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
-[[ ${#failed[@]} -eq 0 ]]
+steps_end
