@@ -120,21 +120,29 @@ void expect_near_reference(const std::vector<float>& y, const MoeReference& ref,
   }
 }
 
-MoeOptions small_layer() {
-  MoeOptions o;
-  o.experts = 6;
-  o.hidden = 64;
-  o.intermediate = 32;
-  return o;
-}
+// A small random layer (6 experts, H = 64, I = 32) and its host expert set; each test makes
+// the device sets it needs from it. Skips where no device is usable.
+class CudaAbiLayer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    QMOE_SKIP_WITHOUT_CUDA();
+    o.experts = 6;
+    o.hidden = 64;
+    o.intermediate = 32;
+    model = make_moe_model(o, rng);
+    host = make_host_set(*model);
+    ASSERT_TRUE(host);
+  }
+  std::string where() const { return "seed " + std::to_string(seed); }
 
-TEST(CudaAbi, BothCopyModesGiveTheSameLayerAndItMeetsTheReference) {
-  QMOE_SKIP_WITHOUT_CUDA();
   const uint64_t seed = fresh_seed();
-  std::mt19937_64 rng(seed);
-  const MoeOptions o = small_layer();
-  const auto model = make_moe_model(o, rng);
-  HostSet host = make_host_set(*model);
+  std::mt19937_64 rng{seed};
+  MoeOptions o;
+  std::unique_ptr<MoeModel> model;
+  HostSet host;
+};
+
+TEST_F(CudaAbiLayer, BothCopyModesGiveTheSameLayerAndItMeetsTheReference) {
   CudaSet batched = make_cuda_set(host.get(), QMOE_CUDA_COPY_BATCHED);
   CudaSet loop = make_cuda_set(host.get(), QMOE_CUDA_COPY_LOOP);
   ASSERT_TRUE(batched && loop);
@@ -151,16 +159,10 @@ TEST(CudaAbi, BothCopyModesGiveTheSameLayerAndItMeetsTheReference) {
       << "seed " << seed;
   const MoeReference ref = reference_moe(*model, QMOE_ACCURACY_FAST, call.x, call.m, call.ids,
                                          call.weights, call.k, nullptr, {});
-  expect_near_reference(y_batched, ref, "seed " + std::to_string(seed));
+  expect_near_reference(y_batched, ref, where());
 }
 
-TEST(CudaAbi, ExpertsNotResidentContributeNothing) {
-  QMOE_SKIP_WITHOUT_CUDA();
-  const uint64_t seed = fresh_seed();
-  std::mt19937_64 rng(seed);
-  const MoeOptions o = small_layer();
-  const auto model = make_moe_model(o, rng);
-  HostSet host = make_host_set(*model);
+TEST_F(CudaAbiLayer, ExpertsNotResidentContributeNothing) {
   const std::vector<uint32_t> resident = {4, 1, 3};
   CudaSet set = make_cuda_set(host.get(), QMOE_CUDA_COPY_BATCHED, resident);
   ASSERT_TRUE(set);
@@ -179,18 +181,11 @@ TEST(CudaAbi, ExpertsNotResidentContributeNothing) {
         << qmoe_last_error_message();
     const MoeReference ref = reference_moe(*model, level, call.x, call.m, call.ids, call.weights,
                                            call.k, mask.data(), {});
-    expect_near_reference(call.y(), ref,
-                          "level " + std::to_string(level) + " seed " + std::to_string(seed));
+    expect_near_reference(call.y(), ref, "level " + std::to_string(level) + " " + where());
   }
 }
 
-TEST(CudaAbi, CapturedGraphReplaysWithNewRoutingAsEager) {
-  QMOE_SKIP_WITHOUT_CUDA();
-  const uint64_t seed = fresh_seed();
-  std::mt19937_64 rng(seed);
-  const MoeOptions o = small_layer();
-  const auto model = make_moe_model(o, rng);
-  HostSet host = make_host_set(*model);
+TEST_F(CudaAbiLayer, CapturedGraphReplaysWithNewRoutingAsEager) {
   CudaSet set = make_cuda_set(host.get(), QMOE_CUDA_COPY_BATCHED);
   ASSERT_TRUE(set);
   LayerCall call(set.get(), o, 2, 2, rng);
@@ -221,12 +216,7 @@ TEST(CudaAbi, CapturedGraphReplaysWithNewRoutingAsEager) {
   cudaStreamDestroy(stream);
 }
 
-TEST(CudaAbi, DeviceSideErrorsAreReadBackAndHostPointersRefused) {
-  QMOE_SKIP_WITHOUT_CUDA();
-  std::mt19937_64 rng(5);
-  const MoeOptions o = small_layer();
-  const auto model = make_moe_model(o, rng);
-  HostSet host = make_host_set(*model);
+TEST_F(CudaAbiLayer, DeviceSideErrorsAreReadBackAndHostPointersRefused) {
   CudaSet set = make_cuda_set(host.get(), QMOE_CUDA_COPY_LOOP);
   ASSERT_TRUE(set);
   LayerCall call(set.get(), o, 2, 2, rng);
