@@ -101,7 +101,7 @@ class Fp4EveryByte : public IsaTest {
     std::vector<float> y(size_t{m} * o.n, -1.0f);
     ASSERT_EQ(qmoe_gemm(ctx.get(), &w.desc, level, m, x.data(), o.k, y.data(), o.n, 0, o.n),
               QMOE_STATUS_OK);
-    const Reference ref = reference_gemm(w, x, m);
+    const Fp4Reference ref = reference_gemm(w, x, m);
     const double scale = format == QMOE_WEIGHT_FORMAT_MXFP4 ? e8m0_value(byte) : e4m3_value(byte);
     for (size_t i = 0; i < y.size(); ++i) {
       const std::string where = std::string(isa_name(GetParam())) + "/" +
@@ -113,7 +113,7 @@ class Fp4EveryByte : public IsaTest {
         EXPECT_TRUE(std::isnan(y[i])) << where << ": " << y[i];
         continue;
       }
-      const double tol = level == QMOE_ACCURACY_EXACT ? 1e-5 * ref.abs_sum[i] : ref.fast_bound[i];
+      const double tol = ref.tol(level, i);
       EXPECT_NEAR(y[i], ref.y[i], tol + 1e-30) << where;
     }
   }

@@ -223,12 +223,13 @@ Fp4Matrix make_fp4_matrix(const Fp4Options& o, std::mt19937_64& rng) {
   return w;
 }
 
-Reference reference_gemm(const Fp4Matrix& w, const std::vector<float>& x, uint32_t m) {
+Fp4Reference reference_gemm(const Fp4Matrix& w, const std::vector<float>& x, uint32_t m) {
   const uint32_t n_total = w.options.n, k_total = w.options.k;
-  Reference ref;
+  Fp4Reference ref;
   ref.y.assign(size_t{m} * n_total, 0.0);
   ref.abs_sum.assign(size_t{m} * n_total, 0.0);
-  ref.fast_bound.assign(size_t{m} * n_total, 0.0);
+  ref.exact_tol.assign(size_t{m} * n_total, 0.0);
+  ref.fast_tol.assign(size_t{m} * n_total, 0.0);
   for (uint32_t i = 0; i < m; ++i) {
     const float* xr = x.data() + size_t{i} * k_total;
     // The fast level's activation error per 32 k (docs/formats.md): max|x| / 127 / 2, or max|x|
@@ -252,7 +253,9 @@ Reference reference_gemm(const Fp4Matrix& w, const std::vector<float>& x, uint32
       const size_t o = size_t{i} * n_total + n;
       ref.y[o] = y + w.bias_values[n];
       ref.abs_sum[o] = abs_sum;
-      ref.fast_bound[o] = quant + 1e-5 * (abs_sum + quant);
+      const double output_rounding = 0x1p-23 * std::fabs(ref.y[o]);
+      ref.exact_tol[o] = 1e-5 * abs_sum + output_rounding;
+      ref.fast_tol[o] = quant + 1e-5 * (abs_sum + quant) + output_rounding;
     }
   }
   return ref;

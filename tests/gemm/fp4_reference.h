@@ -68,8 +68,19 @@ Fp4Matrix make_fp4_matrix(const Fp4Options& options, std::mt19937_64& rng);
 /// global scale or none (NVFP4).
 Fp4Options random_fp4_options(std::mt19937_64& rng, uint32_t max_k);
 
-/// FP64 Y = X W^T + bias, and the per-output error bounds of both levels (docs/formats.md).
-Reference reference_gemm(const Fp4Matrix& w, const std::vector<float>& x, uint32_t m);
+/// FP64 Y = X W^T + bias and, per output, the documented error bounds (docs/formats.md).
+struct Fp4Reference {
+  std::vector<double> y;        // [m][n]
+  std::vector<double> abs_sum;  // [m][n]: sum_k |x w|
+  // exact: 1e-5 sum_k |x w|; fast: the activation-rounding term plus that; both plus one
+  // rounding of the output, 2^-23 |y| (adding a bias, or the global scale, to a sum much smaller
+  // than the result rounds at the result's magnitude).
+  std::vector<double> exact_tol, fast_tol;
+  double tol(qmoe_accuracy level, size_t i) const {
+    return level == QMOE_ACCURACY_EXACT ? exact_tol[i] : fast_tol[i];
+  }
+};
+Fp4Reference reference_gemm(const Fp4Matrix& w, const std::vector<float>& x, uint32_t m);
 
 }  // namespace qmoe::testing
 

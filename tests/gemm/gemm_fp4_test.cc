@@ -38,7 +38,7 @@ std::vector<float> run_and_check(qmoe_context* ctx, const Fp4Matrix& w, qmoe_acc
   float* y = buffer.data() + kGuard;
   const qmoe_status status = qmoe_gemm(ctx, &w.desc, level, m, x.data(), k, y, ldy, n_begin, n_end);
   EXPECT_EQ(status, QMOE_STATUS_OK) << where << ": " << qmoe_last_error_message();
-  const Reference ref = reference_gemm(w, x, m);
+  const Fp4Reference ref = reference_gemm(w, x, m);
   std::vector<float> out(size_t{m} * n, kPoison);
   int reported = 0;
   for (size_t i = 0; i < buffer.size(); ++i) {
@@ -55,8 +55,7 @@ std::vector<float> run_and_check(qmoe_context* ctx, const Fp4Matrix& w, qmoe_acc
     }
     const size_t o = row * n + col;
     out[o] = buffer[i];
-    const double tol =
-        level == QMOE_ACCURACY_EXACT ? 1e-5 * ref.abs_sum[o] + 1e-30 : ref.fast_bound[o] + 1e-30;
+    const double tol = ref.tol(level, o) + 1e-30;
     const double err = std::fabs(static_cast<double>(buffer[i]) - ref.y[o]);
     if (!(err <= tol) && reported++ < 3) {
       ADD_FAILURE() << where << ": Y[" << row << "," << col << "] = " << buffer[i]
@@ -91,11 +90,10 @@ class GemmFp4 : public IsaTest {
     ContextPtr scalar = make_context(Isa::kScalar, 1);
     const std::vector<float> want =
         run_and_check(scalar.get(), w, level, x, c.m, c.n_begin, n_end, where + " [scalar]");
-    const Reference ref = reference_gemm(w, x, c.m);
+    const Fp4Reference ref = reference_gemm(w, x, c.m);
     int reported = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      const double tol =
-          level == QMOE_ACCURACY_EXACT ? 2e-5 * ref.abs_sum[i] : 2 * ref.fast_bound[i];
+      const double tol = 2 * ref.tol(level, i);
       if (!(std::fabs(got[i] - want[i]) <= tol + 1e-30) && reported++ < 3) {
         ADD_FAILURE() << where << ": output " << i << " " << got[i] << " vs scalar " << want[i];
       }
@@ -222,7 +220,7 @@ TEST_P(GemmFp4, NanScalesMakeTheirRowsNan) {
             std::vector<float> y(size_t{m} * o.n, kPoison);
             ASSERT_EQ(qmoe_gemm(ctx.get(), &w.desc, level, m, x.data(), o.k, y.data(), o.n, 0, o.n),
                       QMOE_STATUS_OK);
-            const Reference ref = reference_gemm(w, x, m);
+            const Fp4Reference ref = reference_gemm(w, x, m);
             for (uint32_t i = 0; i < m; ++i) {
               for (uint32_t j = 0; j < o.n; ++j) {
                 const bool nan_row =
@@ -234,8 +232,7 @@ TEST_P(GemmFp4, NanScalesMakeTheirRowsNan) {
                     << " m=" << m << " y[" << i << "," << j << "] = " << v << " seed=" << seed;
                 if (!nan_row) {
                   const size_t o_i = size_t{i} * o.n + j;
-                  const double tol =
-                      level == QMOE_ACCURACY_EXACT ? 1e-5 * ref.abs_sum[o_i] : ref.fast_bound[o_i];
+                  const double tol = ref.tol(level, o_i);
                   EXPECT_NEAR(v, ref.y[o_i], tol + 1e-30);
                 }
               }
