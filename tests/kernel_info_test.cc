@@ -40,6 +40,34 @@ TEST(GemmKernelAvailable, Int4RunsAtEveryBlockSizeAndLevel) {
   }
 }
 
+TEST(GemmKernelAvailable, Fp4FormatsRunAtTheirBlockSizeOnEveryTier) {
+  const struct {
+    qmoe_weight_format format;
+    uint32_t block;
+    const char* name;
+  } formats[] = {{QMOE_WEIGHT_FORMAT_MXFP4, 32, "mxfp4"}, {QMOE_WEIGHT_FORMAT_NVFP4, 16, "nvfp4"}};
+  for (Isa isa : built_tiers()) {
+    if (isa_unavailable_reason(isa) != nullptr) continue;
+    ContextPtr ctx = make_context(isa, 1);
+    for (const auto& f : formats) {
+      for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        int available = -1;
+        const char* name = nullptr;
+        ASSERT_EQ(
+            qmoe_gemm_kernel_available(ctx.get(), f.format, f.block, accuracy, &available, &name),
+            QMOE_STATUS_OK);
+        EXPECT_EQ(available, 1) << f.name;
+        ASSERT_NE(name, nullptr);
+        // Every tier has its own kernels (upstream had no AVX2 FP4 path; this one does).
+        const std::string prefix = std::string("qmoe_gemm_") + f.name + "_" +
+                                   (accuracy == QMOE_ACCURACY_EXACT ? "exact" : "fast") +
+                                   "_8x32__" + isa_name(isa);
+        EXPECT_EQ(std::string(name).rfind(prefix, 0), 0u) << name << " on " << isa_name(isa);
+      }
+    }
+  }
+}
+
 TEST(GemmKernelAvailable, OtherFormatsAndBlockSizesAreAnsweredNo) {
   ContextPtr ctx = make_context(Isa::kScalar, 1);
   const struct {
