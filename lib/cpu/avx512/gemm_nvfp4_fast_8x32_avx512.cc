@@ -2,10 +2,10 @@
 // body (gemm_e2m1_fast_ymm.inc), from M = 2 up through the 512-bit one
 // (gemm_e2m1_fast_8x32_avx512.inc); each file's comment has its layout and reduction.
 //
-// Why two bodies: a cold M = 1 call is bound by the DRAM stream (docs/formats.md has the
-// measurements), where the 512-bit body's one full-line load per rows 0-3 and 4-7 gains nothing;
-// from M = 2 up the arithmetic dominates and the 512-bit body shares each chunk's unpacking and
-// scales between twice as many rows per instruction.
+// Why two bodies: at M = 1 the 512-bit body measured no faster (on Zen 4, which runs a 512-bit
+// operation as two 256-bit halves, the work per chunk is the same;
+// docs/results/2026-12-01-fp4-gemm.md); from M = 2 up the 512-bit body shares each chunk's
+// unpacking and scales between twice as many rows per instruction.
 #include "lib/cpu/avx512/immintrin_avx512.h"
 
 #include <cstdint>
