@@ -132,9 +132,9 @@ QMOE_TC_HD size_t plane_offset(uint32_t n, uint32_t b, size_t row_stride, size_t
 // constant (scale 0 and the default zero point past N and K, where the planes are not read: a
 // fold unit of padding then adds exactly 0). Both zero fills matter: a zero code still
 // dequantises to -zero_point, so X must be zero wherever the codes are padding. A thread's plane
-// entries are the same ones in every stage (tid + i * kThreads), so that the thread that copies
-// an entry is the one that converts it: its own cp.async.wait_group is then all the ordering
-// the conversion needs.
+// entries are the same ones in every stage (tid + i * C::kThreads), so that the thread that
+// copies an entry is the one that converts it: its own cp.async.wait_group is then all the
+// ordering the conversion needs.
 template <class C, XMode kX>
 struct Loader {
   static constexpr uint32_t kXBytes = XTraits<kX>::kBytes;
@@ -171,9 +171,9 @@ struct Loader {
   int32_t x_rows_left;       // rows from piece 0's row to M: piece i exists iff i * step < it
   uint32_t code_chunk;       // the pieces' chunk within a k-tile (0 or 1)
   int32_t code_groups_left;  // likewise for the groups of the code pieces
-  const uint8_t* scale_src;  // element (n, block 0) of this thread's column n (the plane's
-  const uint8_t* zero_src;   // start past N; zero_src is null without zero points)
-  uint32_t unit0;            // this thread's first fold unit within a stage
+  uintptr_t scale_src;       // element (n, block 0) of this thread's column n (the plane's start
+  uintptr_t zero_src;        // past N); zero_src is 0 without zero points
+  uint32_t plane_k;          // k of its first plane entry within a k-tile: (tid / bn) * kFold
   bool column_ok;            // this thread's column is below N
 
   static_assert(kXRowStep % (kXBytes == 2 ? 8 : 4) == 0);  // see x_piece_offset
@@ -205,45 +205,26 @@ struct Loader {
     }
     const uint32_t n = n0 + tid % C::kBN;
     column_ok = n < p.w.n;
-    unit0 = tid / C::kBN;
+    plane_k = tid / C::kBN * C::kFold;
     const size_t scale_row =
         column_ok ? plane_offset(n, 0, p.w.scale_row_stride, 0, p.w.scale_group_stride) : 0;
     const size_t zero_row =
         column_ok ? plane_offset(n, 0, p.w.zero_point_row_stride, 0, p.w.zero_point_group_stride)
                   : 0;
-    scale_src = static_cast<const uint8_t*>(p.w.scales) + scale_row * scale_bytes(p);
-    zero_src = p.w.zero_points != nullptr ? p.w.zero_points + zero_row : nullptr;
+    scale_src = reinterpret_cast<uintptr_t>(p.w.scales) + scale_row * p.scale_bytes;
+    zero_src =
+        p.w.zero_points != nullptr ? reinterpret_cast<uintptr_t>(p.w.zero_points) + zero_row : 0;
   }
 
-  QMOE_TC_HD static uint32_t scale_bytes(const Params& p) {
-    return p.w.scale_dtype == QMOE_DTYPE_F32 ? 4u : 2u;
-  }
-
-  // Where plane entry i of this thread comes from in k-tile kt: whether it exists (column below
-  // N, fold unit below K) and the scale and zero-point words. A missing entry is copied with
-  // src-size 0 from an address that exists (its row's first element, or past N the plane's).
-  struct PlaneSources {
-    bool valid;
-    PlaneWord scale, zero;
-  };
-  QMOE_TC_HD PlaneSources plane_sources(const Params& p, uint32_t kt, uint32_t i) const {
-    const uint32_t k = kt * kTileK + (unit0 + i * kPlaneUnitStep) * C::kFold;
+  // The block of this thread's plane entry i in k-tile kt (0 when the entry is missing), and
+  // whether the entry exists: its column below N and its fold unit below K. A missing entry is
+  // copied with src-size 0 from block 0 of its row (past N, the plane's start): an address
+  // that exists.
+  QMOE_TC_HD bool plane_block(const Params& p, uint32_t kt, uint32_t i, uint32_t& block) const {
+    const uint32_t k = kt * kTileK + plane_k + i * kPlaneUnitStep * C::kFold;
     const bool valid = column_ok && k < p.w.k;
-    const size_t b = valid ? size_t{k >> p.block_shift} : 0;
-    const uint32_t es = scale_bytes(p);
-    PlaneSources s;
-    s.valid = valid;
-    s.scale =
-        plane_word(reinterpret_cast<uintptr_t>(scale_src) + b * p.w.scale_block_stride * es, es);
-    s.zero =
-        zero_src != nullptr
-            ? plane_word(reinterpret_cast<uintptr_t>(zero_src) + b * p.w.zero_point_block_stride, 1)
-            : PlaneWord{0, 0, 0};
-    if (!valid) {
-      s.scale.src_bytes = 0;
-      s.zero.src_bytes = 0;
-    }
-    return s;
+    block = valid ? k >> p.block_shift : 0u;
+    return valid;
   }
 
   // Issues the cp.async copies of k-tile kt into `stage`.
@@ -282,31 +263,44 @@ struct Loader {
     const uint32_t zeros_s = x_s + C::kStage.zero_offset;
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
-      const PlaneSources src = plane_sources(p, kt, i);
-      const uint32_t e = (tid + i * C::kThreads) * 4;  // = plane_entry(unit0 + i * step, column)
-      ptx::cp_async_4(scales_s + e, reinterpret_cast<const void*>(src.scale.word),
-                      src.scale.src_bytes);
-      if (zero_src != nullptr) {  // uniform
-        ptx::cp_async_4(zeros_s + e, reinterpret_cast<const void*>(src.zero.word),
-                        src.zero.src_bytes);
+      uint32_t b;
+      const bool valid = plane_block(p, kt, i, b);
+      const uint32_t e = (tid + i * C::kThreads) * 4;  // plane_entry(tid / bn + i * step, column)
+      const PlaneWord s = plane_word(scale_src + size_t{b} * p.scale_block_bytes, p.scale_bytes);
+      ptx::cp_async_4(scales_s + e, reinterpret_cast<const void*>(s.word),
+                      valid ? s.src_bytes : 0u);
+      if (p.w.zero_points != nullptr) {  // uniform
+        const PlaneWord z = plane_word(zero_src + size_t{b} * p.zero_block_bytes, 1);
+        ptx::cp_async_4(zeros_s + e, reinterpret_cast<const void*>(z.word),
+                        valid ? z.src_bytes : 0u);
       }
     }
   }
 
   // Turns this thread's plane entries of k-tile kt in `stage` into the FP32 scale and the zero
   // constant, in place. Only after this thread's cp.async.wait_group for k-tile kt (the entries
-  // are its own copies) and before the barrier that lets the warps read them.
+  // are its own copies) and before the barrier that lets the warps read them. An element's bit
+  // position in its entry depends only on its address modulo 4, so 32-bit arithmetic on the
+  // low address bits finds it.
   QMOE_TC_HD void convert_planes(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
     auto* scales = reinterpret_cast<uint32_t*>(stage + C::kStage.scale_offset);
     auto* zeros = reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset);
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
-      const PlaneSources src = plane_sources(p, kt, i);
+      uint32_t b;
+      const bool valid = plane_block(p, kt, i, b);
       const uint32_t e = tid + i * C::kThreads;
+      const uint32_t scale_low =
+          static_cast<uint32_t>(scale_src) + b * static_cast<uint32_t>(p.scale_block_bytes);
       // A missing entry was zero-filled: scale 0.
-      scales[e] = bits_of(scale_from_entry(p.w.scale_dtype, scales[e], src.scale.shift));
+      scales[e] =
+          bits_of(scale_from_entry(p.w.scale_dtype, scales[e], plane_word(scale_low, 0).shift));
       uint32_t z = kInt4DefaultZeroPoint;
-      if (zero_src != nullptr && src.valid) z = zero_point_from_entry(zeros[e], src.zero.shift);
+      if (p.w.zero_points != nullptr && valid) {
+        const uint32_t zero_low =
+            static_cast<uint32_t>(zero_src) + b * static_cast<uint32_t>(p.zero_block_bytes);
+        z = zero_point_from_entry(zeros[e], plane_word(zero_low, 0).shift);
+      }
       zeros[e] = zero_constant<XTraits<kX>::kBf16Mma>(z);
     }
   }
