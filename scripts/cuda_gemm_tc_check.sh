@@ -12,8 +12,8 @@
 # summary are printed last.
 #   scripts/cuda_gemm_tc_check.sh OUT_DIR [BUILD_DIR]
 # BUILD_DIR may also be a bundle of scripts/cuda_device_bundle.sh (it has run.sh): then nothing
-# is built. QMOE_SKIP_BUILD=1 uses an existing BUILD_DIR as it is. QMOE_TC_BENCH_TILES=all adds
-# every forced tile to the benchmark (5x the rows).
+# is built. QMOE_SKIP_BUILD=1 uses an existing BUILD_DIR as it is. QMOE_TC_SANITIZERS=0 skips
+# step 4. QMOE_TC_BENCH_TILES=all adds every forced tile to the benchmark (5x the rows).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:?usage: scripts/cuda_gemm_tc_check.sh OUT_DIR [BUILD_DIR]}
@@ -67,7 +67,9 @@ step bench 90 "${bench[@]}" --benchmark_filter='BM_Int4GemmTcVsCublas' \
   --benchmark_out="$out/gemm_bench.json" --benchmark_out_format=json
 table
 
-if command -v compute-sanitizer >/dev/null; then
+if [[ ${QMOE_TC_SANITIZERS:-1} == 0 ]]; then
+  echo "sanitizers: skipped (QMOE_TC_SANITIZERS=0)" | tee -a "$out/summary.txt"
+elif command -v compute-sanitizer >/dev/null; then
   planes='CudaInt4GemmTc.ScaleAndZeroPointPlanes:CudaInt4GemmTc.KTails'
   step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 3 "${tests[@]}" \
     --gtest_filter="$planes:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.ColumnSubRanges"
