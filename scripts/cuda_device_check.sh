@@ -41,7 +41,7 @@ fi
 
 # 3. compute-sanitizer on a subset that covers every kernel and both levels in little time.
 if command -v compute-sanitizer >/dev/null; then
-  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges'
+  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges:CudaInt4GemmTc.ScaleAndZeroPointPlanes'
   step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$tests" --gtest_filter="$filter"
   step racecheck 240 compute-sanitizer --tool racecheck --racecheck-report hazard \
