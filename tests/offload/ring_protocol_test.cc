@@ -382,7 +382,7 @@ void expect_timeout_then_fail_fast(Rig& rig, uint64_t timeout_ns) {
 }
 
 TEST(OffloadProtocol, StoppedServiceTimesOutThenCallsFailFast) {
-  const uint64_t timeout = 150000000;  // 150 ms
+  const uint64_t timeout = 500000000;  // 500 ms: the fail-fast call must take far less
   Rig rig({2, 2, 2, 8, 32}, 1, true, timeout);
   rig.service->stop();
   expect_timeout_then_fail_fast(rig, timeout);
@@ -390,7 +390,7 @@ TEST(OffloadProtocol, StoppedServiceTimesOutThenCallsFailFast) {
 }
 
 TEST(OffloadProtocol, ServiceNeverStartedTimesOut) {
-  const uint64_t timeout = 100000000;
+  const uint64_t timeout = 400000000;
   Rig rig({2, 2, 2, 8, 32}, 1, true, timeout, Rig::fast_service(), /*start=*/false);
   expect_timeout_then_fail_fast(rig, timeout);
 }
