@@ -12,6 +12,7 @@
 
 #include "lib/abi_enum.h"
 #include "lib/cuda_backend.h"
+#include "lib/cuda_handles.h"
 #include "lib/error.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/gemm/activation_dtype.h"
@@ -252,6 +253,16 @@ qmoe_status check_moe(const qmoe_cuda_expert_set* set, const qmoe_cuda_moe_param
 }
 
 }  // namespace
+
+qmoe_status resolve_cuda_expert_set(const qmoe_cuda_expert_set* handle, const char* function,
+                                    CudaExpertSetView* view) {
+  if (qmoe_status s = resolve(handle, function); s != QMOE_STATUS_OK) return s;
+  view->impl = handle->set;
+  view->num_experts = handle->num_experts;
+  view->hidden = handle->hidden;
+  return QMOE_STATUS_OK;
+}
+
 }  // namespace qmoe
 
 extern "C" {

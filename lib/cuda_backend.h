@@ -15,9 +15,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lib/offload/device_state.h"
+#include "lib/offload/ring_layout.h"
+#include "lib/offload/service.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe {
+
+class Context;
+struct ExpertSet;
 
 /// Host descriptions of the experts to place on a device (validated; their pointers are host
 /// memory the upload reads).
@@ -69,6 +75,26 @@ struct CudaMoeCall {
   void* stream;
 };
 
+/// One qmoe_cuda_offload_create call (checked: the geometry passes ring_geometry_ok, every
+/// layer's host and GPU sets have the same E and H, and H is every layer's).
+struct CudaOffloadCreate {
+  int device;
+  Context* context;  // the CPU context the cold experts run on
+  uint32_t num_layers;
+  const ExpertSet* const* host_layers;  // [num_layers]
+  const void* const* gpu_layers;        // [num_layers] the backend's expert-set objects
+  offload::RingGeometry geometry;
+  uint64_t timeout_ns;  // the device's wait for an answer
+  uint64_t spin_ns, park_ns;
+  bool short_circuit;
+};
+
+/// Both halves of a session's telemetry.
+struct CudaOffloadTelemetry {
+  offload::DeviceTelemetry device;
+  offload::HostTelemetry host;
+};
+
 struct CudaBackend {
   /// Number of visible devices.
   qmoe_status (*get_device_count)(const char* function, int* device_count);
@@ -84,6 +110,21 @@ struct CudaBackend {
   qmoe_status (*moe_forward)(const char* function, const void* set, const CudaMoeCall& call);
   qmoe_status (*moe_check)(const char* function, const void* workspace, void* stream);
   qmoe_status (*gemm)(const char* function, const CudaGemmCall& call);
+  /// An offload session: its ring, device state and started service thread.
+  qmoe_status (*offload_create)(const char* function, const CudaOffloadCreate& create,
+                                void** session);
+  /// Waits for the session's device, stops the service, frees everything.
+  void (*offload_destroy)(void* session);
+  /// One hybrid layer call on call.stream (checked against the layer's set and the session).
+  qmoe_status (*offload_forward)(const char* function, void* session, uint32_t layer,
+                                 const CudaMoeCall& call);
+  /// Wake the service thread if it is parked.
+  void (*offload_wake)(void* session);
+  /// Wait for `stream`, then the session's sticky error and its workspace's error word.
+  qmoe_status (*offload_check)(const char* function, void* session, void* stream);
+  /// Wait for `stream`, then both halves of the telemetry.
+  qmoe_status (*offload_telemetry)(const char* function, void* session, void* stream,
+                                   CudaOffloadTelemetry* out);
 };
 
 /// The backend of a build with CUDA, or nullptr in a build without it.

@@ -24,7 +24,8 @@ step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Rele
   echo "configure failed; see $out/configure.log" >&2
   exit 1
 }
-step build 300 cmake --build "$build" -j"$jobs" --target qmoe_cuda_tests qmoe_cuda_bench || {
+step build 300 cmake --build "$build" -j"$jobs" --target qmoe_cuda_tests qmoe_cuda_bench \
+  qmoe_offload_latency || {
   echo "build failed; see $out/build.log" >&2
   exit 1
 }
@@ -41,7 +42,7 @@ fi
 
 # 3. compute-sanitizer on a subset that covers every kernel and both levels in little time.
 if command -v compute-sanitizer >/dev/null; then
-  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges:CudaInt4GemmTc.ScaleAndZeroPointPlanes'
+  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges:CudaInt4GemmTc.ScaleAndZeroPointPlanes:Offload.ShortCircuitGivesTheBitsOfTheRingPath:Offload.NoColdLayerLeavesTheStagingMemoryUntouched'
   step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$tests" --gtest_filter="$filter"
   step racecheck 240 compute-sanitizer --tool racecheck --racecheck-report hazard \
@@ -56,6 +57,10 @@ fi
 step bench 180 "$bench" --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
 step bench_no_pdl 60 env QMOE_CUDA_PDL=0 "$bench" --benchmark_filter='moe_(layer|stack48)' \
   --benchmark_out="$out/cuda_bench_no_pdl.json" --benchmark_out_format=json
+# The offload doorbell's round trip beside a mapped ping-pong and a host-function hand-off that
+# move the same bytes (one FP32 token of H 2048, then four).
+step offload_latency 120 bash -c "'$build/benchmarks/qmoe_offload_latency' --calls 5000 &&
+  '$build/benchmarks/qmoe_offload_latency' --m 4 --calls 5000"
 
 # 5. Where a decode layer's time goes: Nsight Compute on a few launches of each MoE kernel and
 # the GEMV (clocks left alone; ncu serialises kernels, so dependent launch does not overlap here).

@@ -10,6 +10,7 @@
 #include "lib/cuda/int4_gemm_tc.cuh"
 #include "lib/cuda/int4_gemv.cuh"
 #include "lib/cuda/moe_layer.cuh"
+#include "lib/cuda/offload_session.cuh"
 #include "lib/cuda_backend.h"
 #include "lib/error.h"
 
@@ -236,6 +237,93 @@ qmoe_status gemm(const char* function, const CudaGemmCall& c) {
   return QMOE_STATUS_OK;
 }
 
+qmoe_status offload_create(const char* function, const CudaOffloadCreate& create, void** session) {
+  cuda::OffloadSession* s = nullptr;
+  const qmoe_status status = cuda::create_offload_session(function, create, &s);
+  if (status == QMOE_STATUS_OK) *session = s;
+  return status;
+}
+
+void offload_destroy(void* session) {
+  cuda::destroy_offload_session(static_cast<cuda::OffloadSession*>(session));
+}
+
+qmoe_status offload_forward(const char* function, void* session, uint32_t layer,
+                            const CudaMoeCall& c) {
+  auto* s = static_cast<cuda::OffloadSession*>(session);
+  // Fail fast: after a sticky error the device would refuse the call anyway.
+  if (const uint32_t error = cuda::offload_mirrored_error(s); error != 0) {
+    std::string what;
+    const qmoe_status st = cuda::offload_error_status(s, error, &what);
+    return fail(st, function, "the session has failed: %s", what.c_str());
+  }
+  cuda::DeviceScope scope(s->device);
+  if (scope.status() != cudaSuccess) {
+    return cuda::status_from_cuda(static_cast<cudaError_t>(scope.status()), function,
+                                  "cudaSetDevice");
+  }
+  if (qmoe_status st = check_stream(function, c.stream, s->device); st != QMOE_STATUS_OK) return st;
+  const struct {
+    const char* name;
+    const void* p;
+  } pointers[] = {{"params->m", c.m},     {"params->x", c.x},
+                  {"params->y", c.y},     {"params->workspace", c.workspace},
+                  {"params->ids", c.ids}, {"params->weights", c.weights}};
+  for (const auto& p : pointers) {
+    if (p.p == nullptr) continue;  // the session's own workspace
+    if (qmoe_status st = cuda::check_device_pointer(function, p.name, p.p, s->device);
+        st != QMOE_STATUS_OK) {
+      return st;
+    }
+  }
+  return cuda::enqueue_offload_layer(function, s, layer, c);
+}
+
+void offload_wake(void* session) {
+  static_cast<cuda::OffloadSession*>(session)->service->wake();
+}
+
+qmoe_status sync_and_read(const char* function, const cuda::OffloadSession& s, void* stream,
+                          void* dst, const void* src, size_t bytes) {
+  cuda::DeviceScope scope(s.device);
+  cudaError_t e = static_cast<cudaError_t>(scope.status());
+  if (e == cudaSuccess) e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  if (e == cudaSuccess) e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return cuda::status_from_cuda(e, function, "reading the offload session's device state");
+  }
+  return QMOE_STATUS_OK;
+}
+
+qmoe_status offload_check(const char* function, void* session, void* stream) {
+  auto* s = static_cast<cuda::OffloadSession*>(session);
+  uint32_t error = 0;
+  if (qmoe_status st = sync_and_read(function, *s, stream, &error, &s->state->error, sizeof error);
+      st != QMOE_STATUS_OK) {
+    return st;
+  }
+  if (error != 0) {
+    std::string what;
+    const qmoe_status st = cuda::offload_error_status(s, error, &what);
+    return fail(st, function, "%s (sticky: every later call fails fast)", what.c_str());
+  }
+  // The resident layer's own error word (its inputs), in the session's workspace.
+  return moe_check(function, s->workspace, stream);
+}
+
+qmoe_status offload_telemetry(const char* function, void* session, void* stream,
+                              CudaOffloadTelemetry* out) {
+  auto* s = static_cast<cuda::OffloadSession*>(session);
+  if (qmoe_status st = sync_and_read(function, *s, stream, &out->device, &s->state->telemetry,
+                                     sizeof out->device);
+      st != QMOE_STATUS_OK) {
+    return st;
+  }
+  out->host = s->service->telemetry();
+  return QMOE_STATUS_OK;
+}
+
 constexpr CudaBackend kCudaBackend = {
     /*get_device_count=*/&get_device_count,
     /*create_expert_set=*/&create_expert_set,
@@ -245,6 +333,12 @@ constexpr CudaBackend kCudaBackend = {
     /*moe_forward=*/&moe_forward,
     /*moe_check=*/&moe_check,
     /*gemm=*/&gemm,
+    /*offload_create=*/&offload_create,
+    /*offload_destroy=*/&offload_destroy,
+    /*offload_forward=*/&offload_forward,
+    /*offload_wake=*/&offload_wake,
+    /*offload_check=*/&offload_check,
+    /*offload_telemetry=*/&offload_telemetry,
 };
 
 }  // namespace
