@@ -153,15 +153,15 @@ std::vector<Isa> bench_tiers() {
 }
 
 const char* gemm_kernel_name(const qmoe_context* context, qmoe_weight_format format,
-                             qmoe_accuracy accuracy) {
+                             uint32_t block_size, qmoe_accuracy accuracy) {
   const char* name = nullptr;
   int available = 0;
-  qmoe_gemm_kernel_available(context, format, 32, accuracy, &available, &name);
+  qmoe_gemm_kernel_available(context, format, block_size, accuracy, &available, &name);
   return name != nullptr ? name : "?";
 }
 
 const char* int4_gemm_kernel_name(const qmoe_context* context, qmoe_accuracy accuracy) {
-  return gemm_kernel_name(context, QMOE_WEIGHT_FORMAT_INT4, accuracy);
+  return gemm_kernel_name(context, QMOE_WEIGHT_FORMAT_INT4, 32, accuracy);
 }
 
 const KernelTable* table_or_skip(benchmark::State& state, Isa isa) {

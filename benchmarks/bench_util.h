@@ -62,11 +62,11 @@ inline const char* level_name(qmoe_accuracy accuracy) {
 /// The tiers the build has (lib/cpu/isa_list.inc), lowest first: the ones benchmarks register.
 std::vector<Isa> bench_tiers();
 
-/// The kernel a context runs for `format` (block 32) at `accuracy`
+/// The kernel a context runs for `format` at `block_size` and `accuracy`
 /// (qmoe_gemm_kernel_available), or "?".
 const char* gemm_kernel_name(const qmoe_context* context, qmoe_weight_format format,
-                             qmoe_accuracy accuracy);
-/// gemm_kernel_name for INT4.
+                             uint32_t block_size, qmoe_accuracy accuracy);
+/// The kernel a context runs for INT4 (block 32) at `accuracy`, or "?".
 const char* int4_gemm_kernel_name(const qmoe_context* context, qmoe_accuracy accuracy);
 
 /// The assembled table of `isa`, or nullptr after state.SkipWithError("<isa> unavailable: why").

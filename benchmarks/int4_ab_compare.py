@@ -70,7 +70,7 @@ def main(out_dir):
     for path in sorted(glob.glob(os.path.join(out_dir, "decode-*.json"))):
         d = json.load(open(path))
         print(f"{os.path.basename(path):24s} threads {d['threads']:2d}: "
-              f"{1000 * d['weight_bytes_per_token'] / 1e9 / d['achieved_gbps'] / 48:.3f} ms/layer, "
+              f"{d['timing']['ms_per_layer']:.3f} ms/layer, "
               f"ratio to roof {d['bandwidth_ratio']:.3f}, to the weights' pages "
               f"{d['weights_bandwidth_ratio']:.3f}, checksum {d['checksum']}")
 

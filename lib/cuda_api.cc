@@ -1,11 +1,40 @@
 // The CUDA ABI (include/qmoe/qmoe_cuda.h): host-side argument checks, then the CUDA backend
 // (lib/cuda_backend.h), or QMOE_STATUS_CUDA_UNAVAILABLE in a build without one.
+//
+// Handles: as with contexts (lib/context_api.cc), a qmoe_cuda_expert_set is a shell {magic,
+// backend object} that is never returned to the allocator, so a destroyed handle is rejected.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "lib/abi_enum.h"
 #include "lib/cuda_backend.h"
+#include "lib/cuda_handles.h"
 #include "lib/error.h"
+#include "lib/formats/quant_matrix.h"
+#include "lib/gemm/activation_dtype.h"
+#include "lib/handle_pool.h"
+#include "lib/moe/expert_set.h"
+#include "lib/struct_size.h"
 #include "qmoe/qmoe_cuda.h"
+
+struct qmoe_cuda_expert_set {
+  std::atomic<uint64_t> magic{0};
+  // Written only while the shell is not live (see qmoe_context in lib/context_api.cc).
+  void* set = nullptr;       // the backend's object
+  uint32_t num_experts = 0;  // E, for the forward's checks
+  uint32_t hidden = 0;       // H
+};
 
 namespace qmoe {
 namespace {
+
+constexpr uint64_t kLiveMagic = 0x716d6f652d677075ull;  // "qmoe-gpu"
+constexpr uint64_t kDeadMagic = 0x716d6f652d676464ull;  // "qmoe-gdd"
+constexpr size_t kWorkspaceAlignment = 256;
 
 // The backend, or nullptr after recording why there is none.
 const CudaBackend* backend_or_fail(const char* function) {
@@ -16,7 +45,224 @@ const CudaBackend* backend_or_fail(const char* function) {
   return backend;
 }
 
+qmoe_status resolve(const qmoe_cuda_expert_set* handle, const char* function) {
+  if (handle == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "set is NULL");
+  const uint64_t magic = handle->magic.load(std::memory_order_acquire);
+  if (magic == kDeadMagic) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "set was destroyed");
+  }
+  if (magic != kLiveMagic || handle->set == nullptr) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "not a qmoe CUDA expert set");
+  }
+  return QMOE_STATUS_OK;
+}
+
+bool valid_accuracy(int32_t a) {
+  return a == QMOE_ACCURACY_EXACT || a == QMOE_ACCURACY_FAST;
+}
+
+// The GPU kernels read INT4 only today.
+qmoe_status check_gpu_format(const qmoe_quant_matrix& w, const char* function, const char* what) {
+  if (w.format != QMOE_WEIGHT_FORMAT_INT4) {
+    return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function,
+                "%s: format %d has no GPU kernels yet (INT4 has)", what,
+                static_cast<int>(w.format));
+  }
+  return QMOE_STATUS_OK;
+}
+
+qmoe_status create(const qmoe_cuda_expert_set_desc* desc, qmoe_cuda_expert_set** set,
+                   const char* function) {
+  if (set == nullptr)
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "set out-pointer is NULL");
+  *set = nullptr;
+  if (desc == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "desc is NULL");
+  if (!struct_size_ok(desc->struct_size, sizeof(qmoe_cuda_expert_set_desc))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "desc->struct_size is %zu, not the size of any version of the struct; set it to "
+                "sizeof(qmoe_cuda_expert_set_desc) (%zu)",
+                desc->struct_size, sizeof(qmoe_cuda_expert_set_desc));
+  }
+  const ExpertSet* host = nullptr;
+  if (qmoe_status s = resolve_expert_set(desc->experts, function, &host); s != QMOE_STATUS_OK) {
+    return s;
+  }
+  if (desc->device < 0) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "device %d is negative", desc->device);
+  }
+  const int32_t mode = enum_bits(desc->copy_mode);
+  if (mode != QMOE_CUDA_COPY_BATCHED && mode != QMOE_CUDA_COPY_LOOP) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "copy_mode %d is not a qmoe_cuda_copy_mode",
+                mode);
+  }
+  const uint32_t e_count = host->num_experts;
+  if (desc->resident != nullptr) {
+    if (desc->num_resident == 0 || desc->num_resident > e_count) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "num_resident = %u must be in [1, %u]",
+                  desc->num_resident, e_count);
+    }
+    std::vector<bool> seen;
+    try {
+      seen.assign(e_count, false);
+    } catch (const std::bad_alloc&) {
+      return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating %u flags failed", e_count);
+    }
+    for (uint32_t i = 0; i < desc->num_resident; ++i) {
+      const uint32_t e = desc->resident[i];
+      if (e >= e_count || seen[e]) {
+        return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                    "resident[%u] = %u is outside [0, %u) or given twice", i, e, e_count);
+      }
+      seen[e] = true;
+    }
+  }
+  std::vector<qmoe_quant_matrix> fc1, fc2;
+  try {
+    fc1.resize(e_count);
+    fc2.resize(e_count);
+  } catch (const std::bad_alloc&) {
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating %u descriptions failed", e_count);
+  }
+  for (uint32_t e = 0; e < e_count; ++e) {
+    fc1[e] = host->fc1[e].w;
+    fc2[e] = host->fc2[e].w;
+    if (qmoe_status s = check_gpu_format(fc1[e], function, "an expert's fc1");
+        s != QMOE_STATUS_OK) {
+      return s;
+    }
+    if (qmoe_status s = check_gpu_format(fc2[e], function, "an expert's fc2");
+        s != QMOE_STATUS_OK) {
+      return s;
+    }
+  }
+  const CudaBackend* backend = backend_or_fail(function);
+  if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
+  CudaExpertUpload upload{};
+  upload.device = desc->device;
+  upload.num_experts = e_count;
+  upload.hidden = host->hidden;
+  upload.intermediate = host->intermediate;
+  upload.interleaved = host->interleaved;
+  upload.alpha = host->alpha;
+  upload.beta = host->beta;
+  upload.limit = host->clamp ? host->limit : INFINITY;
+  upload.fc1 = fc1.data();
+  upload.fc2 = fc2.data();
+  upload.resident = desc->resident;
+  upload.num_resident = desc->resident != nullptr ? desc->num_resident : e_count;
+  upload.batched = mode == QMOE_CUDA_COPY_BATCHED;
+  void* impl = nullptr;
+  if (qmoe_status s = backend->create_expert_set(function, upload, &impl); s != QMOE_STATUS_OK) {
+    return s;
+  }
+  qmoe_cuda_expert_set* shell = HandlePool<qmoe_cuda_expert_set>::acquire();
+  if (shell == nullptr) {
+    backend->destroy_expert_set(impl);
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the set handle failed");
+  }
+  shell->set = impl;
+  shell->num_experts = e_count;
+  shell->hidden = host->hidden;
+  shell->magic.store(kLiveMagic, std::memory_order_release);
+  *set = shell;
+  return QMOE_STATUS_OK;
+}
+
+// The checks of qmoe_gemm_typed that need no device memory.
+qmoe_status check_gemm(const qmoe_quant_matrix* weights, qmoe_accuracy accuracy, uint32_t m,
+                       qmoe_dtype x_dtype, const void* x, size_t ldx, qmoe_dtype y_dtype,
+                       const void* y, size_t ldy, uint32_t n_begin, uint32_t n_end,
+                       const char* function, qmoe_quant_matrix* w) {
+  if (qmoe_status s = validate_quant_matrix(weights, function, w); s != QMOE_STATUS_OK) return s;
+  if (qmoe_status s = check_gpu_format(*w, function, "weights"); s != QMOE_STATUS_OK) return s;
+  if (!valid_accuracy(enum_bits(accuracy))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "accuracy %d is not a qmoe_accuracy",
+                enum_bits(accuracy));
+  }
+  if (!is_activation_dtype(static_cast<qmoe_dtype>(enum_bits(x_dtype))) ||
+      !is_activation_dtype(static_cast<qmoe_dtype>(enum_bits(y_dtype)))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "x_dtype %d or y_dtype %d is not F32, F16 or BF16", enum_bits(x_dtype),
+                enum_bits(y_dtype));
+  }
+  if (m == 0) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "m is 0");
+  if (x == nullptr || y == nullptr) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s is NULL", x == nullptr ? "x" : "y");
+  }
+  if (n_begin >= n_end || n_end > w->n) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "column range [%u, %u) is empty or outside [0, %u)", n_begin, n_end, w->n);
+  }
+  if (m > 1 && (ldx < w->k || ldy < n_end)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "ldx = %zu must be >= k = %u and ldy = %zu >= n_end = %u", ldx, w->k, ldy, n_end);
+  }
+  if (reinterpret_cast<uintptr_t>(w->codes) % 16 != 0) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "weights->codes is not 16-byte aligned");
+  }
+  return QMOE_STATUS_OK;
+}
+
+qmoe_status check_moe(const qmoe_cuda_expert_set* set, const qmoe_cuda_moe_params* params,
+                      const char* function, qmoe_cuda_moe_params* p) {
+  if (qmoe_status s = resolve(set, function); s != QMOE_STATUS_OK) return s;
+  if (params == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params is NULL");
+  if (!struct_size_ok(params->struct_size, sizeof(qmoe_cuda_moe_params))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "params->struct_size is %zu, not the size of any version of the struct; set it "
+                "to sizeof(qmoe_cuda_moe_params) (%zu)",
+                params->struct_size, sizeof(qmoe_cuda_moe_params));
+  }
+  std::memcpy(p, params, sizeof *p);
+  if (!valid_accuracy(enum_bits(p->accuracy))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "params->accuracy %d is not a qmoe_accuracy", enum_bits(p->accuracy));
+  }
+  if (!is_activation_dtype(static_cast<qmoe_dtype>(enum_bits(p->dtype)))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params->dtype %d is not F32, F16 or BF16",
+                enum_bits(p->dtype));
+  }
+  if (p->m_capacity == 0) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params->m_capacity is 0");
+  }
+  if (p->k == 0 || p->k > set->num_experts) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params->k = %u must be in [1, %u]", p->k,
+                set->num_experts);
+  }
+  if (p->m == nullptr || p->x == nullptr || p->y == nullptr || p->workspace == nullptr) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params->%s is NULL",
+                p->m == nullptr   ? "m"
+                : p->x == nullptr ? "x"
+                : p->y == nullptr ? "y"
+                                  : "workspace");
+  }
+  const bool given = p->ids != nullptr || p->weights != nullptr;
+  if (given == (p->logits != nullptr) || (given && (p->ids == nullptr || p->weights == nullptr))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "pass either params->ids and params->weights, or params->logits");
+  }
+  if (p->m_capacity > 1 && (p->ldx < set->hidden || p->ldy < set->hidden)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "ldx = %zu and ldy = %zu must be >= hidden = %u", p->ldx, p->ldy, set->hidden);
+  }
+  if (reinterpret_cast<uintptr_t>(p->workspace) % kWorkspaceAlignment != 0) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "params->workspace is not 256-byte aligned");
+  }
+  return QMOE_STATUS_OK;
+}
+
 }  // namespace
+
+qmoe_status resolve_cuda_expert_set(const qmoe_cuda_expert_set* handle, const char* function,
+                                    CudaExpertSetView* view) {
+  if (qmoe_status s = resolve(handle, function); s != QMOE_STATUS_OK) return s;
+  view->impl = handle->set;
+  view->num_experts = handle->num_experts;
+  view->hidden = handle->hidden;
+  return QMOE_STATUS_OK;
+}
+
 }  // namespace qmoe
 
 extern "C" {
@@ -28,6 +274,130 @@ QMOE_API qmoe_status qmoe_cuda_get_device_count(int* device_count) {
   const qmoe::CudaBackend* backend = qmoe::backend_or_fail(__func__);
   if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
   return backend->get_device_count(__func__, device_count);
+}
+
+QMOE_API qmoe_status qmoe_cuda_gemm(const qmoe_quant_matrix* weights, qmoe_accuracy accuracy,
+                                    uint32_t m, qmoe_dtype x_dtype, const void* x, size_t ldx,
+                                    qmoe_dtype y_dtype, void* y, size_t ldy, uint32_t n_begin,
+                                    uint32_t n_end, qmoe_cuda_stream stream) {
+  using namespace qmoe;
+  qmoe_quant_matrix w;
+  if (qmoe_status s = check_gemm(weights, accuracy, m, x_dtype, x, ldx, y_dtype, y, ldy, n_begin,
+                                 n_end, __func__, &w);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  const CudaBackend* backend = backend_or_fail(__func__);
+  if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
+  const CudaGemmCall call{&w,      accuracy, m,   x_dtype, x,     ldx,
+                          y_dtype, y,        ldy, n_begin, n_end, stream};
+  return backend->gemm(__func__, call);
+}
+
+QMOE_API void qmoe_cuda_expert_set_desc_init(qmoe_cuda_expert_set_desc* desc) {
+  if (desc == nullptr) return;
+  *desc = qmoe_cuda_expert_set_desc{};
+  desc->struct_size = sizeof(qmoe_cuda_expert_set_desc);
+  desc->copy_mode = QMOE_CUDA_COPY_BATCHED;
+}
+
+QMOE_API qmoe_status qmoe_cuda_expert_set_create(const qmoe_cuda_expert_set_desc* desc,
+                                                 qmoe_cuda_expert_set** set) {
+  return qmoe::create(desc, set, __func__);
+}
+
+QMOE_API qmoe_status qmoe_cuda_expert_set_destroy(qmoe_cuda_expert_set* set) {
+  using namespace qmoe;
+  if (set == nullptr) return QMOE_STATUS_OK;
+  if (qmoe_status s = resolve(set, __func__); s != QMOE_STATUS_OK) return s;
+  if (!HandlePool<qmoe_cuda_expert_set>::claim_for_destroy(set, kLiveMagic, kDeadMagic)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "set was destroyed");
+  }
+  // A live set exists only when the backend made it.
+  cuda_backend()->destroy_expert_set(set->set);
+  HandlePool<qmoe_cuda_expert_set>::release(set);
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_cuda_expert_set_residency(const qmoe_cuda_expert_set* set,
+                                                    const int32_t** device_map) {
+  using namespace qmoe;
+  if (qmoe_status s = resolve(set, __func__); s != QMOE_STATUS_OK) return s;
+  if (device_map == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "device_map is NULL");
+  *device_map = cuda_backend()->residency(set->set);
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API void qmoe_cuda_moe_params_init(qmoe_cuda_moe_params* params) {
+  if (params == nullptr) return;
+  *params = qmoe_cuda_moe_params{};
+  params->struct_size = sizeof(qmoe_cuda_moe_params);
+  params->accuracy = QMOE_ACCURACY_FAST;
+  params->dtype = QMOE_DTYPE_F32;
+  params->renormalize = 1;
+}
+
+QMOE_API qmoe_status qmoe_cuda_moe_workspace_size(const qmoe_cuda_expert_set* set,
+                                                  qmoe_accuracy accuracy, uint32_t m_capacity,
+                                                  uint32_t k, size_t* bytes) {
+  using namespace qmoe;
+  if (qmoe_status s = resolve(set, __func__); s != QMOE_STATUS_OK) return s;
+  if (bytes == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "bytes out-pointer is NULL");
+  if (!valid_accuracy(enum_bits(accuracy))) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "accuracy %d is not a qmoe_accuracy",
+              enum_bits(accuracy));
+  }
+  if (m_capacity == 0 || k == 0 || k > set->num_experts) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "m_capacity = %u must be >= 1 and k = %u in [1, %u]",
+              m_capacity, k, set->num_experts);
+  }
+  const size_t size = cuda_backend()->moe_workspace_size(set->set, m_capacity, k);
+  if (size == 0) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "m_capacity = %u, k = %u: beyond what the layer's kernels take", m_capacity, k);
+  }
+  *bytes = size;
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_cuda_moe_forward(const qmoe_cuda_expert_set* set,
+                                           const qmoe_cuda_moe_params* params,
+                                           qmoe_cuda_stream stream) {
+  using namespace qmoe;
+  qmoe_cuda_moe_params p;
+  if (qmoe_status s = check_moe(set, params, __func__, &p); s != QMOE_STATUS_OK) return s;
+  const size_t need = cuda_backend()->moe_workspace_size(set->set, p.m_capacity, p.k);
+  if (need == 0 || p.workspace_bytes < need) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "workspace_bytes = %zu, qmoe_cuda_moe_workspace_size gives %zu", p.workspace_bytes,
+              need);
+  }
+  const CudaMoeCall call{p.accuracy,
+                         p.dtype,
+                         p.m_capacity,
+                         p.m,
+                         p.x,
+                         p.ldx,
+                         p.y,
+                         p.ldy,
+                         p.k,
+                         p.ids,
+                         p.weights,
+                         p.logits,
+                         p.renormalize != 0,
+                         p.accumulate != 0,
+                         p.workspace,
+                         p.workspace_bytes,
+                         stream};
+  return cuda_backend()->moe_forward(__func__, set->set, call);
+}
+
+QMOE_API qmoe_status qmoe_cuda_moe_check(const void* workspace, qmoe_cuda_stream stream) {
+  using namespace qmoe;
+  if (workspace == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "workspace is NULL");
+  const CudaBackend* backend = backend_or_fail(__func__);
+  if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
+  return backend->moe_check(__func__, workspace, stream);
 }
 
 }  // extern "C"

@@ -5,6 +5,8 @@
 #include "lib/formats/grouped_plane.h"
 #include "lib/formats/int3_import.h"
 #include "lib/formats/int4_import.h"
+#include "lib/formats/mxfp4_import.h"
+#include "lib/formats/nvfp4_import.h"
 #include "lib/formats/quant_matrix.h"
 
 extern "C" {
@@ -56,6 +58,23 @@ QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t
 QMOE_API qmoe_status qmoe_import_int3_packed(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
                                              size_t dst_bytes) {
   return qmoe::import_int3_packed(__func__, src, n, k, dst, dst_bytes);
+}
+
+QMOE_API qmoe_status qmoe_import_mxfp4_gpt_oss(const uint8_t* blocks, uint32_t n, uint32_t k,
+                                               void* dst, size_t dst_bytes) {
+  return qmoe::import_mxfp4_gpt_oss(__func__, blocks, n, k, dst, dst_bytes);
+}
+
+QMOE_API qmoe_status qmoe_import_mxfp4_ggml(const void* src, uint32_t n, uint32_t k,
+                                            void* dst_codes, size_t dst_bytes, uint8_t* scales,
+                                            size_t scale_row_stride, size_t scale_block_stride) {
+  return qmoe::import_mxfp4_ggml(__func__, src, n, k, dst_codes, dst_bytes, scales,
+                                 scale_row_stride, scale_block_stride);
+}
+
+QMOE_API qmoe_status qmoe_import_nvfp4_modelopt(const uint8_t* src, uint32_t n, uint32_t k,
+                                                void* dst, size_t dst_bytes) {
+  return qmoe::import_nvfp4_modelopt(__func__, src, n, k, dst, dst_bytes);
 }
 
 }  // extern "C"

@@ -110,6 +110,18 @@ def qmoe_model(layers, k, swiglu, accuracy_level, dtype=np.float32):
                       accuracy_level=accuracy_level, weights_prepacked=0)
     if math.isfinite(limit):
         attributes["swiglu_limit"] = limit
+    known = qmoe_schema_attributes()
+    if known is not None:
+        # An older onnxruntime (1.30) rejects attributes it does not know. Those at the value
+        # its kernel computes anyway (FP32 activations, raw weights) are left out; any other
+        # unknown attribute would change the result, so the caller must not get here (see
+        # missing_attributes and accuracy_levels).
+        for name, implied in OPTIONAL_ATTRIBUTES.items():
+            if name not in known and attributes.get(name) == implied:
+                del attributes[name]
+        missing = sorted(set(attributes) - known)
+        if missing:
+            raise ValueError(f"this onnxruntime's QMoE lacks attribute(s) {missing}")
     nodes, inits, outputs = [], [], []
     for i, layer in enumerate(layers):
         names = [f"fc1_{i}", f"fc1_scales_{i}", f"fc2_{i}", f"fc2_scales_{i}"]
@@ -172,13 +184,47 @@ class QMoERunner:
         return [y.copy() for y in self.ys]
 
 
-def qmoe_schema_inputs():
-    """Names of QMoE's inputs in this onnxruntime, in order (None if the schema is not
-    exposed)."""
+# Attributes an older QMoE may lack, with the value its kernel then implies.
+OPTIONAL_ATTRIBUTES = {"accuracy_level": 0, "weights_prepacked": 0}
+# Attributes every comparison needs: without them the operator computes something else.
+REQUIRED_ATTRIBUTES = ("k", "activation_type", "swiglu_fusion", "normalize_routing_weights",
+                       "expert_weight_bits", "block_size", "activation_alpha",
+                       "activation_beta", "swiglu_limit")
+
+
+def qmoe_schema():
+    """This onnxruntime's com.microsoft.QMoE schema, or None if it is not exposed."""
     try:
         from onnxruntime.capi import onnxruntime_pybind11_state as state
         schemas = [s for s in state.get_all_operator_schema()
                    if s.name == "QMoE" and s.domain == "com.microsoft"]
     except (ImportError, AttributeError):
         return None
-    return [i.name for i in schemas[0].inputs] if schemas else None
+    return max(schemas, key=lambda s: s.since_version) if schemas else None
+
+
+def qmoe_schema_attributes():
+    """Names of QMoE's attributes in this onnxruntime (None if the schema is not exposed)."""
+    schema = qmoe_schema()
+    return None if schema is None else set(schema.attributes)
+
+
+def missing_attributes():
+    """The REQUIRED_ATTRIBUTES this onnxruntime's QMoE lacks (empty if the schema is not
+    exposed: then the session itself reports what it rejects)."""
+    known = qmoe_schema_attributes()
+    return [] if known is None else [a for a in REQUIRED_ATTRIBUTES if a not in known]
+
+
+def accuracy_levels():
+    """The accuracy levels a QMoE model can ask for here: (0, 4), or (0,) where the schema has
+    no accuracy_level (onnxruntime 1.30: FP32 activations only)."""
+    known = qmoe_schema_attributes()
+    return (0,) if known is not None and "accuracy_level" not in known else (0, 4)
+
+
+def qmoe_schema_inputs():
+    """Names of QMoE's inputs in this onnxruntime, in order (None if the schema is not
+    exposed)."""
+    schema = qmoe_schema()
+    return None if schema is None else [i.name for i in schema.inputs]

@@ -10,23 +10,9 @@
 # holds all of it.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${1:?usage: scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]}
+source "$root/scripts/lib/device_steps.sh"
 build=${2:-"$root/build-cuda"}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-failed=()
-step() {  # step NAME TIMEOUT_S COMMAND...: run, log to $out/NAME.log, record a failure
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  timeout --signal=TERM --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  echo "$name: exit $rc after $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-  [[ $rc -eq 0 ]] || failed+=("$name")
-  return $rc
-}
-
-: >"$out/summary.txt"
+steps_begin "${1:?usage: scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
   --format=csv >"$out/gpu.txt" 2>&1 || true
 jobs=$(nproc)
@@ -38,7 +24,8 @@ step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Rele
   echo "configure failed; see $out/configure.log" >&2
   exit 1
 }
-step build 300 cmake --build "$build" -j"$jobs" --target qmoe_cuda_tests qmoe_cuda_bench || {
+step build 300 cmake --build "$build" -j"$jobs" --target qmoe_cuda_tests qmoe_cuda_bench \
+  qmoe_offload_latency || {
   echo "build failed; see $out/build.log" >&2
   exit 1
 }
@@ -55,7 +42,7 @@ fi
 
 # 3. compute-sanitizer on a subset that covers every kernel and both levels in little time.
 if command -v compute-sanitizer >/dev/null; then
-  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges'
+  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges:CudaInt4GemmTc.ScaleAndZeroPointPlanes:Offload.ShortCircuitGivesTheBitsOfTheRingPath:Offload.NoColdLayerLeavesTheStagingMemoryUntouched'
   step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$tests" --gtest_filter="$filter"
   step racecheck 240 compute-sanitizer --tool racecheck --racecheck-report hazard \
@@ -70,6 +57,10 @@ fi
 step bench 180 "$bench" --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
 step bench_no_pdl 60 env QMOE_CUDA_PDL=0 "$bench" --benchmark_filter='moe_(layer|stack48)' \
   --benchmark_out="$out/cuda_bench_no_pdl.json" --benchmark_out_format=json
+# The offload doorbell's round trip beside a mapped ping-pong and a host-function hand-off that
+# move the same bytes (one FP32 token of H 2048, then four).
+step offload_latency 120 bash -c "'$build/benchmarks/qmoe_offload_latency' --calls 5000 &&
+  '$build/benchmarks/qmoe_offload_latency' --m 4 --calls 5000"
 
 # 5. Where a decode layer's time goes: Nsight Compute on a few launches of each MoE kernel and
 # the GEMV (clocks left alone; ncu serialises kernels, so dependent launch does not overlap here).
@@ -85,7 +76,4 @@ fi
 cuobjdump --dump-resource-usage "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o" \
   "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o" >"$out/resource_usage.txt" 2>&1 || true
 
-echo "total $SECONDS s; failed: ${failed[*]:-none}" | tee -a "$out/summary.txt"
-# One archive beside the directory, for hosts that hand back only a few files.
-tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
-[[ ${#failed[@]} -eq 0 ]]
+steps_end

@@ -7,22 +7,9 @@
 # Dependencies first: scripts/device_deps.sh install.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${1:?usage: scripts/device_cpu_check.sh OUT_DIR [BUILD_DIR]}
+source "$root/scripts/lib/device_steps.sh"
 build=${2:-"$root/build-device"}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-failed=()
-step() {  # step NAME TIMEOUT_S COMMAND...: run, log to $out/NAME.log, record a failure
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  timeout --signal=TERM --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  echo "$name: exit $rc after $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-  [[ $rc -eq 0 ]] || failed+=("$name")
-  return $rc
-}
-: >"$out/summary.txt"
+steps_begin "${1:?usage: scripts/device_cpu_check.sh OUT_DIR [BUILD_DIR]}"
 grep -m1 "model name" /proc/cpuinfo >"$out/cpu.txt"
 grep -m1 "^flags" /proc/cpuinfo | tr ' ' '\n' | grep -E "avx|amx|vnni|bf16|fp16" | tr '\n' ' ' \
   >>"$out/cpu.txt"
@@ -45,6 +32,4 @@ for t in 1 2 4 8 16; do
   step "decode_t$t" 120 sh -c "'$build/tools/qmoe/qmoe' run --layers 48 --tokens 8 --threads $t \
     --json >'$out/decode-$t.json'"
 done
-echo "total $SECONDS s; failed: ${failed[*]:-none}" | tee -a "$out/summary.txt"
-tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
-[[ ${#failed[@]} -eq 0 ]]
+steps_end

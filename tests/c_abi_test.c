@@ -78,6 +78,22 @@ int main(void) {
           cuda == QMOE_STATUS_CUDA_ERROR);
     CHECK(qmoe_cuda_get_device_count(NULL) == QMOE_STATUS_INVALID_ARGUMENT);
   }
+  {
+    /* The offload session from C: defaults, and a description without layers refused. */
+    qmoe_cuda_offload_desc desc;
+    qmoe_cuda_offload* session = (qmoe_cuda_offload*)&desc;
+    qmoe_cuda_offload_telemetry telemetry;
+    qmoe_cuda_offload_desc_init(&desc);
+    CHECK(desc.struct_size == sizeof desc && desc.ring_size == 4 && desc.short_circuit == 1);
+    desc.context = context;
+    CHECK(qmoe_cuda_offload_create(&desc, &session) == QMOE_STATUS_INVALID_ARGUMENT);
+    CHECK(session == NULL);
+    memset(&telemetry, 0, sizeof telemetry);
+    telemetry.struct_size = sizeof telemetry;
+    CHECK(qmoe_cuda_offload_get_telemetry(NULL, NULL, &telemetry) == QMOE_STATUS_INVALID_ARGUMENT);
+    CHECK(qmoe_cuda_offload_destroy(NULL) == QMOE_STATUS_OK);
+    CHECK(QMOE_CUDA_OFFLOAD_HISTOGRAM_BUCKETS == 24);
+  }
 
   CHECK(qmoe_convert_f16_to_f32(context, halves, wide, 4) == QMOE_STATUS_OK);
   CHECK(wide[0] == 1.0f && wide[1] == -2.0f && isinf(wide[2]) && wide[3] == ldexpf(1.0f, -24));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 
@@ -40,6 +41,34 @@ TEST(GemmKernelAvailable, Int4RunsAtEveryBlockSizeAndLevel) {
   }
 }
 
+TEST(GemmKernelAvailable, Fp4FormatsRunAtTheirBlockSizeOnEveryTier) {
+  const struct {
+    qmoe_weight_format format;
+    uint32_t block;
+    const char* name;
+  } formats[] = {{QMOE_WEIGHT_FORMAT_MXFP4, 32, "mxfp4"}, {QMOE_WEIGHT_FORMAT_NVFP4, 16, "nvfp4"}};
+  for (Isa isa : built_tiers()) {
+    if (isa_unavailable_reason(isa) != nullptr) continue;
+    ContextPtr ctx = make_context(isa, 1);
+    for (const auto& f : formats) {
+      for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        int available = -1;
+        const char* name = nullptr;
+        ASSERT_EQ(
+            qmoe_gemm_kernel_available(ctx.get(), f.format, f.block, accuracy, &available, &name),
+            QMOE_STATUS_OK);
+        EXPECT_EQ(available, 1) << f.name;
+        ASSERT_NE(name, nullptr);
+        // Every tier has its own kernels (upstream had no AVX2 FP4 path; this one does).
+        const std::string prefix = std::string("qmoe_gemm_") + f.name + "_" +
+                                   (accuracy == QMOE_ACCURACY_EXACT ? "exact" : "fast") +
+                                   "_8x32__" + isa_name(isa);
+        EXPECT_EQ(std::string(name).rfind(prefix, 0), 0u) << name << " on " << isa_name(isa);
+      }
+    }
+  }
+}
+
 TEST(GemmKernelAvailable, OtherFormatsAndBlockSizesAreAnsweredNo) {
   ContextPtr ctx = make_context(Isa::kScalar, 1);
   const struct {
@@ -51,6 +80,10 @@ TEST(GemmKernelAvailable, OtherFormatsAndBlockSizesAreAnsweredNo) {
                {QMOE_WEIGHT_FORMAT_INT4, 256},
                {QMOE_WEIGHT_FORMAT_INT4, 33},
                {QMOE_WEIGHT_FORMAT_INT4, 0x80000000u},
+               {QMOE_WEIGHT_FORMAT_MXFP4, 16},
+               {QMOE_WEIGHT_FORMAT_MXFP4, 64},
+               {QMOE_WEIGHT_FORMAT_NVFP4, 32},
+               {QMOE_WEIGHT_FORMAT_NVFP4, 64},
                {0, 32},
                {5, 32},
                {-1, 32},
@@ -88,10 +121,16 @@ TEST(KernelInfo, ListsEveryOperationAndOneGemmPerFormatAndLevel) {
   ContextPtr ctx = make_context(Isa::kScalar, 1);
   uint32_t count = 0;
   ASSERT_EQ(qmoe_context_get_kernel_count(ctx.get(), &count), QMOE_STATUS_OK);
-  // Six operations (four conversions, the read kernel, the activation quantizer) and an exact
-  // and a fast GEMM per format this build has.
+  // Six operations (four conversions, the read kernel, the activation quantizer) and each
+  // format's exact and fast GEMMs, for every format this build has; a format is available at
+  // the block size of this table, which names every format.
+  const std::map<int, uint32_t> kBlockOf = {{QMOE_WEIGHT_FORMAT_INT4, 32},
+                                            {QMOE_WEIGHT_FORMAT_INT3, 32},
+                                            {QMOE_WEIGHT_FORMAT_MXFP4, 32},
+                                            {QMOE_WEIGHT_FORMAT_NVFP4, 16}};
   ASSERT_EQ(count, 6u + 2u * format_count());
   std::set<std::string> names, operations;
+  std::set<int> formats;
   uint32_t gemms = 0;
   for (uint32_t i = 0; i < count; ++i) {
     qmoe_kernel_info info;
@@ -105,11 +144,13 @@ TEST(KernelInfo, ListsEveryOperationAndOneGemmPerFormatAndLevel) {
     if (std::string(info.operation) == "gemm") {
       ++gemms;
       EXPECT_NE(find_format(info.format), nullptr) << info.name;
+      formats.insert(info.format);
+      ASSERT_EQ(kBlockOf.count(info.format), 1u) << info.name;
       EXPECT_TRUE(info.accuracy == QMOE_ACCURACY_EXACT || info.accuracy == QMOE_ACCURACY_FAST);
       const char* available_name = nullptr;
       int available = 0;
-      ASSERT_EQ(qmoe_gemm_kernel_available(ctx.get(), info.format, 32, info.accuracy, &available,
-                                           &available_name),
+      ASSERT_EQ(qmoe_gemm_kernel_available(ctx.get(), info.format, kBlockOf.at(info.format),
+                                           info.accuracy, &available, &available_name),
                 QMOE_STATUS_OK);
       EXPECT_STREQ(available_name, info.name);
     } else {
@@ -120,7 +161,9 @@ TEST(KernelInfo, ListsEveryOperationAndOneGemmPerFormatAndLevel) {
         << info.name;
   }
   EXPECT_EQ(names.size(), count);
-  EXPECT_EQ(gemms, 2u * format_count());
+  EXPECT_EQ(count, 6u + gemms);
+  EXPECT_EQ(formats.size(), format_count());
+  EXPECT_EQ(gemms, 2u * formats.size());
   const std::set<std::string> expected = {"convert_f16_to_f32",
                                           "convert_f32_to_f16",
                                           "convert_bf16_to_f32",

@@ -6,12 +6,17 @@
 // gpt-oss-20b-like [N 5760, K 2880]; M = 128, 512, 2048. INT4 codes with FP16 block-32 scales in
 // the grouped order (docs/formats.md), no zero points, no bias; X and Y in BF16.
 //
-// Timing: CUDA events around batches of launches, ours and cuBLAS's alternating within each
-// benchmark iteration; each side rotates through copies of its weights that together exceed
-// four times the L2, so weights come from HBM as they do in a model (X and Y stay resident, as
-// activations do). The benchmark's (manual) time is ours per launch; counters: TFLOP/s
-// (2 M N K / time) of ours and of cuBLAS, and ratio = ours / cuBLAS throughput. Arguments:
-// shape index, M, tile (-1: the launcher's choice; 0..3: Int4GemmTcTile).
+// Rows: BM_Int4GemmTcVsCublas/<shape>/<M>/<tile>. By default only the launcher's own tile
+// choice (tile -1): 9 rows, a few seconds in all. QMOE_TC_BENCH_TILES=all adds every forced
+// tile (0..3: Int4GemmTcTile) to each shape and M, for tile-choice studies.
+//
+// Timing: CUDA events around batches of kBatch launches, ours and cuBLAS's alternating within
+// each of kIterations benchmark iterations (a fixed count: the time does not depend on how fast
+// either side is); each side rotates through copies of its weights that together exceed four
+// times the L2, so weights come from HBM as they do in a model (X and Y stay resident, as
+// activations do). The benchmark's (manual) time is ours per launch; counters, from the median
+// batch of each side: us and cublas_us per launch, TFLOP/s (2 M N K / time) of ours and of
+// cuBLAS, and ratio = ours / cuBLAS throughput.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -20,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -40,7 +46,8 @@ struct Shape {
 constexpr Shape kShapes[] = {
     {"qwen3_fc1", 1536, 2048}, {"qwen3_fc2", 2048, 768}, {"gptoss_like", 5760, 2880}};
 constexpr uint32_t kBlock = 32;
-constexpr int kBatch = 20;  // launches per timed batch
+constexpr int kBatch = 20;       // launches per timed batch
+constexpr int kIterations = 25;  // timed batches per row
 
 std::string cuda_message(const char* what, cudaError_t e) {
   return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
@@ -213,6 +220,12 @@ cublasStatus_t cublas_gemm(Bench& b, const ShapeData& d, uint32_t m, const __nv_
                       CUDA_R_16BF, static_cast<int>(d.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 != 0 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
 cudaError_t ours(Bench& b, const ShapeData& d, uint32_t m, int tile, const DeviceQuantMatrix& w) {
   if (tile < 0) {
     return qmoe::cuda::launch_int4_gemm_tc(w, m, QMOE_DTYPE_BF16, d.x, d.k, QMOE_DTYPE_BF16, d.y,
@@ -253,8 +266,7 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
     return;
   }
 
-  double ours_ms = 0.0, cublas_ms = 0.0;
-  int64_t batches = 0;
+  std::vector<double> ours_ms, cublas_ms;  // per launch, one entry per batch
   for (auto _ : state) {
     cudaEventRecord(b.events[0], b.stream);
     for (int i = 0; i < kBatch; ++i) e = ours(b, d, m, tile, d.int4[rot++ % d.int4.size()]);
@@ -272,19 +284,20 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
     float a = 0.0f, c = 0.0f;
     cudaEventElapsedTime(&a, b.events[0], b.events[1]);
     cudaEventElapsedTime(&c, b.events[1], b.events[2]);
-    ours_ms += a / kBatch;
-    cublas_ms += c / kBatch;
-    ++batches;
+    ours_ms.push_back(a / kBatch);
+    cublas_ms.push_back(c / kBatch);
     state.SetIterationTime(a / kBatch / 1e3);
   }
-  if (batches == 0) return;
+  if (ours_ms.empty()) return;
   const double flop = 2.0 * m * d.n * d.k;
-  const double ours_tflops = flop / (ours_ms / batches * 1e-3) / 1e12;
-  const double cublas_tflops = flop / (cublas_ms / batches * 1e-3) / 1e12;
+  const double ours_us = median(ours_ms) * 1e3, cublas_us = median(cublas_ms) * 1e3;
+  const double ours_tflops = flop / (ours_us * 1e-6) / 1e12;
+  const double cublas_tflops = flop / (cublas_us * 1e-6) / 1e12;
   state.counters["TFLOP/s"] = ours_tflops;
   state.counters["cublas_TFLOP/s"] = cublas_tflops;
   state.counters["ratio"] = ours_tflops / cublas_tflops;
-  state.counters["cublas_us"] = cublas_ms / batches * 1e3;
+  state.counters["us"] = ours_us;
+  state.counters["cublas_us"] = cublas_us;
   std::string tile_name = tile < 0 ? "auto " : "";
   qmoe::cuda::Int4GemmTcTile shown = static_cast<qmoe::cuda::Int4GemmTcTile>(tile);
   if (tile < 0 && !qmoe::cuda::choose_int4_gemm_tc_tile(m, 0, d.n, b.sm_count, b.max_shared,
@@ -298,17 +311,26 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
                  tile_name + " weights x" + std::to_string(d.int4.size()));
 }
 
+// QMOE_TC_BENCH_TILES=all: every forced tile as well as the launcher's choice.
+bool all_tiles() {
+  const char* v = std::getenv("QMOE_TC_BENCH_TILES");
+  return v != nullptr && std::strcmp(v, "all") == 0;
+}
+
 void Args(benchmark::internal::Benchmark* bm) {
+  const int last_tile = all_tiles() ? qmoe::cuda::kInt4GemmTcTileCount - 1 : -1;
   for (int shape = 0; shape < 3; ++shape) {
     for (int m : {128, 512, 2048}) {
-      for (int tile = -1; tile < qmoe::cuda::kInt4GemmTcTileCount; ++tile) {
-        bm->Args({shape, m, tile});
-      }
+      for (int tile = -1; tile <= last_tile; ++tile) bm->Args({shape, m, tile});
     }
   }
 }
 
-BENCHMARK(BM_Int4GemmTcVsCublas)->Apply(Args)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Int4GemmTcVsCublas)
+    ->Apply(Args)
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

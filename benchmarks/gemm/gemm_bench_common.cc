@@ -6,13 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/bench_util.h"
 #include "qmoe/qmoe_experimental.h"
 
 namespace qmoe::bench {
 namespace {
 
-constexpr uint32_t kBlockSize = 32;
 constexpr size_t kPageBytes = 4096;
 
 size_t round_up(size_t value, size_t multiple) {
@@ -20,14 +18,14 @@ size_t round_up(size_t value, size_t multiple) {
 }
 
 // The weights of one format and shape: R cold matrices plus one warm matrix, each a page-aligned
-// slot of canonical codes followed by its FP16 scale plane. Random codes and scales of
-// weight-like magnitude (2^-8 .. 2^-5, random sign). Kept for the consecutive benchmarks of one
-// format and shape; the next one's pool replaces it.
+// slot of canonical codes followed by its scale plane (the grouped order, or [K/block, N] for the
+// shapes that ask for it). Random code bytes (every byte is valid codes) and the format's scales.
+// Kept for the consecutive benchmarks of one format and shape; the next one's pool replaces it.
 class WeightPool {
  public:
-  static WeightPool& get(qmoe_weight_format format, const GemmShape& shape) {
+  static WeightPool& get(const GemmBenchFormat& format, const GemmBenchShape& shape) {
     static std::unique_ptr<WeightPool> current;
-    if (current == nullptr || current->format_ != format || current->shape_name_ != shape.name) {
+    if (current == nullptr || current->format_ != &format || current->shape_ != &shape) {
       current.reset();  // free the previous pool's buffer before allocating the next
       current.reset(new WeightPool(format, shape));
     }
@@ -47,11 +45,11 @@ class WeightPool {
   size_t bytes_per_call() const { return codes_bytes_ + scale_bytes_; }
 
  private:
-  WeightPool(qmoe_weight_format format, const GemmShape& shape)
-      : format_(format), shape_name_(shape.name) {
-    qmoe_quant_matrix_codes_size(format, shape.n, shape.k, &codes_bytes_);
-    const size_t blocks = shape.k / kBlockSize;
-    scale_bytes_ = size_t{shape.n} * blocks * sizeof(uint16_t);
+  WeightPool(const GemmBenchFormat& format, const GemmBenchShape& shape)
+      : format_(&format), shape_(&shape) {
+    qmoe_quant_matrix_codes_size(format.format, shape.n, shape.k, &codes_bytes_);
+    const size_t blocks = shape.k / format.block_size;
+    scale_bytes_ = size_t{shape.n} * blocks * format.scale_element_bytes;
     const size_t scale_offset = round_up(codes_bytes_, kPageBytes);
     const size_t slot_bytes = scale_offset + round_up(scale_bytes_, kPageBytes);
     cold_count_ =
@@ -64,30 +62,31 @@ class WeightPool {
     for (size_t i = 0; i < count; ++i) {
       unsigned char* slot = buffer_.data() + i * slot_bytes;
       fill_random_bytes(slot, codes_bytes_, seed);
-      auto* scales = reinterpret_cast<uint16_t*>(slot + scale_offset);
-      fill_weight_scales_f16(scales, size_t{shape.n} * blocks, seed);
+      unsigned char* scales = slot + scale_offset;
+      format.fill_scales(scales, size_t{shape.n} * blocks, seed);
       qmoe_quant_matrix w{};
       w.struct_size = sizeof(w);
-      w.format = format;
+      w.format = format.format;
       w.n = shape.n;
       w.k = shape.k;
-      w.block_size = kBlockSize;
+      w.block_size = format.block_size;
       w.codes = slot;
-      w.scale_dtype = QMOE_DTYPE_F16;
+      w.scale_dtype = format.scale_dtype;
       w.scales = scales;
       w.scale_row_stride = 1;
-      if (shape.grouped_scales) {  // element (n, b) at (n / 8) * 8 K/32 + b * 8 + n % 8
+      if (shape.grouped_scales) {  // element (n, b) at (n / 8) * 8 K/block + b * 8 + n % 8
         w.scale_block_stride = 8;
         w.scale_group_stride = 8 * blocks;
-      } else {  // [K/32, N]: element (n, b) at b * N + n
+      } else {  // [K/block, N]: element (n, b) at b * N + n
         w.scale_block_stride = shape.n;
       }
+      w.global_scale = format.global_scale;
       matrices_.push_back(w);
     }
   }
 
-  qmoe_weight_format format_;
-  std::string shape_name_;
+  const GemmBenchFormat* format_;
+  const GemmBenchShape* shape_;
   size_t codes_bytes_ = 0;
   size_t scale_bytes_ = 0;
   size_t cold_count_ = 0;
@@ -96,27 +95,40 @@ class WeightPool {
   std::vector<qmoe_quant_matrix> matrices_;
 };
 
-struct Case {
-  qmoe_weight_format format;
-  const GemmShape* shape;
-  Isa isa;
-  qmoe_accuracy accuracy;
-  uint32_t m;
-  bool cold;
-  size_t threads;
-};
+}  // namespace
 
-void gemm_benchmark(benchmark::State& state, const Case& c) {
+void fill_scales_f16(void* dst, size_t count, uint64_t& seed) {
+  fill_weight_scales_f16(static_cast<uint16_t*>(dst), count, seed);
+}
+
+void fill_scales_e8m0(void* dst, size_t count, uint64_t& seed) {
+  auto* out = static_cast<uint8_t*>(dst);
+  for (size_t e = 0; e < count; ++e) out[e] = static_cast<uint8_t>(118 + splitmix64(seed) % 6);
+}
+
+void fill_scales_e4m3(void* dst, size_t count, uint64_t& seed) {
+  auto* out = static_cast<uint8_t*>(dst);
+  for (size_t e = 0; e < count; ++e) out[e] = static_cast<uint8_t>(0x30 + splitmix64(seed) % 0x4F);
+}
+
+std::string gemm_bench_name(const GemmBenchCase& c) {
+  return std::string("gemm_") + c.format->name + "/" + c.shape->name + "/" + isa_name(c.isa) + "/" +
+         level_name(c.accuracy) + "/m:" + std::to_string(c.m) + "/" + (c.cold ? "cold" : "warm") +
+         "/" + threads_name(c.threads);
+}
+
+void gemm_benchmark(benchmark::State& state, const GemmBenchCase& c) {
   if (table_or_skip(state, c.isa) == nullptr) return;
   BenchContext context(c.isa, c.threads);
   if (!context.ok()) {
     state.SkipWithError(("qmoe_context_create failed: " + context.error()).c_str());
     return;
   }
-  const char* kernel = gemm_kernel_name(context.get(), c.format, c.accuracy);
+  const char* kernel =
+      gemm_kernel_name(context.get(), c.format->format, c.format->block_size, c.accuracy);
 
   const uint32_t n = c.shape->n, k = c.shape->k;
-  WeightPool& pool = WeightPool::get(c.format, *c.shape);
+  WeightPool& pool = WeightPool::get(*c.format, *c.shape);
   AlignedBuffer x_buffer(size_t{c.m} * k * sizeof(float));
   AlignedBuffer y_buffer(size_t{c.m} * n * sizeof(float));
   auto* x = reinterpret_cast<float*>(x_buffer.data());
@@ -172,20 +184,20 @@ void gemm_benchmark(benchmark::State& state, const Case& c) {
   }
 }
 
-// The same cold rotation read by the tier's read kernel alone: one
-// qmoe_measure_read_bandwidth_over call per matrix over its slot (codes, the padding to the
+// One qmoe_measure_read_bandwidth_over call per matrix over its slot (codes, the padding to the
 // next page, scales: at most 4 KiB more than the GEMM reads), through the same kind of context
 // and pool, so one hand-off per matrix as for qmoe_gemm. A GEMM row's frac_of_read_bw over this
-// row's is the kernel's efficiency against a pure read of the same pages in the same pattern.
-void read_only_benchmark(benchmark::State& state, qmoe_weight_format format, const GemmShape* shape,
-                         Isa isa, size_t threads) {
+// row's is the kernel's efficiency against a pure read of the same pages in the same pattern,
+// and this row's own is what the call pattern (matrix starts, the hand-off) leaves of the roof.
+void gemm_read_only_benchmark(benchmark::State& state, const GemmBenchFormat* format,
+                              const GemmBenchShape* shape, Isa isa, size_t threads) {
   if (table_or_skip(state, isa) == nullptr) return;
   BenchContext context(isa, threads);
   if (!context.ok()) {
     state.SkipWithError(("qmoe_context_create failed: " + context.error()).c_str());
     return;
   }
-  WeightPool& pool = WeightPool::get(format, *shape);
+  WeightPool& pool = WeightPool::get(*format, *shape);
   const int all = threads > 1;
   qmoe_status failed = QMOE_STATUS_OK;
   auto read = [&](const qmoe_quant_matrix& w) {
@@ -215,38 +227,32 @@ void read_only_benchmark(benchmark::State& state, qmoe_weight_format format, con
   if (seconds > 0.0 && iterations > 0.0) state.counters["us_per_call"] = seconds / iterations * 1e6;
 }
 
-}  // namespace
-
 void register_gemm_bench_rows(const GemmBenchRows& rows) {
+  const GemmBenchFormat* format = rows.format;
   const std::vector<size_t> thread_counts = one_and_all_threads();
   for (size_t s = 0; s < rows.shape_count; ++s) {
-    const GemmShape& shape = rows.shapes[s];
+    const GemmBenchShape* shape = &rows.shapes[s];
     for (Isa isa : bench_tiers()) {
       for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
         for (size_t b = 0; b < rows.batch_size_count; ++b) {
           const uint32_t m = rows.batch_sizes[b];
           if (isa == Isa::kScalar && m != 1) continue;
-          if (!shape.grouped_scales && m != 1 && m != 4) continue;
+          if (!shape->grouped_scales && m != 1 && m != 4) continue;
           for (bool cold : {true, false}) {
             for (size_t threads : thread_counts) {
-              const Case c{rows.format, &shape, isa, accuracy, m, cold, threads};
-              const std::string name = std::string(rows.prefix) + "/" + shape.name + "/" +
-                                       isa_name(isa) + "/" + level_name(accuracy) +
-                                       "/m:" + std::to_string(m) + "/" + (cold ? "cold" : "warm") +
-                                       "/" + threads_name(threads);
-              register_timed(name, [c](benchmark::State& state) { gemm_benchmark(state, c); });
+              const GemmBenchCase c{format, shape, isa, accuracy, m, cold, threads};
+              register_timed(gemm_bench_name(c),
+                             [c](benchmark::State& state) { gemm_benchmark(state, c); });
             }
           }
         }
       }
-      if (isa == Isa::kScalar || !shape.grouped_scales) continue;
+      if (isa == Isa::kScalar || !shape->grouped_scales) continue;
       for (size_t threads : thread_counts) {
-        const std::string name = std::string(rows.prefix) + "/" + shape.name + "/" + isa_name(isa) +
-                                 "/read_only/cold/" + threads_name(threads);
-        const GemmShape* sp = &shape;
-        const qmoe_weight_format format = rows.format;
-        register_timed(name, [format, sp, isa, threads](benchmark::State& state) {
-          read_only_benchmark(state, format, sp, isa, threads);
+        const std::string name = std::string("gemm_") + format->name + "/" + shape->name + "/" +
+                                 isa_name(isa) + "/read_only/cold/" + threads_name(threads);
+        register_timed(name, [format, shape, isa, threads](benchmark::State& state) {
+          gemm_read_only_benchmark(state, format, shape, isa, threads);
         });
       }
     }

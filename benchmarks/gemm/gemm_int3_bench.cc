@@ -13,6 +13,9 @@
 // An INT3 matrix reads 3/8 of a byte per weight and its FP16 block-32 scales 1/16: 0.4375 bytes
 // against INT4's 0.5625, so at the same fraction of the read roof a call takes 78% of INT4's
 // time. docs/results/2026-12-01-int3-layout.md has the bars measured with these rows.
+#include <cstdint>
+#include <iterator>
+
 #include "benchmarks/bench_util.h"
 #include "benchmarks/gemm/gemm_bench_common.h"
 #include "qmoe/qmoe.h"
@@ -20,20 +23,24 @@
 namespace qmoe::bench {
 namespace {
 
-constexpr GemmShape kShapes[] = {
+constexpr GemmBenchShape kShapes[] = {
     {"qwen3_fc1", 1536, 2048, true},
     {"qwen3_fc2", 2048, 768, true},
     {"gptoss", 2880, 2880, true},
 };
 constexpr uint32_t kBatchSizes[] = {1, 4};
 
+// INT3 codes, FP16 scales per 32 k, no zero points (the default 4), no bias.
+const GemmBenchFormat kInt3 = {
+    "int3", QMOE_WEIGHT_FORMAT_INT3, 32, QMOE_DTYPE_F16, sizeof(uint16_t), 0.0f, &fill_scales_f16};
+
 void register_gemm_int3_benchmarks() {
-  register_gemm_bench_rows({"gemm_int3", QMOE_WEIGHT_FORMAT_INT3, kShapes,
-                            sizeof(kShapes) / sizeof(kShapes[0]), kBatchSizes,
-                            sizeof(kBatchSizes) / sizeof(kBatchSizes[0])});
+  register_gemm_bench_rows(
+      {&kInt3, kShapes, std::size(kShapes), kBatchSizes, std::size(kBatchSizes)});
 }
 
-// After gemm_int4 (300): the formats' rows in qmoe_weight_format order.
+// Between gemm_int4 (300) and gemm_mxfp4 / gemm_nvfp4 (320): the formats' rows in
+// qmoe_weight_format order.
 QMOE_BENCH_REGISTRAR(310, register_gemm_int3_benchmarks);
 
 }  // namespace

@@ -38,6 +38,8 @@
 // parallel_for that runs on qmoe_bench's pinned ThreadTeam (bench_util.h); the context line
 // qmoe_gemm_int4_pool says which one ran. docs/results/2026-11-30-dev-host-method-notes.md
 // compares the two.
+#include <iterator>
+
 #include "benchmarks/bench_util.h"
 #include "benchmarks/gemm/gemm_bench_common.h"
 #include "qmoe/qmoe.h"
@@ -45,7 +47,7 @@
 namespace qmoe::bench {
 namespace {
 
-constexpr GemmShape kShapes[] = {
+constexpr GemmBenchShape kShapes[] = {
     {"qwen3_fc1", 1536, 2048, true},
     {"qwen3_fc2", 2048, 768, true},
     {"gptoss", 2880, 2880, true},
@@ -53,15 +55,18 @@ constexpr GemmShape kShapes[] = {
 };
 constexpr uint32_t kBatchSizes[] = {1, 2, 4, 8, 32};
 
+// INT4 codes, FP16 scales per 32 k, no zero points (the default 8), no bias.
+const GemmBenchFormat kInt4 = {
+    "int4", QMOE_WEIGHT_FORMAT_INT4, 32, QMOE_DTYPE_F16, sizeof(uint16_t), 0.0f, &fill_scales_f16};
+
 void register_gemm_int4_benchmarks() {
   benchmark::AddCustomContext("qmoe_gemm_int4_pool",
                               use_team_pool()
                                   ? "threads:all on qmoe_bench's pinned team via parallel_for "
                                     "(QMOE_BENCH_GEMM_POOL=team)"
                                   : "threads:all on the context's own pthreadpool (unpinned)");
-  register_gemm_bench_rows({"gemm_int4", QMOE_WEIGHT_FORMAT_INT4, kShapes,
-                            sizeof(kShapes) / sizeof(kShapes[0]), kBatchSizes,
-                            sizeof(kBatchSizes) / sizeof(kBatchSizes[0])});
+  register_gemm_bench_rows(
+      {&kInt4, kShapes, std::size(kShapes), kBatchSizes, std::size(kBatchSizes)});
 }
 
 QMOE_BENCH_REGISTRAR(300, register_gemm_int4_benchmarks);

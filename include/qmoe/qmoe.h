@@ -224,7 +224,11 @@ QMOE_API qmoe_status qmoe_convert_f32_to_bf16(qmoe_context* context, const float
  * and codes past N and K are zero padding. The layout is read as it is by the CUDA kernels too
  * (a warp's 32 lanes read four whole chunks), so that an expert moves between host and device
  * with a plain copy. Every format uses the same tiling (8 rows by 32 k, a group's tiles
- * contiguous); docs/formats.md gives each format's bytes inside a tile.
+ * contiguous); docs/formats.md gives each format's bytes inside a tile. MXFP4 and NVFP4 store
+ * E2M1 codes in these same nibbles, with no zero point:
+ *   W[n, k] = E2M1(code[n, k]) * scale[n, k / block_size] * global_scale
+ * (E2M1 codes 0-7: 0, 0.5, 1, 1.5, 2, 3, 4, 6; codes 8-15 their negatives). A NaN scale (E8M0
+ * 0xFF, E4M3 0x7F or 0xFF) makes every output of its row NaN, on every tier and level.
  * ------------------------------------------------------------------------------------------- */
 
 /** Weight formats; fixed values. qmoe_gemm_kernel_available says which this build runs (a
@@ -268,8 +272,8 @@ typedef struct qmoe_quant_matrix {
   uint32_t n;                /**< rows (output features), 1 to QMOE_MAX_MATRIX_DIM */
   uint32_t k;                /**< columns (input features), a multiple of block_size, at most
                                   QMOE_MAX_MATRIX_DIM */
-  uint32_t block_size;       /**< k of one scale: what the format takes (INT4: 16, 32, 64 or
-                                  128) */
+  uint32_t block_size;       /**< k of one scale: what the format takes (INT4 and INT3: 16,
+                                  32, 64 or 128; MXFP4: 32; NVFP4: 16) */
   /** Canonical codes, qmoe_quant_matrix_codes_size() bytes (64-byte alignment recommended). */
   const void* codes;
   /** Scales: element (n, b) at scales[n * scale_row_stride + b * scale_block_stride], in
@@ -282,7 +286,8 @@ typedef struct qmoe_quant_matrix {
   size_t scale_block_stride;
   /** Optional zero points, one uint8 code per (n, b) at zero_points[n * zero_point_row_stride
    * + b * zero_point_block_stride] (row term as for scales when zero_point_group_stride is
-   * nonzero); NULL means the format's default (8 for INT4, 4 for INT3). */
+   * nonzero); NULL means the format's default (8 for INT4, 4 for INT3); MXFP4 and NVFP4 take
+   * none. */
   const uint8_t* zero_points;
   size_t zero_point_row_stride;
   size_t zero_point_block_stride;
@@ -369,6 +374,34 @@ QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t
 /// codes size. src and dst must not overlap (INVALID_ARGUMENT).
 QMOE_API qmoe_status qmoe_import_int3_packed(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
                                              size_t dst_bytes);
+
+/// Import gpt-oss MXFP4 codes (a checkpoint's "<name>.blocks" tensor: uint8 [N, K/32, 16], byte
+/// j of block b holding k = 32b + 2j in its low nibble and k = 32b + 2j + 1 in its high nibble)
+/// into the canonical layout, padding zeroed. K must be a multiple of 32. The "<name>.scales"
+/// tensor, uint8 [N, K/32], is an E8M0 scale plane as it is (row stride K/32, block stride 1;
+/// qmoe_group_plane with element_bytes 1 regroups it). src and dst must not overlap
+/// (INVALID_ARGUMENT).
+QMOE_API qmoe_status qmoe_import_mxfp4_gpt_oss(const uint8_t* blocks, uint32_t n, uint32_t k,
+                                               void* dst, size_t dst_bytes);
+
+/// Import ggml block_mxfp4 rows (per 32 k: one E8M0 byte e, then 16 bytes; byte j holds code j
+/// in its low nibble and code j + 16 in its high nibble; value E2M1(code) * 2^(e - 127), which
+/// ggml computes as its doubled codes times 2^(e - 128)), N rows of K / 32 blocks, 17 bytes
+/// each, contiguous. Writes canonical codes and the E8M0 bytes at scales[n * scale_row_stride +
+/// b * scale_block_stride]. A block with e = 0xFF (NaN in E8M0, a finite scale to ggml; ggml's
+/// quantizer never writes it) is INVALID_ARGUMENT and nothing is written; so are overlapping
+/// src, dst_codes and scale plane.
+QMOE_API qmoe_status qmoe_import_mxfp4_ggml(const void* src, uint32_t n, uint32_t k,
+                                            void* dst_codes, size_t dst_bytes, uint8_t* scales,
+                                            size_t scale_row_stride, size_t scale_block_stride);
+
+/// Import NVFP4 codes in the packed layout of NVIDIA ModelOpt / TensorRT-LLM checkpoints
+/// ("weight": uint8 [N, K/2], byte i holding k = 2i in its low nibble and k = 2i + 1 in its high
+/// nibble) into the canonical layout, padding zeroed. K must be a multiple of 16. The E4M3
+/// "weight_scale" [N, K/16] is a scale plane as it is and "weight_scale_2" the global scale.
+/// src and dst must not overlap (INVALID_ARGUMENT).
+QMOE_API qmoe_status qmoe_import_nvfp4_modelopt(const uint8_t* src, uint32_t n, uint32_t k,
+                                                void* dst, size_t dst_bytes);
 
 /// Elements of an [n, blocks] plane in the grouped order (docs/formats.md): ceil(n / 8) * 8 *
 /// blocks, the last group padded to 8 rows. 0 when n or blocks is 0 or the count overflows.

@@ -74,8 +74,8 @@ struct KernelEntry {
   const char* name;  // "qmoe_<op>__<isa>", static storage
 };
 
-// GEMM entries are indexed by format (value - 1, lib/formats/format_list.inc) and accuracy
-// level (value - 1).
+// GEMM entries are indexed by format (its row's position in lib/formats/format_list.inc,
+// format_slot()) and accuracy level (value - 1).
 constexpr uint32_t kFormatSlots = 0
 #define QMOE_FORMAT(token, value, traits) +1
 #include "lib/formats/format_list.inc"

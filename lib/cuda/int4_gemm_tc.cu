@@ -28,8 +28,9 @@ uint32_t element_bytes(qmoe_dtype d) {
 // instructions per MMA relative to 128x128 (the split-K tiles pay their per-k-tile loads and
 // loop work with half as many MMAs), over the rate one scheduler sustains with that many warps
 // resident (one warp stalls on its own latencies). Residency assumes 192 registers a thread
-// (ptxas reports 133-198) and the opt-in shared memory. Ties go to the larger tile, which
-// reloads X and W less.
+// (ptxas reports 134-254 across the variants, which gives the same CTAs per multiprocessor:
+// 2 of 128 threads, 1 of 192 or 256) and the opt-in shared memory. Ties go to the larger
+// tile, which reloads X and W less.
 constexpr uint32_t kSchedulers = 4;
 constexpr uint32_t kRegistersPerThread = 192;
 constexpr uint32_t kRegistersPerSm = 65536;
@@ -86,6 +87,11 @@ cudaError_t check_arguments(const DeviceQuantMatrix& w, uint32_t m, qmoe_dtype x
   }
   if (w.codes == nullptr || reinterpret_cast<uintptr_t>(w.codes) % 16 != 0 || w.scales == nullptr ||
       !valid_dtype(w.scale_dtype) || (w.bias != nullptr && !valid_dtype(w.bias_dtype))) {
+    return cudaErrorInvalidValue;
+  }
+  // A scale that straddles two aligned words could not be staged by one 4-byte cp.async (and
+  // a misaligned load faulted before the planes went through cp.async).
+  if (reinterpret_cast<uintptr_t>(w.scales) % element_bytes(w.scale_dtype) != 0) {
     return cudaErrorInvalidValue;
   }
   if (!valid_dtype(x_dtype) || !valid_dtype(y_dtype) || n_begin > n_end || n_end > w.n) {
@@ -240,6 +246,9 @@ Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_dev
   p.k_tiles = (w.k + kTileK - 1) / kTileK;
   p.block_shift = static_cast<uint32_t>(__builtin_ctz(w.block_size));
   p.y_pairs = reinterpret_cast<uintptr_t>(y) % (2 * element_bytes(y_dtype)) == 0 && ldy % 2 == 0;
+  p.scale_bytes = element_bytes(w.scale_dtype);
+  p.scale_block_bytes = w.scale_block_stride * p.scale_bytes;
+  p.zero_block_bytes = w.zero_point_block_stride;
   return p;
 }
 

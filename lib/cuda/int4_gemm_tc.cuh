@@ -33,7 +33,8 @@
 //
 // Requirements (violations return cudaErrorInvalidValue and launch nothing): device pointers;
 // X 16-byte aligned with rows 16-byte aligned (ldx * element size a multiple of 16) and
-// ldx >= K; codes 16-byte aligned (cudaMalloc gives 256); ldy >= n_end; n_begin <= n_end <= N;
+// ldx >= K; codes 16-byte aligned (cudaMalloc gives 256); scales aligned to their element size;
+// ldy >= n_end; n_begin <= n_end <= N;
 // a well-formed matrix (block size 16/32/64/128, K a multiple of it, chunks = ceil(K / 32),
 // scales present). Zero points are read as their low 4 bits (docs/formats.md: 0..15). Y must
 // not overlap X or the weights. Devices 64 and up are cudaErrorInvalidDevice (the one-time

@@ -10,10 +10,18 @@
 // both 32-code chunks of every k-tile; with it, k group kg runs chunk kg, and at the end group
 // 1's sums are added to group 0's, which writes Y.
 //
-// Pipeline. K advances in k-tiles of 64 (two 32-code chunks) through kStages shared-memory
-// stages: X and the codes by cp.async (kStages - 1 k-tiles in flight), the scale and zero-point
-// planes by ordinary loads into registers that are stored into the stage after the k-tile's
-// MMAs (the planes are strided gathers of 2- or 4-byte elements). One barrier per k-tile.
+// Pipeline. K advances in k-tiles of 64 (two 32-code chunks) through C::kStages shared-memory
+// stages (stage_count: 4 to 8). Everything a k-tile reads from global memory travels by
+// cp.async, issued kStages - 1 k-tiles ahead: X, the codes, and the scale and zero-point plane
+// entries (each the aligned word that holds its element, plane_word). A thread converts the
+// plane entries it copied (to the FP32 scale and the zero constant) one k-tile before the warps
+// use them, after its own cp.async.wait_group and before the barrier that publishes them. No
+// load in the k-loop waits on global memory except through cp.async.wait_group, which waits
+// for a k-tile issued kStages - 2 k-tiles earlier. One barrier per k-tile.
+//
+// (Until this pipeline, the plane elements were loaded into registers after the barrier and
+// stored into the stage after that k-tile's MMAs: every k-tile then waited one global round
+// trip, about 1 us from HBM, whatever M was; docs/results/2026-12-01-int4-gemm-tc-planes.md.)
 //
 // Per 32-code chunk a warp dequantises its 4 n8 tiles' codes in registers once
 // (dequant_chunk_row) and reuses them for its 4 m16 tiles; each fold unit's MMAs start
@@ -56,6 +64,12 @@ struct Config {
   static constexpr uint32_t kThreads = tile_threads(kGeometry);
   static constexpr uint32_t kFold = kFoldK;
   static constexpr StageLayout kStage = stage_layout(kGeometry, XTraits<kX>::kBytes, kFold);
+  static constexpr uint32_t kStages = stage_count(kGeometry, XTraits<kX>::kBytes, kFold);
+  static constexpr size_t kSharedBytes = size_t{kStages} * kStage.bytes;
+  // __launch_bounds__'s minimum CTAs per multiprocessor: 0 leaves the register budget to ptxas,
+  // except for the 192-thread tile, which ptxas otherwise squeezes to 168 registers (two CTAs
+  // per multiprocessor) by spilling; the tile choice counts it at one CTA (192 registers).
+  static constexpr uint32_t kMinBlocks = kThreads == 192 ? 1 : 0;
   // Plane entries of one stage: [unit][column], kTileK / kFold units of bn columns.
   static constexpr uint32_t kPlaneEntries = (kTileK / kFold) * kBN;
 
@@ -63,7 +77,11 @@ struct Config {
   static_assert(kFold == 16 || kFold == 32);
   static_assert(kSplitK == 1 || kSplitK == 2);
   // The split-K sums pass through the (then idle) stages: a group's 64 accumulators per thread.
-  static_assert(kSplitK == 1 || kWarpsPerGroup * 32 * 64 * 4 <= kStages * kStage.bytes);
+  static_assert(kSplitK == 1 || kWarpsPerGroup * 32 * 64 * 4 <= kSharedBytes);
+  // The pipeline converts k-tile kt + 1's planes while k-tile kt + kStages - 1 is being copied
+  // into a third stage.
+  static_assert(kStages >= 3 && kStages <= kMaxStages);
+  static_assert(kSharedBytes == shared_bytes(kGeometry, XTraits<kX>::kBytes, kFold));
   static_assert(kThreads % 16 == 0);
   static_assert(kStage.bytes % 128 == 0 && kStage.code_offset % 128 == 0 &&
                 kStage.scale_offset % 128 == 0 && kStage.zero_offset % 128 == 0);
@@ -109,10 +127,14 @@ QMOE_TC_HD size_t plane_offset(uint32_t n, uint32_t b, size_t row_stride, size_t
 //
 // Per stage: X rows [m0, m0 + bm) of the k-tile as 16-byte pieces (zeros past M and past K);
 // the codes of W groups [group0, group0 + bn / 8), chunks 2 kt and 2 kt + 1 (zeros past the
-// last group and past the last chunk); and per fold unit and column the FP32 scale and the
-// zero constant (scale 0 and the default zero point past N and K, where the planes are not
-// read: a fold unit of padding then adds exactly 0). Both zero fills matter: a zero code still
-// dequantises to -zero_point, so X must be zero wherever the codes are padding.
+// last group and past the last chunk); and per fold unit and column the scale and zero-point
+// plane words (plane_word), which convert_planes turns into the FP32 scale and the zero
+// constant (scale 0 and the default zero point past N and K, where the planes are not read: a
+// fold unit of padding then adds exactly 0). Both zero fills matter: a zero code still
+// dequantises to -zero_point, so X must be zero wherever the codes are padding. A thread's plane
+// entries are the same ones in every stage (tid + i * C::kThreads), so that the thread that
+// copies an entry is the one that converts it: its own cp.async.wait_group is then all the
+// ordering the conversion needs.
 template <class C, XMode kX>
 struct Loader {
   static constexpr uint32_t kXBytes = XTraits<kX>::kBytes;
@@ -144,16 +166,15 @@ struct Loader {
   const uint8_t* x_src;  // row m0 of X (it exists: the CTA has rows)
   size_t x_row_bytes;    // ldx in bytes
   const uint8_t* code_src[kCodePerThread];
-  uint32_t x_dst;                // stage offset of piece 0
-  uint32_t x_k;                  // the pieces' first k within a k-tile
-  int32_t x_rows_left;           // rows from piece 0's row to M: piece i exists iff i * step < it
-  uint32_t code_chunk;           // the pieces' chunk within a k-tile (0 or 1)
-  int32_t code_groups_left;      // likewise for the groups of the code pieces
-  size_t scale_row, zero_row;    // plane row terms of this thread's column
-  uint32_t unit0;                // this thread's first fold unit within a stage
-  bool column_ok;                // this thread's column is below N
-  float scale[kPlanePerThread];  // plane values between their loads and their stores
-  uint32_t zero[kPlanePerThread];
+  uint32_t x_dst;            // stage offset of piece 0
+  uint32_t x_k;              // the pieces' first k within a k-tile
+  int32_t x_rows_left;       // rows from piece 0's row to M: piece i exists iff i * step < it
+  uint32_t code_chunk;       // the pieces' chunk within a k-tile (0 or 1)
+  int32_t code_groups_left;  // likewise for the groups of the code pieces
+  uintptr_t scale_src;       // element (n, block 0) of this thread's column n (the plane's start
+  uintptr_t zero_src;        // past N); zero_src is 0 without zero points
+  uint32_t plane_k;          // k of its first plane entry within a k-tile: (tid / bn) * kFold
+  bool column_ok;            // this thread's column is below N
 
   static_assert(kXRowStep % (kXBytes == 2 ? 8 : 4) == 0);  // see x_piece_offset
 
@@ -184,9 +205,26 @@ struct Loader {
     }
     const uint32_t n = n0 + tid % C::kBN;
     column_ok = n < p.w.n;
-    unit0 = tid / C::kBN;
-    scale_row = plane_offset(n, 0, p.w.scale_row_stride, 0, p.w.scale_group_stride);
-    zero_row = plane_offset(n, 0, p.w.zero_point_row_stride, 0, p.w.zero_point_group_stride);
+    plane_k = tid / C::kBN * C::kFold;
+    const size_t scale_row =
+        column_ok ? plane_offset(n, 0, p.w.scale_row_stride, 0, p.w.scale_group_stride) : 0;
+    const size_t zero_row =
+        column_ok ? plane_offset(n, 0, p.w.zero_point_row_stride, 0, p.w.zero_point_group_stride)
+                  : 0;
+    scale_src = reinterpret_cast<uintptr_t>(p.w.scales) + scale_row * p.scale_bytes;
+    zero_src =
+        p.w.zero_points != nullptr ? reinterpret_cast<uintptr_t>(p.w.zero_points) + zero_row : 0;
+  }
+
+  // The block of this thread's plane entry i in k-tile kt (0 when the entry is missing), and
+  // whether the entry exists: its column below N and its fold unit below K. A missing entry is
+  // copied with src-size 0 from block 0 of its row (past N, the plane's start): an address
+  // that exists.
+  QMOE_TC_HD bool plane_block(const Params& p, uint32_t kt, uint32_t i, uint32_t& block) const {
+    const uint32_t k = kt * kTileK + plane_k + i * kPlaneUnitStep * C::kFold;
+    const bool valid = column_ok && k < p.w.k;
+    block = valid ? k >> p.block_shift : 0u;
+    return valid;
   }
 
   // Issues the cp.async copies of k-tile kt into `stage`.
@@ -221,37 +259,49 @@ struct Loader {
       ptx::cp_async_16(codes_s + code_row_offset(piece / 16, (piece / 8) % 2, piece % 8),
                        code_src[i] + code_advance, valid);
     }
-  }
-
-  // Loads k-tile kt's plane entries (unit0 + i * kPlaneUnitStep, this thread's column) into
-  // registers.
-  QMOE_TC_HD void fetch_planes(const Params& p, uint32_t kt) {
+    const uint32_t scales_s = x_s + C::kStage.scale_offset;
+    const uint32_t zeros_s = x_s + C::kStage.zero_offset;
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
-      const uint32_t k = kt * kTileK + (unit0 + i * kPlaneUnitStep) * C::kFold;
-      float s = 0.0f;
-      uint32_t z = kInt4DefaultZeroPoint;
-      if (column_ok && k < p.w.k) {
-        const size_t b = k >> p.block_shift;
-        s = load_as_float(p.w.scale_dtype, p.w.scales, scale_row + b * p.w.scale_block_stride);
-        if (p.w.zero_points != nullptr) {
-          z = p.w.zero_points[zero_row + b * p.w.zero_point_block_stride] & 0x0Fu;
-        }
+      uint32_t b;
+      const bool valid = plane_block(p, kt, i, b);
+      const uint32_t e = (tid + i * C::kThreads) * 4;  // plane_entry(tid / bn + i * step, column)
+      const PlaneWord s = plane_word(scale_src + size_t{b} * p.scale_block_bytes, p.scale_bytes);
+      ptx::cp_async_4(scales_s + e, reinterpret_cast<const void*>(s.word),
+                      valid ? s.src_bytes : 0u);
+      if (p.w.zero_points != nullptr) {  // uniform
+        const PlaneWord z = plane_word(zero_src + size_t{b} * p.zero_block_bytes, 1);
+        ptx::cp_async_4(zeros_s + e, reinterpret_cast<const void*>(z.word),
+                        valid ? z.src_bytes : 0u);
       }
-      scale[i] = s;
-      zero[i] = zero_constant<XTraits<kX>::kBf16Mma>(z);
     }
   }
 
-  // Entry [unit][column] of the stage's planes.
-  QMOE_TC_HD void store_planes(uint8_t* stage, uint32_t tid) const {
-    auto* scales = reinterpret_cast<float*>(stage + C::kStage.scale_offset);
+  // Turns this thread's plane entries of k-tile kt in `stage` into the FP32 scale and the zero
+  // constant, in place. Only after this thread's cp.async.wait_group for k-tile kt (the entries
+  // are its own copies) and before the barrier that lets the warps read them. An element's bit
+  // position in its entry depends only on its address modulo 4, so 32-bit arithmetic on the
+  // low address bits finds it.
+  QMOE_TC_HD void convert_planes(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
+    auto* scales = reinterpret_cast<uint32_t*>(stage + C::kStage.scale_offset);
     auto* zeros = reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset);
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
-      const uint32_t e = tid + i * C::kThreads;  // = plane_entry(unit0 + i * step, column)
-      scales[e] = scale[i];
-      zeros[e] = zero[i];
+      uint32_t b;
+      const bool valid = plane_block(p, kt, i, b);
+      const uint32_t e = tid + i * C::kThreads;
+      const uint32_t scale_low =
+          static_cast<uint32_t>(scale_src) + b * static_cast<uint32_t>(p.scale_block_bytes);
+      // A missing entry was zero-filled: scale 0.
+      scales[e] =
+          bits_of(scale_from_entry(p.w.scale_dtype, scales[e], plane_word(scale_low, 0).shift));
+      uint32_t z = kInt4DefaultZeroPoint;
+      if (p.w.zero_points != nullptr && valid) {
+        const uint32_t zero_low =
+            static_cast<uint32_t>(zero_src) + b * static_cast<uint32_t>(p.zero_block_bytes);
+        z = zero_point_from_entry(zeros[e], plane_word(zero_low, 0).shift);
+      }
+      zeros[e] = zero_constant<XTraits<kX>::kBf16Mma>(z);
     }
   }
 };
@@ -475,7 +525,7 @@ QMOE_TC_HD void store_outputs(const Params& p, const float (&acc)[4][4][4], uint
 }
 
 // One CTA's work: (bx, by) as blockIdx, thread tid of C::kThreads, `smem` its dynamic shared
-// memory (kStages stages). The kernel below runs it; the emulation test runs it on host
+// memory (C::kStages stages). The kernel below runs it; the emulation test runs it on host
 // threads.
 template <class C, XMode kX>
 QMOE_TC_HD void run_cta(const Params& p, uint8_t* smem, uint32_t bx, uint32_t by, uint32_t tid) {
@@ -500,36 +550,39 @@ QMOE_TC_HD void run_cta(const Params& p, uint8_t* smem, uint32_t bx, uint32_t by
   }
 
   // Prologue: k-tiles 0 .. kStages - 2 into the stages of the same index, one cp.async group
-  // each (empty past the last k-tile, so that group counting below holds for any K).
+  // each (empty past the last k-tile, so that group counting below holds for any K); then k-tile
+  // 0's planes converted (its group has landed: at most kStages - 2 are pending).
+  constexpr uint32_t kStages = C::kStages;
   Loader<C, kX> loader(p, rows, m0, n0, tid);
 #pragma unroll
   for (uint32_t s = 0; s + 1 < kStages; ++s) {
-    if (s < p.k_tiles) {
-      uint8_t* stage = smem + s * C::kStage.bytes;
-      loader.copy_async(p, stage, s, tid);
-      loader.fetch_planes(p, s);
-      loader.store_planes(stage, tid);
-    }
+    if (s < p.k_tiles) loader.copy_async(p, smem + s * C::kStage.bytes, s, tid);
     ptx::cp_async_commit();
   }
+  ptx::cp_async_wait<kStages - 2>();
+  loader.convert_planes(p, smem, 0, tid);
 
+  uint32_t stage = 0;  // of k-tile kt: kt % kStages, kept as a counter
   for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
-    // kStages - 1 + kt groups are committed; with at most kStages - 2 pending, k-tile kt's
-    // (and all earlier) copies of this thread have landed.
-    ptx::cp_async_wait<kStages - 2>();
-    // All threads' copies and plane stores of k-tile kt are now visible, and every warp has
-    // finished k-tile kt - 1, whose stage ((kt + kStages - 1) % kStages) is refilled next.
+    // kStages - 1 + kt groups are committed; with at most kStages - 3 pending, this thread's
+    // copies of k-tiles kt and kt + 1 have landed.
+    ptx::cp_async_wait<kStages - 3>();
+    // All threads' copies and plane conversions of k-tile kt are now visible, and every warp has
+    // finished k-tile kt - 1, whose stage (kt + kStages - 1) % kStages is refilled next.
     ptx::cta_barrier();
+    const uint32_t refill = stage == 0 ? kStages - 1 : stage - 1;
+    const uint32_t following = stage + 1 == kStages ? 0 : stage + 1;  // k-tile kt + 1's
     const uint32_t next = kt + kStages - 1;
-    uint8_t* next_stage = smem + (next % kStages) * C::kStage.bytes;
-    if (next < p.k_tiles) {
-      loader.copy_async(p, next_stage, next, tid);
-      loader.fetch_planes(p, next);
-    }
+    if (next < p.k_tiles) loader.copy_async(p, smem + refill * C::kStage.bytes, next, tid);
     ptx::cp_async_commit();
-    compute_stage<C, kX>(acc, smem + (kt % kStages) * C::kStage.bytes, offsets);
-    // Read first after the barrier of iteration `next` (> kt); the loads had the MMAs' time.
-    if (next < p.k_tiles) loader.store_planes(next_stage, tid);
+    // k-tile kt + 1's plane entries, this thread's own copies (landed, see above); the warps
+    // read them after the next iteration's barrier. Nothing reads that stage now: its previous
+    // k-tile, kt + 1 - kStages, was finished before this iteration's barrier.
+    if (kt + 1 < p.k_tiles) {
+      loader.convert_planes(p, smem + following * C::kStage.bytes, kt + 1, tid);
+    }
+    compute_stage<C, kX>(acc, smem + stage * C::kStage.bytes, offsets);
+    stage = following;
   }
   ptx::cp_async_wait<0>();  // only empty groups can remain; none outlives the kernel
 
@@ -552,7 +605,8 @@ QMOE_TC_HD void run_cta(const Params& p, uint8_t* smem, uint32_t bx, uint32_t by
 }
 
 template <int kTileIndex, XMode kX, uint32_t kFold>
-__global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
+__global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads,
+                                  Config<kTileIndex, kX, kFold>::kMinBlocks)
     int4_gemm_tc_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   run_cta<Config<kTileIndex, kX, kFold>, kX>(p, smem, blockIdx.x, blockIdx.y, threadIdx.x);
@@ -561,8 +615,7 @@ __global__ void __launch_bounds__(Config<kTileIndex, kX, kFold>::kThreads)
 template <XMode kX, int kTileIndex, uint32_t kFold>
 cudaError_t launch_one(const Params& p, dim3 grid, cudaStream_t stream) {
   using C = Config<kTileIndex, kX, kFold>;
-  int4_gemm_tc_kernel<kTileIndex, kX, kFold>
-      <<<grid, C::kThreads, size_t{kStages} * C::kStage.bytes, stream>>>(p);
+  int4_gemm_tc_kernel<kTileIndex, kX, kFold><<<grid, C::kThreads, C::kSharedBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -593,7 +646,7 @@ cudaError_t launch_variant(Int4GemmTcTile tile, uint32_t fold, const Params& p, 
 template <XMode kX, int kTileIndex, uint32_t kFold>
 cudaError_t configure_one(size_t max_shared_bytes) {
   using C = Config<kTileIndex, kX, kFold>;
-  constexpr size_t kBytes = size_t{kStages} * C::kStage.bytes;
+  constexpr size_t kBytes = C::kSharedBytes;
   if (kBytes > max_shared_bytes) return cudaSuccess;  // never launched on this device
   const auto kernel = int4_gemm_tc_kernel<kTileIndex, kX, kFold>;
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -74,6 +74,38 @@ QMOE_TC_HD constexpr uint32_t plane_entry(uint32_t unit, uint32_t column, uint32
   return unit * bn + column;
 }
 
+// A plane element as cp.async moves it into its 4-byte entry. The planes are strided gathers of
+// 1-, 2- or 4-byte elements (zero points, 16-bit scales, FP32 scales) and cp.async moves 4, 8 or
+// 16 aligned bytes, so the entry receives the aligned word that holds the element: src-size
+// bytes from `word`, i.e. from the word's first byte through the element's last one and never
+// past it (the bytes before the element lie in the same aligned word, hence in the same
+// allocation), the rest of the entry zeroed. The element is then the `bytes` bytes at bit
+// `shift` of the entry, which the thread that issued the copy converts in place
+// (scale_from_entry, zero_point_from_entry) once its copy has landed.
+struct PlaneWord {
+  uintptr_t word;      // element address rounded down to 4
+  uint32_t src_bytes;  // element offset in the word + element size: 1..4 for an aligned element
+  uint32_t shift;      // bit position of the element in the entry
+};
+QMOE_TC_HD constexpr PlaneWord plane_word(uintptr_t element, uint32_t bytes) {
+  const uint32_t offset = static_cast<uint32_t>(element & 3u);
+  return {element - offset, offset + bytes, offset * 8};
+}
+
+// The FP32 value of a scale element of `dtype` (F32, F16 or BF16) at bit `shift` of `entry`
+// (exact). An entry that cp.async zero-filled gives 0.
+QMOE_TC_HD float scale_from_entry(qmoe_dtype dtype, uint32_t entry, uint32_t shift) {
+  const uint32_t bits = entry >> shift;
+  if (dtype == QMOE_DTYPE_F32) return ptx::float_from_bits(bits);
+  if (dtype == QMOE_DTYPE_F16) return ptx::half_bits_to_float(static_cast<uint16_t>(bits));
+  return ptx::float_from_bits(bits << 16);
+}
+
+// A zero point (its low 4 bits, docs/formats.md) at bit `shift` of `entry`.
+QMOE_TC_HD constexpr uint32_t zero_point_from_entry(uint32_t entry, uint32_t shift) {
+  return (entry >> shift) & 0x0Fu;
+}
+
 // ---- Fragment coordinates (PTX ISA layouts above) ----
 
 // Row (within the m16 tile) and column (within the n8 tile) of accumulator c (0..3).

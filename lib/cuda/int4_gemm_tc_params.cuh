@@ -29,11 +29,13 @@ struct Params {
   uint32_t k_tiles;          // ceil(K / kTileK)
   uint32_t block_shift;      // log2(block size)
   bool y_pairs;              // y and ldy allow two adjacent outputs as one aligned store
+  uint32_t scale_bytes;      // 4 for FP32 scales, 2 for FP16 and BF16
+  size_t scale_block_bytes;  // scale_block_stride * scale_bytes
+  size_t zero_block_bytes;   // zero_point_block_stride (one byte per zero point)
 };
 
-// K per pipeline stage: two 32-code chunks. Stages in flight: kStages - 1 loads ahead.
+// K per pipeline stage: two 32-code chunks.
 constexpr uint32_t kTileK = 64;
-constexpr uint32_t kStages = 4;
 
 // Every CTA tile is warps_m x warps_n warp tiles of 64 x 32 (rows of X x rows of W): a warp
 // holds 4 x 4 m16n8 accumulator tiles. With split_k = 2 each warp tile has two warps, one per
@@ -59,8 +61,10 @@ constexpr uint32_t fold_k(uint32_t block_size) {
 }
 
 // One pipeline stage: the X tile (bm rows x kTileK, 16-bit or FP32 elements), the code tile
-// (bn / 8 groups x 2 chunks x 128 bytes), then per fold unit and column an FP32 scale and a
-// 32-bit zero constant. Every part is a multiple of 128 bytes.
+// (bn / 8 groups x 2 chunks x 128 bytes), then per fold unit and column a 4-byte scale entry and
+// a 4-byte zero-point entry (each first the aligned plane word that cp.async brings, then, once
+// converted in place, the FP32 scale and the 32-bit zero constant). Every part is a multiple of
+// 128 bytes.
 struct StageLayout {
   uint32_t x_row_bytes, x_bytes, code_offset, scale_offset, zero_offset, bytes;
 };
@@ -76,8 +80,23 @@ constexpr StageLayout stage_layout(TileGeometry g, uint32_t x_element_bytes, uin
           x_bytes + code_bytes + plane_bytes,
           x_bytes + code_bytes + 2 * plane_bytes};
 }
+// Stages of a variant: as many as fit kStageBudget, from kMinStages to kMaxStages. Every part of
+// a stage (X, codes, both planes) travels by cp.async, kStages - 2 k-tiles ahead of the k-tile
+// the warps compute (the kernel converts the planes of k-tile kt + 1 while it computes kt): at
+// one 64 x 32 warp tile per scheduler a k-tile is a few hundred cycles, so the 64-row tiles
+// need 5 to 6 k-tiles in flight to cover a cold HBM read (about 1 us under load), where the
+// 128-row tiles take twice as long per k-tile. The budget keeps two CTAs' worth (plus the
+// per-CTA reserve) within a Hopper multiprocessor's 228 KB and one within sm_86's 99 KB.
+constexpr uint32_t kMinStages = 4;
+constexpr uint32_t kMaxStages = 8;
+constexpr uint32_t kStageBudget = 96 * 1024;
+constexpr uint32_t stage_count(TileGeometry g, uint32_t x_element_bytes, uint32_t fold) {
+  const uint32_t fit = kStageBudget / stage_layout(g, x_element_bytes, fold).bytes;
+  return fit < kMinStages ? kMinStages : fit > kMaxStages ? kMaxStages : fit;
+}
 constexpr size_t shared_bytes(TileGeometry g, uint32_t x_element_bytes, uint32_t fold) {
-  return size_t{kStages} * stage_layout(g, x_element_bytes, fold).bytes;
+  return size_t{stage_count(g, x_element_bytes, fold)} *
+         stage_layout(g, x_element_bytes, fold).bytes;
 }
 
 // The launch parameters and grid of checked arguments (int4_gemm_tc.cu): also what the

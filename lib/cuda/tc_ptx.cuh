@@ -25,6 +25,17 @@ struct HostEmulator {
   virtual void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) = 0;
   virtual void mma_16816(bool bf16, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
                          const float (&c)[4]) = 0;
+  // cp.async of cp_size bytes to shared offset dst, the first src_bytes of them from src and the
+  // rest zero. By default the copy lands at once; an emulator may instead hold it until the
+  // cp_async_wait that covers its group (the latest the PTX ISA allows), so that a read before
+  // that wait sees stale bytes.
+  virtual void cp_async(uint32_t dst, const void* src, uint32_t cp_size, uint32_t src_bytes) {
+    uint8_t* to = shared_memory() + dst;
+    if (src_bytes != 0) memcpy(to, src, src_bytes);
+    memset(to + src_bytes, 0, cp_size - src_bytes);
+  }
+  virtual void cp_async_commit() {}
+  virtual void cp_async_wait(int /*pending*/) {}
 };
 inline thread_local HostEmulator* host_emulator = nullptr;
 
@@ -48,7 +59,7 @@ __host__ __device__ __forceinline__ void cta_barrier() {
 // 16 bytes global -> shared, asynchronously (cp.async.cg: cached in L2 only). With valid false
 // the source size is 0: nothing is read and the 16 destination bytes are zeroed (PTX ISA,
 // cp.async: the bytes past src-size are filled with zeros); `src` must still be a mapped
-// address, so callers pass a base pointer then. (The host copies at once.)
+// address, so callers pass a base pointer then.
 __host__ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
 #if defined(__CUDA_ARCH__)
   const uint32_t src_bytes = valid ? 16u : 0u;
@@ -56,18 +67,28 @@ __host__ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* s
                "r"(src_bytes)
                : "memory");
 #else
-  uint8_t* to = host_emulator->shared_memory() + dst;
-  if (valid) {
-    memcpy(to, src, 16);
-  } else {
-    memset(to, 0, 16);
-  }
+  host_emulator->cp_async(dst, src, 16, valid ? 16u : 0u);
+#endif
+}
+
+// 4 bytes global -> shared, asynchronously (cp.async.ca: .cg takes only 16): the first src_bytes
+// (0..4) from src, which must be 4-byte aligned, the rest of the 4 destination bytes zeroed.
+// Only the src_bytes bytes are read.
+__host__ __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src,
+                                                    uint32_t src_bytes) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+#else
+  host_emulator->cp_async(dst, src, 4, src_bytes);
 #endif
 }
 
 __host__ __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__)
   asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+  host_emulator->cp_async_commit();
 #endif
 }
 
@@ -77,6 +98,8 @@ template <int kPending>
 __host__ __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__)
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#else
+  host_emulator->cp_async_wait(kPending);
 #endif
 }
 
@@ -98,6 +121,26 @@ __host__ __device__ __forceinline__ uint32_t opaque32(uint32_t value) {
   return result;
 #else
   return value;
+#endif
+}
+
+// The FP32 value of a bit pattern, and of an FP16 bit pattern (exact).
+__host__ __device__ __forceinline__ float float_from_bits(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+__host__ __device__ __forceinline__ float half_bits_to_float(uint16_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(bits));
+#else
+  __half h;
+  memcpy(&h, &bits, 2);
+  return __half2float(h);
 #endif
 }
 

@@ -20,13 +20,14 @@ constexpr qmoe_weight_format kFormatValues[] = {
 
 constexpr bool values_in_order() {
   for (size_t i = 0; i < sizeof(kFormatValues) / sizeof(kFormatValues[0]); ++i) {
+    if (i > 0 && kFormatValues[i] <= kFormatValues[i - 1]) return false;
     if (format_slot(kFormatValues[i]) != i) return false;
   }
   return true;
 }
 static_assert(values_in_order(),
-              "format_list.inc lists every format value from 1 up, in order: format_slot() "
-              "indexes the kernel tables by it");
+              "format_list.inc lists its formats in ascending value order, each once: "
+              "format_slot() indexes the kernel tables by the row's position");
 
 }  // namespace
 

@@ -40,9 +40,19 @@ const FormatTraits* find_format(int32_t format);
 uint32_t format_count();
 const FormatTraits& format_at(uint32_t i);
 
-/// Index of a format in tables sized for every format value (value - 1; values start at 1).
+/// Index of a format in tables sized for the formats of the build: its row's position in
+/// format_list.inc. The list holds values in ascending order but need not hold every value (a
+/// format another branch adds, or one a build leaves out, leaves a gap), so the slot is the
+/// position, not value - 1. For a value without a row it is format_count(): callers index tables
+/// only with formats validation has accepted.
 constexpr uint32_t format_slot(qmoe_weight_format format) {
-  return static_cast<uint32_t>(format) - 1;
+  uint32_t slot = 0;
+#define QMOE_FORMAT(token, value, traits) \
+  if (format == (value)) return slot;     \
+  ++slot;
+#include "lib/formats/format_list.inc"
+#undef QMOE_FORMAT
+  return slot;
 }
 
 /// Whether the traits accept `block_size` and `scale_dtype` (read as 32-bit patterns).

@@ -9,66 +9,16 @@
 #include "lib/error.h"
 #include "lib/formats/format_traits.h"
 #include "lib/formats/int4_layout.h"
+#include "lib/formats/nibble_codes.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/memory_ranges.h"
 
 namespace qmoe {
-namespace {
-
-// The canonical byte holding (n, k) and whether the code is its high nibble.
-size_t canonical_offset(uint32_t n, uint32_t k, uint32_t chunks) {
-  return ((size_t{n} / kGroupRows) * chunks + k / kChunkCodes) * kChunkBytes +
-         (n % kGroupRows) * kChunkRowBytes + (k % kChunkRowBytes);
-}
-
-// One row's 32 codes of chunk c (k order) into the canonical bytes of (n, c).
-void store_chunk(uint8_t* dst, uint32_t n, uint32_t c, uint32_t chunks, const uint8_t codes[32]) {
-  uint8_t* bytes = dst + canonical_offset(n, c * kChunkCodes, chunks);
-  for (uint32_t j = 0; j < kChunkRowBytes; ++j) {
-    bytes[j] = static_cast<uint8_t>(codes[j] | (codes[j + 16] << 4));
-  }
-}
-
-qmoe_status check_dst(const char* function, uint32_t n, uint32_t k, const void* dst,
-                      size_t dst_bytes) {
-  if (qmoe_status s = check_matrix_dims(function, n, k); s != QMOE_STATUS_OK) return s;
-  if (dst == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "dst is NULL");
-  const size_t need = codes_size(kInt4Format, n, k);
-  if (dst_bytes < need) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "dst_bytes = %zu but an %u x %u INT4 matrix needs %zu", dst_bytes, n, k, need);
-  }
-  return QMOE_STATUS_OK;
-}
-
-}  // namespace
 
 qmoe_status import_int4_onnx(const char* function, const uint8_t* src, uint32_t n, uint32_t k,
                              void* dst, size_t dst_bytes) {
-  if (qmoe_status s = check_dst(function, n, k, dst, dst_bytes); s != QMOE_STATUS_OK) return s;
-  if (src == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "src is NULL");
-  if (k % 2 != 0) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "k = %u is odd", k);
-  // dst is cleared before src is read: an import in place would read zeros.
-  if (ranges_overlap(src, size_t{n} * (k / 2), dst, codes_size(kInt4Format, n, k))) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "src and dst overlap");
-  }
-  const uint32_t chunks = chunk_count(k);
-  auto* out = static_cast<uint8_t*>(dst);
-  std::memset(out, 0, codes_size(kInt4Format, n, k));
-  const size_t row_bytes = k / 2;
-  for (uint32_t row = 0; row < n; ++row) {
-    const uint8_t* in = src + row * row_bytes;
-    for (uint32_t c = 0; c < chunks; ++c) {
-      uint8_t codes[kChunkCodes] = {};
-      for (uint32_t j = 0; j < kChunkCodes && c * kChunkCodes + j < k; ++j) {
-        const uint32_t kk = c * kChunkCodes + j;
-        // ONNX Runtime: byte kk / 2 holds even kk in its low nibble, odd kk in its high one.
-        codes[j] = (in[kk / 2] >> (4 * (kk % 2))) & 0x0F;
-      }
-      store_chunk(out, row, c, chunks, codes);
-    }
-  }
-  return QMOE_STATUS_OK;
+  // ONNX Runtime: byte k / 2 holds even k in its low nibble, odd k in its high one.
+  return import_nibble_pairs(function, kInt4Format, src, n, k, 2, dst, dst_bytes);
 }
 
 qmoe_status import_int4_onnx_zero_points(const char* function, const uint8_t* src, uint32_t n,
@@ -110,7 +60,8 @@ qmoe_status import_int4_onnx_zero_points(const char* function, const uint8_t* sr
 qmoe_status import_int4_q4_0(const char* function, const void* src, uint32_t n, uint32_t k,
                              void* dst_codes, size_t dst_bytes, uint16_t* scales,
                              size_t scale_row_stride, size_t scale_block_stride) {
-  if (qmoe_status s = check_dst(function, n, k, dst_codes, dst_bytes); s != QMOE_STATUS_OK) {
+  if (qmoe_status s = check_nibble_dst(function, kInt4Format, n, k, dst_codes, dst_bytes);
+      s != QMOE_STATUS_OK) {
     return s;
   }
   if (src == nullptr || scales == nullptr) {
@@ -154,7 +105,7 @@ qmoe_status import_int4_q4_0(const char* function, const void* src, uint32_t n, 
       uint16_t d;
       std::memcpy(&d, block, 2);
       scales[row * scale_row_stride + b * scale_block_stride] = d;
-      std::memcpy(out + canonical_offset(row, b * kChunkCodes, blocks), block + 2, kChunkRowBytes);
+      std::memcpy(out + nibble_offset(row, b * kChunkCodes, blocks), block + 2, kChunkRowBytes);
     }
   }
   return QMOE_STATUS_OK;

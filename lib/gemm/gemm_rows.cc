@@ -65,6 +65,7 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
   a.m = m;
   a.ldy = m > 1 ? ldy : 0;
   a.prefetch_l2_bytes = int4_l2_prefetch_bytes();
+  a.global_scale = w.global_scale == 0.0f ? 1.0f : w.global_scale;  // validated: 0 is "none"
   const GemmGroupFn kernel = gemm_kernel(kernels, w.format, acts.accuracy).fn;
   if (acts.accuracy == QMOE_ACCURACY_EXACT) {
     a.x = acts.x + first * acts.x_stride;

@@ -38,8 +38,9 @@ struct Q8Activations {
 // scales + b * scale_block_stride and zero_points + b * zero_point_block_stride. The driver
 // points these at the caller's planes when they are in [K/block, N] order (row stride 1), the
 // group is full and K is a multiple of 32; otherwise at panels it built (fp32 scales, block
-// stride 8; rows past N and a half-filled last chunk's missing block hold scale 0). Kernels
-// read blocks [0, ceil(chunks * 32 / block_size)) only.
+// stride 8; rows past N and a half-filled last chunk's missing block hold scale 0; byte scale
+// types decoded to their FP32 values, NaN included). Kernels read blocks
+// [0, ceil(chunks * 32 / block_size)) only.
 struct GemmGroupArgs {
   const uint8_t* codes;  // the group's first tile; chunks tiles of the format's tile bytes
   uint32_t chunks;       // ceil(K / 32)
@@ -50,6 +51,11 @@ struct GemmGroupArgs {
   const uint8_t* zero_points;  // nullptr: every zero point is the format's default
   size_t zero_point_block_stride;
   const float* bias;  // 8 values (0 past N), or nullptr
+  // The factor every weight of the matrix carries beyond its block scale: the matrix's global
+  // scale (qmoe_quant_matrix::global_scale; 1 when it has none). Each output is
+  // global_scale * sum_k x_k * (code value * block scale)_k + bias. Formats whose traits take no
+  // global scale always get 1 here, and their kernels do not read it.
+  float global_scale;
   uint32_t m;
   // Exact level: X rows of chunks * 32 floats at x + i * ldx (zero past K).
   const float* x;

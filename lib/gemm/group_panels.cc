@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <cstring>
+
+#include "lib/formats/byte_scales.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/formats/tiles.h"
 
@@ -40,7 +43,19 @@ void build_group_panels(const GemmPlan& plan, const KernelTable& kernels, uint32
   const qmoe_quant_matrix& w = plan.w;
   const uint32_t real_blocks = w.k / w.block_size;
   const size_t panel = size_t{blocks} * kGroupRows;
-  if (w.scale_dtype == QMOE_DTYPE_F32) {
+  if (w.scale_dtype == QMOE_DTYPE_E8M0 || w.scale_dtype == QMOE_DTYPE_F8_E4M3) {
+    // One-byte scales: each byte's FP32 bits from its table (NaN bytes give NaN scales).
+    const ByteScaleBits& table = w.scale_dtype == QMOE_DTYPE_E8M0 ? kE8M0Bits : kE4M3Bits;
+    const auto* src = static_cast<const uint8_t*>(w.scales);
+    std::fill(scales, scales + panel, 0.0f);
+    for (uint32_t r = 0; r < rows; ++r) {
+      const uint8_t* row = src + plane_row_offset(n0 + r, w.scale_row_stride, w.scale_group_stride);
+      for (uint32_t b = 0; b < real_blocks; ++b) {
+        std::memcpy(&scales[b * kGroupRows + r], &table.bits[row[b * w.scale_block_stride]],
+                    sizeof(float));
+      }
+    }
+  } else if (w.scale_dtype == QMOE_DTYPE_F32) {
     const auto* src = static_cast<const float*>(w.scales);
     std::fill(scales, scales + panel, 0.0f);
     for (uint32_t r = 0; r < rows; ++r) {

@@ -16,9 +16,9 @@ namespace qmoe {
 /// Elements of one group panel: panel_blocks * 8.
 size_t panel_elements(const GemmPlan& plan);
 
-/// Scales (fp32) and zero points of rows [n0, n0 + rows) for blocks [0, blocks) as [block][8]
-/// panels; rows past `rows` and blocks past K / block_size get scale 0 and the format's default
-/// zero point.
+/// Scales (fp32; 16-bit and one-byte types decoded) and zero points of rows [n0, n0 + rows) for
+/// blocks [0, blocks) as [block][8] panels; rows past `rows` and blocks past K / block_size get
+/// scale 0 and the format's default zero point.
 /// `zero_points` may be nullptr when the matrix has none. `staging` holds blocks * 8 elements
 /// (16-bit scales are gathered there, then widened in one conversion call).
 void build_group_panels(const GemmPlan& plan, const KernelTable& kernels, uint32_t n0,

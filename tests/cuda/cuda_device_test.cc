@@ -48,13 +48,9 @@ TEST(CudaDevice, StubDriverIsUnavailable) {
 #endif
 }
 
+// Host-side checks run in every build, before any question of CUDA (lib/cuda_api.cc).
 TEST(CudaDevice, NullOutputIsRejected) {
-  const qmoe_status status = qmoe_cuda_get_device_count(nullptr);
-#if defined(QMOE_HAVE_CUDA)
-  EXPECT_EQ(status, QMOE_STATUS_INVALID_ARGUMENT);
-#else
-  EXPECT_EQ(status, QMOE_STATUS_CUDA_UNAVAILABLE);
-#endif
+  EXPECT_EQ(qmoe_cuda_get_device_count(nullptr), QMOE_STATUS_INVALID_ARGUMENT);
 }
 
 }  // namespace

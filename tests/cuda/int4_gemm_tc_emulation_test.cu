@@ -2,17 +2,22 @@
 // host, so that CI, which has no GPU, executes it: every CTA of the grid on as many host
 // threads as the CTA has, the warp- and CTA-wide instructions emulated as the PTX ISA defines
 // them (ldmatrix: lanes 8i..8i+7 address matrix i's rows and lane L gets elements 2 (L % 4), +1
-// of row L / 4; mma.m16n8k16: the A, B, C fragment layouts; bar.sync), cp.async as an
-// immediate copy, the launch parameters and grid from the launcher's own make_params and
-// grid_for. Small shapes over every tile, X type, block size, row/column/K tails, column
-// ranges and the device row count, against the FP64 reference from the X the kernel multiplies
-// within the documented bound, with poisoned outputs. The MMA is emulated exactly (FP64 sums
-// rounded to FP32), not with the tensor cores' truncation; the device tests cover that.
+// of row L / 4; mma.m16n8k16: the A, B, C fragment layouts; bar.sync), cp.async landing either
+// at once or only at the cp.async.wait_group that covers its group (the earliest and the latest
+// the PTX ISA allows: held copies make any read of a stage, X, codes or planes, before its wait
+// a wrong value; copies at once can expose a copy into a stage still being read), the launch
+// parameters and grid from the launcher's own make_params and grid_for. Small shapes over every
+// tile, X type, block size, row/column/K tails, column ranges, plane types, orders and
+// alignments and the device row count, against the FP64 reference from the X the kernel
+// multiplies within the documented bound, with poisoned outputs. The MMA is emulated exactly
+// (FP64 sums rounded to FP32), not with the tensor cores' truncation; the device tests cover
+// that.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <string>
@@ -83,12 +88,47 @@ double half_value(bool bf16, uint16_t h) {
   return __half2float(v);
 }
 
+// When a cp.async lands.
+enum class Copies { kAtOnce, kAtWait };
+
 class ThreadEmulator : public ptx::HostEmulator {
  public:
-  ThreadEmulator(Cta* cta, uint32_t tid)
-      : cta_(cta), lane_(tid % 32), warp_(cta->warps[tid / 32]) {}
+  ThreadEmulator(Cta* cta, uint32_t tid, Copies copies)
+      : cta_(cta), lane_(tid % 32), warp_(cta->warps[tid / 32]), copies_(copies) {}
+  ~ThreadEmulator() override {
+    EXPECT_TRUE(open_.empty() && groups_.empty()) << "cp.async left pending at the kernel's end";
+  }
   uint8_t* shared_memory() override { return cta_->shared.data(); }
   void cta_barrier() override { cta_->barrier.arrive_and_wait(); }
+
+  void cp_async(uint32_t dst, const void* src, uint32_t cp_size, uint32_t src_bytes) override {
+    EXPECT_EQ(dst % cp_size, 0u) << "cp.async destination not aligned to its size";
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(src) % cp_size, 0u) << "cp.async source not aligned";
+    EXPECT_LE(src_bytes, cp_size);
+    EXPECT_LE(dst + cp_size, cta_->shared.size());
+    if (copies_ == Copies::kAtOnce) {
+      ptx::HostEmulator::cp_async(dst, src, cp_size, src_bytes);
+      return;
+    }
+    // The source bytes are read now (global memory does not change during the kernel), the
+    // shared bytes written at the wait.
+    Copy c{dst, cp_size, {}};
+    c.bytes.assign(cp_size, 0);
+    if (src_bytes != 0) std::memcpy(c.bytes.data(), src, src_bytes);
+    open_.push_back(std::move(c));
+  }
+  void cp_async_commit() override {
+    groups_.push_back(std::move(open_));
+    open_.clear();
+  }
+  void cp_async_wait(int pending) override {
+    while (groups_.size() > static_cast<size_t>(pending)) {
+      for (const Copy& c : groups_.front()) {
+        std::memcpy(cta_->shared.data() + c.dst, c.bytes.data(), c.size);
+      }
+      groups_.pop_front();
+    }
+  }
 
   void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) override {
     warp_.address[lane_] = address;
@@ -128,22 +168,29 @@ class ThreadEmulator : public ptx::HostEmulator {
   }
 
  private:
+  struct Copy {
+    uint32_t dst, size;
+    std::vector<uint8_t> bytes;
+  };
   Cta* cta_;
   uint32_t lane_;
   Cta::Warp& warp_;
+  Copies copies_;
+  std::vector<Copy> open_;                // issued, not yet committed
+  std::deque<std::vector<Copy>> groups_;  // committed, oldest first, not yet landed
 };
 
 // Runs every CTA of the grid, one after the other, each on C::kThreads host threads.
 template <int kTile, XMode kX, uint32_t kFold>
-void emulate(const Params& p, dim3 grid) {
+void emulate(const Params& p, dim3 grid, Copies copies) {
   using C = Config<kTile, kX, kFold>;
   for (uint32_t by = 0; by < grid.y; ++by) {
     for (uint32_t bx = 0; bx < grid.x; ++bx) {
-      Cta cta(C::kThreads, size_t{kStages} * C::kStage.bytes);
+      Cta cta(C::kThreads, C::kSharedBytes);
       std::vector<std::thread> threads;
       for (uint32_t tid = 0; tid < C::kThreads; ++tid) {
         threads.emplace_back([&, tid] {
-          ThreadEmulator emulator(&cta, tid);
+          ThreadEmulator emulator(&cta, tid, copies);
           ptx::host_emulator = &emulator;
           run_cta<C, kX>(p, cta.shared.data(), bx, by, tid);
           ptx::host_emulator = nullptr;
@@ -155,34 +202,34 @@ void emulate(const Params& p, dim3 grid) {
 }
 
 template <XMode kX, uint32_t kFold>
-void emulate_tile(int tile, const Params& p, dim3 grid) {
+void emulate_tile(int tile, const Params& p, dim3 grid, Copies copies) {
   switch (tile) {
     case 0:
-      return emulate<0, kX, kFold>(p, grid);
+      return emulate<0, kX, kFold>(p, grid, copies);
     case 1:
-      return emulate<1, kX, kFold>(p, grid);
+      return emulate<1, kX, kFold>(p, grid, copies);
     case 2:
-      return emulate<2, kX, kFold>(p, grid);
+      return emulate<2, kX, kFold>(p, grid, copies);
     default:
-      return emulate<3, kX, kFold>(p, grid);
+      return emulate<3, kX, kFold>(p, grid, copies);
   }
 }
 
-void emulate_launch(int tile, qmoe_dtype xd, const Params& p) {
+void emulate_launch(int tile, qmoe_dtype xd, const Params& p, Copies copies) {
   const dim3 grid = grid_for(static_cast<Int4GemmTcTile>(tile), p);
   const bool fold16 = fold_k(p.w.block_size) == 16;
   switch (xd) {
     case QMOE_DTYPE_BF16:
-      return fold16 ? emulate_tile<XMode::kBf16, 16>(tile, p, grid)
-                    : emulate_tile<XMode::kBf16, 32>(tile, p, grid);
+      return fold16 ? emulate_tile<XMode::kBf16, 16>(tile, p, grid, copies)
+                    : emulate_tile<XMode::kBf16, 32>(tile, p, grid, copies);
     case QMOE_DTYPE_F16:
-      return fold16 ? emulate_tile<XMode::kF16, 16>(tile, p, grid)
-                    : emulate_tile<XMode::kF16, 32>(tile, p, grid);
+      return fold16 ? emulate_tile<XMode::kF16, 16>(tile, p, grid, copies)
+                    : emulate_tile<XMode::kF16, 32>(tile, p, grid, copies);
     case QMOE_DTYPE_F32:
       break;
   }
-  return fold16 ? emulate_tile<XMode::kF32Split, 16>(tile, p, grid)
-                : emulate_tile<XMode::kF32Split, 32>(tile, p, grid);
+  return fold16 ? emulate_tile<XMode::kF32Split, 16>(tile, p, grid, copies)
+                : emulate_tile<XMode::kF32Split, 32>(tile, p, grid, copies);
 }
 
 struct Case {
@@ -192,15 +239,18 @@ struct Case {
   qmoe_dtype xd = QMOE_DTYPE_BF16, yd = QMOE_DTYPE_F32;
   int tile = 0;
   uint32_t device_rows = UINT32_MAX;  // below m: the row count read through m_device
+  Copies copies = Copies::kAtWait;
+  uint32_t scale_offset = 0;  // bytes: the scale plane placed this far into its buffer
 };
 
 void run_case(const Case& c, uint64_t seed) {
   using namespace qmoe::testing;
-  const std::string where = c.w.describe() + " m=" + std::to_string(c.m) + " cols [" +
-                            std::to_string(c.n_begin) + "," + std::to_string(c.n_end) + ") x " +
-                            dtype_name(c.xd) + " y " + dtype_name(c.yd) + " tile " +
-                            std::to_string(c.tile) + " device rows " +
-                            std::to_string(c.device_rows) + " seed " + std::to_string(seed);
+  const std::string where =
+      c.w.describe() + " m=" + std::to_string(c.m) + " cols [" + std::to_string(c.n_begin) + "," +
+      std::to_string(c.n_end) + ") x " + dtype_name(c.xd) + " y " + dtype_name(c.yd) + " tile " +
+      std::to_string(c.tile) + " device rows " + std::to_string(c.device_rows) +
+      (c.copies == Copies::kAtOnce ? " copies at once" : " copies at wait") + " scale offset " +
+      std::to_string(c.scale_offset) + " seed " + std::to_string(seed);
   SCOPED_TRACE(where);
   ContextPtr ctx = default_context();
   std::mt19937_64 rng(seed);
@@ -223,7 +273,12 @@ void run_case(const Case& c, uint64_t seed) {
   view.chunks = (k + 31) / 32;
   view.codes = w.codes.data();
   view.scale_dtype = w.desc.scale_dtype;
-  view.scales = w.desc.scales;
+  // The plane at scale_offset bytes into a 16-byte aligned buffer (a 16-bit plane at 2 mod 4:
+  // the first element's word then starts before the plane).
+  std::vector<uint4> scale_buffer((c.scale_offset + w.scales.size() + 15) / 16);
+  std::memcpy(reinterpret_cast<uint8_t*>(scale_buffer.data()) + c.scale_offset, w.scales.data(),
+              w.scales.size());
+  view.scales = reinterpret_cast<const uint8_t*>(scale_buffer.data()) + c.scale_offset;
   view.scale_row_stride = w.desc.scale_row_stride;
   view.scale_block_stride = w.desc.scale_block_stride;
   view.scale_group_stride = w.desc.scale_group_stride;
@@ -240,7 +295,7 @@ void run_case(const Case& c, uint64_t seed) {
   const uint32_t device_rows = c.device_rows;
   const Params p = make_params(view, m, c.device_rows < m ? &device_rows : nullptr, x_buffer.data(),
                                ldx, c.yd, y.data(), ldy, n_begin, n_end);
-  emulate_launch(c.tile, c.xd, p);
+  emulate_launch(c.tile, c.xd, p, c.copies);
 
   const uint32_t rows = c.device_rows < m ? c.device_rows : m;
   const double acc_bound = int4_gemm_tc_accumulation_bound(k, c.w.block_size, c.xd);
@@ -299,6 +354,8 @@ TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
         c.xd = xd;
         c.yd = kTypes[(index / 2) % 3];
         c.tile = tile;
+        c.copies = (index / 2) % 2 == 0 ? Copies::kAtWait : Copies::kAtOnce;
+        c.scale_offset = c.w.scale_dtype == QMOE_DTYPE_F32 ? 4 * (index % 2) : 2 * (index % 4);
         ++index;
         ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
       }
@@ -307,12 +364,14 @@ TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
 }
 
 // More than one CTA in each direction (rows past the first 64 or 128, columns past the first
-// tile) and a k loop longer than the pipeline, on the split-K and the plain tile.
+// tile) and a k loop that wraps the pipeline's stages more than twice (C::kStages <= 8), on
+// the split-K and the plain tile, with copies landing at their waits and at once.
 TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
+  static_assert(kMaxStages * 2 < 1088 / kTileK);
   for (int tile : {0, 1, 3}) {
     Case c;
     c.w.n = tile == 0 ? 136 : 72;
-    c.w.k = 448;  // 7 k-tiles through 4 stages
+    c.w.k = 1088;  // 17 k-tiles
     c.w.block_size = 64;
     c.w.scale_dtype = QMOE_DTYPE_F16;
     c.w.scale_order = ScaleOrder::kGrouped;
@@ -323,6 +382,7 @@ TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
     c.xd = QMOE_DTYPE_BF16;
     c.yd = QMOE_DTYPE_BF16;
     c.tile = tile;
+    c.copies = tile == 1 ? Copies::kAtOnce : Copies::kAtWait;
     ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
   }
 }

@@ -7,10 +7,13 @@
 // permute or nibble shows as a wrong value. Needs no device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/cuda/int4_gemm_tc_kernel.cuh"
@@ -334,6 +337,254 @@ TEST(CudaInt4GemmTcLayout, PlaneEntriesFollowTheFragments) {
   check_plane_entries<Config<1, XMode::kBf16, 16>>();
   check_plane_entries<Config<2, XMode::kBf16, 32>>();
   check_plane_entries<Config<3, XMode::kBf16, 16>>();
+}
+
+// plane_word: an aligned word whose src-size bytes run from the word's start through the
+// element's last byte (never past it), and the element at `shift` of the entry, for every
+// element size and misalignment within a word.
+TEST(CudaInt4GemmTcLayout, PlaneWordEndsWithTheElement) {
+  for (uint32_t bytes : {1u, 2u, 4u}) {
+    for (uintptr_t element = 4096; element < 4096 + 16; element += bytes) {
+      const PlaneWord w = plane_word(element, bytes);
+      EXPECT_EQ(w.word % 4, 0u);
+      EXPECT_LE(w.word, element);
+      EXPECT_GT(w.word + 4, element);
+      EXPECT_EQ(w.word + w.src_bytes, element + bytes);
+      EXPECT_LE(w.src_bytes, 4u);
+      EXPECT_EQ(w.shift, 8 * (element - w.word));
+    }
+  }
+}
+
+// A serial stand-in for the CTA when only the loader runs: shared memory, cp.async at once, and
+// every byte cp.async reads checked to lie in one of the buffers it may read.
+class LoaderEmulator : public ptx::HostEmulator {
+ public:
+  explicit LoaderEmulator(size_t shared_bytes) : shared(shared_bytes, 0xA5) {}
+  uint8_t* shared_memory() override { return shared.data(); }
+  void cta_barrier() override {}
+  void ldmatrix_x4(uint32_t (&)[4], uint32_t) override { ADD_FAILURE() << "ldmatrix"; }
+  void mma_16816(bool, float (&)[4], const uint32_t (&)[4], uint32_t, uint32_t,
+                 const float (&)[4]) override {
+    ADD_FAILURE() << "mma";
+  }
+  void cp_async(uint32_t dst, const void* src, uint32_t cp_size, uint32_t src_bytes) override {
+    EXPECT_EQ(dst % cp_size, 0u);
+    const auto at = reinterpret_cast<uintptr_t>(src);
+    EXPECT_EQ(at % cp_size, 0u) << "cp.async source not aligned to its size";
+    if (src_bytes != 0) {
+      bool inside = false;
+      for (const auto& r : readable) inside |= at >= r.first && at + src_bytes <= r.second;
+      EXPECT_TRUE(inside) << "cp.async reads [" << at << ", " << at + src_bytes
+                          << ") outside the buffers it may read";
+    }
+    ptx::HostEmulator::cp_async(dst, src, cp_size, src_bytes);
+  }
+  std::vector<uint8_t> shared;
+  std::vector<std::pair<uintptr_t, uintptr_t>> readable;
+};
+
+// One plane of N rows x `blocks` in one of the orders the tests use (docs/formats.md strides),
+// its elements at `offset` bytes into a 16-byte aligned buffer that ends with the plane.
+struct TestPlane {
+  size_t row_stride = 0, block_stride = 0, group_stride = 0, elements = 0;
+  std::vector<uint4> buffer;
+  const uint8_t* base = nullptr;
+  size_t at(uint32_t n, uint32_t b) const {
+    return plane_offset(n, b, row_stride, block_stride, group_stride);
+  }
+};
+TestPlane make_plane(int order, uint32_t n, uint32_t blocks, uint32_t element_bytes,
+                     uint32_t offset) {
+  TestPlane t;
+  switch (order) {
+    case 0:  // row-major
+      t.row_stride = blocks;
+      t.block_stride = 1;
+      break;
+    case 1:  // block-major
+      t.row_stride = 1;
+      t.block_stride = n;
+      break;
+    case 2:  // padded row-major
+      t.row_stride = blocks + 3;
+      t.block_stride = 1;
+      break;
+    default:  // grouped
+      t.row_stride = 1;
+      t.block_stride = 8;
+      t.group_stride = size_t{8} * blocks;
+      break;
+  }
+  t.elements = t.group_stride != 0 ? (size_t{n} + 7) / 8 * t.group_stride
+                                   : (n - 1) * t.row_stride + (blocks - 1) * t.block_stride + 1;
+  const size_t bytes = offset + t.elements * element_bytes;
+  t.buffer.assign((bytes + 15) / 16,
+                  make_uint4(0xEEEEEEEEu, 0xEEEEEEEEu, 0xEEEEEEEEu, 0xEEEEEEEEu));
+  t.base = reinterpret_cast<const uint8_t*>(t.buffer.data()) + offset;
+  return t;
+}
+
+// A scale value exactly representable in FP16, BF16 and FP32, distinct for nearby (n, b).
+float test_scale(uint32_t n, uint32_t b) {
+  const uint32_t v = (n * 37 + b * 11) % 251 + 1;
+  return (n % 2 == 0 ? 1.0f : -1.0f) * static_cast<float>(v) * 0.0625f;
+}
+uint32_t test_zero_point(uint32_t n, uint32_t b) {
+  return (n * 7 + b * 3) % 16 | (n % 3 == 0 ? 0xF0u : 0u);  // high bits set: ignored
+}
+
+// Every plane entry of every stage the loader fills (copy_async, then convert_planes by the
+// same thread), for every column tile and k-tile: the FP32 scale of (n, k / B) and the zero
+// constant of its zero point, scale 0 and the default zero point past N and K; and no byte
+// read outside the planes' words (the planes end exactly with their last element).
+template <class C, XMode kX>
+void check_plane_staging(uint32_t block, qmoe_dtype scale_dtype, int scale_order, int zero_order,
+                         uint32_t scale_offset, uint32_t zero_offset) {
+  using L = Loader<C, kX>;
+  const uint32_t n = 150, k = block == 16 ? 80 : block == 32 ? 96 : 2 * block, m = 17;
+  const uint32_t blocks = k / block, chunks = (k + 31) / 32, groups = (n + 7) / 8;
+  SCOPED_TRACE("tile " + std::to_string(C::kBM) + "x" + std::to_string(C::kBN) + " fold " +
+               std::to_string(C::kFold) + " block " + std::to_string(block) + " scale type " +
+               std::to_string(scale_dtype) + " order " + std::to_string(scale_order) + " offset " +
+               std::to_string(scale_offset) + " zero order " + std::to_string(zero_order) +
+               " offset " + std::to_string(zero_offset));
+  const uint32_t es = scale_dtype == QMOE_DTYPE_F32 ? 4 : 2;
+  TestPlane scales = make_plane(scale_order, n, blocks, es, scale_offset);
+  TestPlane zeros = make_plane(zero_order < 0 ? 0 : zero_order, n, blocks, 1, zero_offset);
+  auto* scale_bytes = const_cast<uint8_t*>(scales.base);
+  auto* zero_bytes = const_cast<uint8_t*>(zeros.base);
+  for (uint32_t row = 0; row < n; ++row) {
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const float v = test_scale(row, b);
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      uint8_t* e = scale_bytes + scales.at(row, b) * es;
+      if (scale_dtype == QMOE_DTYPE_F32) {
+        std::memcpy(e, &bits, 4);
+      } else if (scale_dtype == QMOE_DTYPE_BF16) {
+        const uint16_t h = static_cast<uint16_t>(bits >> 16);
+        std::memcpy(e, &h, 2);
+      } else {
+        const __half h = __float2half_rn(v);
+        std::memcpy(e, &h, 2);
+      }
+      zero_bytes[zeros.at(row, b)] = static_cast<uint8_t>(test_zero_point(row, b));
+    }
+  }
+  std::vector<uint4> x(size_t{m} * k * XTraits<kX>::kBytes / 16 + 1);
+  std::vector<uint4> codes(size_t{groups} * chunks * kChunkBytes / 16);
+
+  DeviceQuantMatrix w{};
+  w.n = n;
+  w.k = k;
+  w.block_size = block;
+  w.chunks = chunks;
+  w.codes = reinterpret_cast<const uint8_t*>(codes.data());
+  w.scale_dtype = scale_dtype;
+  w.scales = scales.base;
+  w.scale_row_stride = scales.row_stride;
+  w.scale_block_stride = scales.block_stride;
+  w.scale_group_stride = scales.group_stride;
+  w.zero_points = zero_order < 0 ? nullptr : zeros.base;
+  w.zero_point_row_stride = zeros.row_stride;
+  w.zero_point_block_stride = zeros.block_stride;
+  w.zero_point_group_stride = zeros.group_stride;
+  std::vector<float> y(size_t{m} * n);
+  const Params p = make_params(w, m, nullptr, x.data(), k, QMOE_DTYPE_F32, y.data(), n, 0, n);
+
+  LoaderEmulator emulator(C::kStage.bytes);
+  const auto range = [](const void* begin, size_t bytes) {
+    const auto b = reinterpret_cast<uintptr_t>(begin);
+    return std::make_pair(b, b + bytes);
+  };
+  emulator.readable.push_back(range(x.data(), x.size() * 16));
+  emulator.readable.push_back(range(codes.data(), codes.size() * 16));
+  // A plane word may start before the plane's first element, in its aligned word.
+  const auto plane_range = [](const uint8_t* base, size_t bytes) {
+    const auto b = reinterpret_cast<uintptr_t>(base);
+    return std::make_pair(b & ~uintptr_t{3}, b + bytes);
+  };
+  emulator.readable.push_back(plane_range(scales.base, scales.elements * es));
+  if (zero_order >= 0) emulator.readable.push_back(plane_range(zeros.base, zeros.elements));
+  ptx::host_emulator = &emulator;
+  uint8_t* stage = emulator.shared.data();
+  const auto* scale_entries = reinterpret_cast<const float*>(stage + C::kStage.scale_offset);
+  const auto* zero_entries = reinterpret_cast<const uint32_t*>(stage + C::kStage.zero_offset);
+  constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
+  for (uint32_t n0 = 0; n0 < n; n0 += C::kBN) {
+    std::vector<L> loaders;
+    for (uint32_t tid = 0; tid < C::kThreads; ++tid) loaders.emplace_back(p, m, 0, n0, tid);
+    for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+      std::fill(emulator.shared.begin(), emulator.shared.end(), 0xA5);
+      for (uint32_t tid = 0; tid < C::kThreads; ++tid) loaders[tid].copy_async(p, stage, kt, tid);
+      for (uint32_t tid = 0; tid < C::kThreads; ++tid) {
+        loaders[tid].convert_planes(p, stage, kt, tid);
+      }
+      for (uint32_t unit = 0; unit < kTileK / C::kFold; ++unit) {
+        for (uint32_t column = 0; column < C::kBN; ++column) {
+          const uint32_t row = n0 + column, kk = kt * kTileK + unit * C::kFold;
+          const bool exists = row < n && kk < k;
+          const float want_scale = exists ? test_scale(row, kk / block) : 0.0f;
+          const uint32_t want_zero =
+              zero_constant<kBf16>(exists && zero_order >= 0 ? test_zero_point(row, kk / block) & 15
+                                                             : kInt4DefaultZeroPoint);
+          const uint32_t e = plane_entry(unit, column, C::kBN);
+          ASSERT_EQ(scale_entries[e], want_scale) << "n " << row << " k " << kk;
+          ASSERT_EQ(zero_entries[e], want_zero) << "n " << row << " k " << kk;
+        }
+      }
+    }
+  }
+  ptx::host_emulator = nullptr;
+}
+
+template <class C, XMode kX>
+void check_plane_staging_all(uint32_t block) {
+  int index = 0;
+  for (qmoe_dtype sd : {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16}) {
+    for (int so = 0; so < 4; ++so) {
+      for (int zo = -1; zo < 4; ++zo) {
+        const uint32_t es = sd == QMOE_DTYPE_F32 ? 4 : 2;
+        check_plane_staging<C, kX>(block, sd, so, zo, es * (index % 4), index % 4);
+        ++index;
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CudaInt4GemmTcLayout, LoaderStagesEveryPlaneEntry) {
+  check_plane_staging_all<Config<0, XMode::kBf16, 16>, XMode::kBf16>(16);
+  check_plane_staging_all<Config<0, XMode::kF16, 32>, XMode::kF16>(128);
+  check_plane_staging_all<Config<1, XMode::kBf16, 32>, XMode::kBf16>(32);
+  check_plane_staging_all<Config<1, XMode::kF32Split, 16>, XMode::kF32Split>(16);
+  check_plane_staging_all<Config<2, XMode::kF16, 32>, XMode::kF16>(64);
+  check_plane_staging_all<Config<3, XMode::kBf16, 32>, XMode::kBf16>(32);
+  check_plane_staging_all<Config<3, XMode::kF32Split, 32>, XMode::kF32Split>(128);
+}
+
+// Stage counts: every variant has 3 or more stages (the pipeline converts one k-tile ahead),
+// its shared memory is what the launcher reports, and the 64-row tiles with 16-bit X keep at
+// least 6 k-tiles in flight within the budget.
+TEST(CudaInt4GemmTcLayout, StageCounts) {
+  for (int t = 0; t < kInt4GemmTcTileCount; ++t) {
+    const TileGeometry g = kTileGeometry[t];
+    for (uint32_t xb : {2u, 4u}) {
+      for (uint32_t fold : {16u, 32u}) {
+        const uint32_t stages = stage_count(g, xb, fold);
+        EXPECT_GE(stages, kMinStages);
+        EXPECT_LE(stages, kMaxStages);
+        EXPECT_EQ(shared_bytes(g, xb, fold), size_t{stages} * stage_layout(g, xb, fold).bytes);
+        if (stages > kMinStages) EXPECT_LE(shared_bytes(g, xb, fold), kStageBudget);
+        if (g.bm == 64 && xb == 2) EXPECT_GE(stages, 6u) << "tile " << t << " fold " << fold;
+      }
+    }
+  }
+  EXPECT_EQ(int4_gemm_tc_shared_bytes(Int4GemmTcTile::k64x128, QMOE_DTYPE_BF16, 32),
+            (Config<1, XMode::kBf16, 32>::kSharedBytes));
+  EXPECT_EQ(int4_gemm_tc_shared_bytes(Int4GemmTcTile::k128x128, QMOE_DTYPE_F32, 16),
+            (Config<0, XMode::kF32Split, 16>::kSharedBytes));
 }
 
 // The loader's X pieces (thread tid < kXThreads, piece i: row tid / pieces + i * kXRowStep,

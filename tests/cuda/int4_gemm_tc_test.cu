@@ -87,9 +87,15 @@ struct DeviceMatrix {
   DeviceQuantMatrix view{};
 };
 
-cudaError_t upload_matrix(const Int4Matrix& w, DeviceMatrix* d) {
+// scale_offset: the scale plane placed that many bytes into its allocation (which ends with the
+// plane), so that a 16-bit plane can start at 2 mod 4.
+cudaError_t upload_matrix(const Int4Matrix& w, DeviceMatrix* d, size_t scale_offset = 0) {
   cudaError_t e = d->codes.upload(w.codes.data(), w.codes.size());
-  if (e == cudaSuccess) e = d->scales.upload(w.scales.data(), w.scales.size());
+  if (e == cudaSuccess) e = d->scales.allocate(scale_offset + w.scales.size());
+  if (e == cudaSuccess) {
+    e = cudaMemcpy(d->scales.get<uint8_t>() + scale_offset, w.scales.data(), w.scales.size(),
+                   cudaMemcpyHostToDevice);
+  }
   if (e == cudaSuccess && w.desc.zero_points != nullptr) {
     e = d->zero_points.upload(w.zero_points.data(), w.zero_points.size());
   }
@@ -101,7 +107,7 @@ cudaError_t upload_matrix(const Int4Matrix& w, DeviceMatrix* d) {
   v.chunks = (w.desc.k + 31) / 32;
   v.codes = d->codes.get<const uint8_t>();
   v.scale_dtype = w.desc.scale_dtype;
-  v.scales = d->scales.get();
+  v.scales = d->scales.get<uint8_t>() + scale_offset;
   v.scale_row_stride = w.desc.scale_row_stride;
   v.scale_block_stride = w.desc.scale_block_stride;
   v.scale_group_stride = w.desc.scale_group_stride;
@@ -119,15 +125,16 @@ struct Case {
   uint32_t m = 17;
   uint32_t n_begin = 0, n_end = 0;  // n_end 0: all columns
   qmoe_dtype xd = QMOE_DTYPE_BF16, yd = QMOE_DTYPE_F32;
-  int tile = -1;         // -1: the launcher's choice
-  bool even_ldy = true;  // an even ldy allows paired stores, an odd one forces single ones
+  int tile = -1;              // -1: the launcher's choice
+  bool even_ldy = true;       // an even ldy allows paired stores, an odd one forces single ones
+  uint32_t scale_offset = 0;  // bytes into the scale plane's allocation (upload_matrix)
 };
 
 std::string describe(const Case& c, uint64_t seed) {
   return c.w.describe() + " m=" + std::to_string(c.m) + " cols [" + std::to_string(c.n_begin) +
          "," + std::to_string(c.n_end) + ") x " + dtype_name(c.xd) + " y " + dtype_name(c.yd) +
-         " tile " + tile_name(c.tile) + (c.even_ldy ? "" : " odd-ldy") +
-         " seed=" + std::to_string(seed);
+         " tile " + tile_name(c.tile) + (c.even_ldy ? "" : " odd-ldy") + " scale offset " +
+         std::to_string(c.scale_offset) + " seed=" + std::to_string(seed);
 }
 
 class CudaInt4GemmTc : public ::testing::Test {
@@ -196,7 +203,7 @@ class CudaInt4GemmTc : public ::testing::Test {
         << qmoe_last_error_message();
 
     DeviceMatrix dw;
-    QMOE_CUDA_ASSERT(upload_matrix(w, &dw));
+    QMOE_CUDA_ASSERT(upload_matrix(w, &dw, c.scale_offset));
     DeviceBuffer dx;
     QMOE_CUDA_ASSERT(dx.upload(x.data(), x.size()));
     const size_t es = element_size(c.yd);
@@ -367,7 +374,10 @@ TEST_F(CudaInt4GemmTc, ColumnSubRanges) {
   }
 }
 
-// Every scale type and order, zero points absent or in every order, every bias type.
+// Every scale type and order, zero points absent or in every order, every bias type; 16-bit
+// scale planes also at 2 mod 4 (their first element's word starts before the plane) and every
+// plane ending exactly at its allocation's end (each element is staged by a 4-byte cp.async of
+// the word that holds it, which must not read past the element).
 TEST_F(CudaInt4GemmTc, ScaleAndZeroPointPlanes) {
   int index = 0;
   for (qmoe_dtype sd : kTypes) {
@@ -386,6 +396,7 @@ TEST_F(CudaInt4GemmTc, ScaleAndZeroPointPlanes) {
         c.m = 19;
         c.xd = kTypes[(index / 2) % 3];
         c.yd = kTypes[(index / 5) % 3];
+        c.scale_offset = sd == QMOE_DTYPE_F32 ? 4 * (index % 2) : 2 * (index % 4);
         ++index;
         ASSERT_NO_FATAL_FAILURE(run_case(c, fresh_seed()));
       }
@@ -533,12 +544,13 @@ TEST_F(CudaInt4GemmTc, RejectsBadArgumentsWithoutLaunching) {
     uint32_t n_begin, n_end;
   };
   DeviceQuantMatrix odd_block = dw.view, short_chunks = dw.view, no_scales = dw.view,
-                    odd_codes = dw.view, bad_scale_type = dw.view;
+                    odd_codes = dw.view, bad_scale_type = dw.view, odd_scales = dw.view;
   odd_block.block_size = 8;
   short_chunks.chunks = 1;
   no_scales.scales = nullptr;
   odd_codes.codes = dw.view.codes + 8;
   bad_scale_type.scale_dtype = static_cast<qmoe_dtype>(7);
+  odd_scales.scales = static_cast<const uint8_t*>(dw.view.scales) + 1;  // FP16 at an odd address
   const Bad cases[] = {
       {"x not 16-byte aligned", dw.view, x + 2, 64, QMOE_DTYPE_BF16, 0, o.n},
       {"X rows not 16-byte aligned", dw.view, x, 68, QMOE_DTYPE_BF16, 0, o.n},
@@ -551,6 +563,7 @@ TEST_F(CudaInt4GemmTc, RejectsBadArgumentsWithoutLaunching) {
       {"no scales", no_scales, x, 64, QMOE_DTYPE_BF16, 0, o.n},
       {"codes not 16-byte aligned", odd_codes, x, 64, QMOE_DTYPE_BF16, 0, o.n},
       {"unknown scale type", bad_scale_type, x, 64, QMOE_DTYPE_BF16, 0, o.n},
+      {"scales not aligned to their element", odd_scales, x, 64, QMOE_DTYPE_BF16, 0, o.n},
   };
   for (const Bad& b : cases) {
     EXPECT_EQ(cuda::launch_int4_gemm_tc(b.w, m, b.xd, b.x, b.ldx, QMOE_DTYPE_F32, dy.get(), o.n,

@@ -1,0 +1,75 @@
+# ctest -P script: the offload kernels' PTX (lib/cuda/offload_kernels.cu compiled to PTX for
+# sm_90) holds the memory operations the doorbell protocol's ordering argument rests on
+# (lib/offload/kernels.h), in that order. No result-checking test on a machine without a GPU
+# can see them, and on a GPU a missing fence or a plain store in place of a release fails only
+# now and then. Usage: cmake -DPTX="a.ptx|b.ptx" -P check_offload_ptx.cmake
+cmake_minimum_required(VERSION 3.25)
+string(REPLACE "|" ";" PTX "${PTX}")
+list(REMOVE_ITEM PTX "")
+set(text "")
+foreach(file IN LISTS PTX)
+  file(READ "${file}" part)
+  string(APPEND text "${part}")
+endforeach()
+
+# The body of the .entry whose name contains `name` (up to the next .entry or the end).
+function(entry_body name out)
+  set(rest "${text}")
+  while(TRUE)
+    string(FIND "${rest}" ".entry" at)
+    if(at LESS 0)
+      break()
+    endif()
+    string(SUBSTRING "${rest}" ${at} -1 rest)
+    string(SUBSTRING "${rest}" 6 -1 after)
+    string(FIND "${after}" ".entry" next)
+    if(next GREATER_EQUAL 0)
+      math(EXPR length "${next} + 6")
+      string(SUBSTRING "${rest}" 0 ${length} body)
+    else()
+      set(body "${rest}")
+    endif()
+    string(REGEX MATCH "^[^(]*" header "${body}")
+    if(header MATCHES "${name}")
+      set(${out} "${body}" PARENT_SCOPE)
+      return()
+    endif()
+    set(rest "${after}")
+  endwhile()
+  message(FATAL_ERROR "no kernel matching '${name}' in: ${PTX}")
+endfunction()
+
+# Position of the first `pattern` (a plain string) in `body`, or a failure naming `why`.
+function(first_at body pattern why out)
+  string(FIND "${body}" "${pattern}" at)
+  if(at LESS 0)
+    message(FATAL_ERROR "${why}: no '${pattern}'")
+  endif()
+  set(${out} ${at} PARENT_SCOPE)
+endfunction()
+
+entry_body("classify_publish" classify)
+# Publish: every thread's system fence, the barrier, then thread 0's release of req_seq.
+first_at("${classify}" "membar.sys" "classify-publish: the payload's system fence" fence)
+first_at("${classify}" "st.release.sys.b64" "classify-publish: the doorbell's release" release)
+string(SUBSTRING "${classify}" ${fence} -1 from_fence)
+first_at("${from_fence}" "bar.sync" "classify-publish: the barrier after the fence" barrier)
+math(EXPR barrier "${fence} + ${barrier}")
+if(NOT fence LESS release OR NOT barrier LESS release)
+  message(FATAL_ERROR "classify-publish: the release of req_seq (at ${release}) must follow the "
+                      "system fence (${fence}) and the barrier after it (${barrier})")
+endif()
+first_at("${classify}" "bar.red.popc" "classify-publish: the cold count (__syncthreads_count)" c)
+first_at("${classify}" "ld.relaxed.gpu" "classify-publish: the sticky error read" e)
+
+entry_body("wait_accumulate" wait)
+first_at("${wait}" "ld.acquire.sys.b64" "wait-accumulate: the acquire of done_seq" acquire)
+first_at("${wait}" "%globaltimer" "wait-accumulate: the deadline's clock" clock)
+first_at("${wait}" "ld.global.cv" "wait-accumulate: the uncached reads of the answer" cv)
+first_at("${wait}" "atom.global.or" "wait-accumulate: the sticky error" sticky)
+if(NOT acquire LESS cv)
+  message(FATAL_ERROR "wait-accumulate: the answer is read (at ${cv}) before done_seq is "
+                      "acquired (${acquire})")
+endif()
+message(STATUS "offload PTX: fence ${fence} < barrier ${barrier} < release ${release}; "
+               "acquire ${acquire} < uncached read ${cv}")

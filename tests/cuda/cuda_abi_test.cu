@@ -1,0 +1,329 @@
+// The CUDA C ABI on a device (include/qmoe/qmoe_cuda.h): resident expert sets made by both copy
+// modes, the layer through qmoe_cuda_moe_forward against the FP64 reference (all and some
+// experts resident), replayed in a captured graph with new routing each time, the device's
+// error word, host pointers refused, and qmoe_cuda_gemm at decode and prefill sizes against the
+// FP64 reference. Every test skips with the reason where no device is usable.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmoe/qmoe.h"
+#include "qmoe/qmoe_cuda.h"
+#include "tests/cpu/isa_test_util.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/gemm/int4_reference.h"
+#include "tests/moe/moe_reference.h"
+
+namespace qmoe::testing {
+namespace {
+
+struct HostSetDeleter {
+  void operator()(qmoe_expert_set* s) const { qmoe_expert_set_destroy(s); }
+};
+struct CudaSetDeleter {
+  void operator()(qmoe_cuda_expert_set* s) const { qmoe_cuda_expert_set_destroy(s); }
+};
+using HostSet = std::unique_ptr<qmoe_expert_set, HostSetDeleter>;
+using CudaSet = std::unique_ptr<qmoe_cuda_expert_set, CudaSetDeleter>;
+
+HostSet make_host_set(const MoeModel& model) {
+  qmoe_expert_set* raw = nullptr;
+  EXPECT_EQ(qmoe_expert_set_create(&model.desc, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  return HostSet(raw);
+}
+
+CudaSet make_cuda_set(const qmoe_expert_set* host, qmoe_cuda_copy_mode mode,
+                      const std::vector<uint32_t>& resident = {}) {
+  qmoe_cuda_expert_set_desc d;
+  qmoe_cuda_expert_set_desc_init(&d);
+  d.experts = host;
+  d.copy_mode = mode;
+  if (!resident.empty()) {
+    d.resident = resident.data();
+    d.num_resident = static_cast<uint32_t>(resident.size());
+  }
+  qmoe_cuda_expert_set* raw = nullptr;
+  EXPECT_EQ(qmoe_cuda_expert_set_create(&d, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  return CudaSet(raw);
+}
+
+// One layer's inputs on the device, and the call's params over them.
+struct LayerCall {
+  uint32_t m, k, hidden;
+  std::vector<float> x;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  DeviceBuffer d_m, d_x, d_y, d_ids, d_weights, workspace;
+  qmoe_cuda_moe_params params;
+
+  LayerCall(const qmoe_cuda_expert_set* set, const MoeOptions& o, uint32_t m_, uint32_t k_,
+            std::mt19937_64& rng)
+      : m(m_), k(k_), hidden(o.hidden), x(random_activations(m_, o.hidden, rng)) {
+    std::uniform_int_distribution<int32_t> expert(0, static_cast<int32_t>(o.experts) - 1);
+    std::uniform_real_distribution<float> weight(0.05f, 1.0f);
+    for (uint32_t i = 0; i < m * k; ++i) {
+      ids.push_back(expert(rng));
+      weights.push_back(weight(rng));
+    }
+    d_m = DeviceBuffer(sizeof(uint32_t));
+    d_x = DeviceBuffer(x.size() * sizeof(float));
+    d_y = DeviceBuffer(x.size() * sizeof(float));
+    d_ids = DeviceBuffer(ids.size() * sizeof(int32_t));
+    d_weights = DeviceBuffer(weights.size() * sizeof(float));
+    size_t bytes = 0;
+    EXPECT_EQ(qmoe_cuda_moe_workspace_size(set, QMOE_ACCURACY_FAST, m, k, &bytes), QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    workspace = DeviceBuffer(bytes);
+    EXPECT_TRUE(d_m.upload(&m, sizeof m));
+    EXPECT_TRUE(d_x.upload(x.data(), x.size() * sizeof(float)));
+    upload_routing();
+    qmoe_cuda_moe_params_init(&params);
+    params.m_capacity = m;
+    params.m = d_m.as<uint32_t>();
+    params.x = d_x.data();
+    params.ldx = hidden;
+    params.y = d_y.data();
+    params.ldy = hidden;
+    params.k = k;
+    params.ids = d_ids.as<int32_t>();
+    params.weights = d_weights.as<float>();
+    params.workspace = workspace.data();
+    params.workspace_bytes = workspace.bytes();
+  }
+  void upload_routing() {
+    EXPECT_TRUE(d_ids.upload(ids.data(), ids.size() * sizeof(int32_t)));
+    EXPECT_TRUE(d_weights.upload(weights.data(), weights.size() * sizeof(float)));
+  }
+  std::vector<float> y() const {
+    std::vector<float> out(x.size());
+    EXPECT_TRUE(d_y.download(out.data(), out.size() * sizeof(float)));
+    return out;
+  }
+};
+
+// The GPU layer against the FP64 reference: within twice the CPU's bound (the device sums in
+// another order and its SwiGLU uses expf), plus the FP32 combine.
+void expect_near_reference(const std::vector<float>& y, const MoeReference& ref,
+                           const std::string& where) {
+  int reported = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double tol = 2.0 * ref.tol[i] + 1e-6 * std::fabs(ref.y[i]) + 1e-30;
+    if (!(std::fabs(y[i] - ref.y[i]) <= tol) && reported++ < 5) {
+      ADD_FAILURE() << where << ": y[" << i << "] = " << y[i] << ", reference " << ref.y[i]
+                    << " (tol " << tol << ")";
+    }
+  }
+}
+
+// A small random layer (6 experts, H = 64, I = 32) and its host expert set; each test makes
+// the device sets it needs from it. Skips where no device is usable.
+class CudaAbiLayer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    QMOE_SKIP_WITHOUT_CUDA();
+    o.experts = 6;
+    o.hidden = 64;
+    o.intermediate = 32;
+    model = make_moe_model(o, rng);
+    host = make_host_set(*model);
+    ASSERT_TRUE(host);
+  }
+  std::string where() const { return "seed " + std::to_string(seed); }
+
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng{seed};
+  MoeOptions o;
+  std::unique_ptr<MoeModel> model;
+  HostSet host;
+};
+
+TEST_F(CudaAbiLayer, BothCopyModesGiveTheSameLayerAndItMeetsTheReference) {
+  CudaSet batched = make_cuda_set(host.get(), QMOE_CUDA_COPY_BATCHED);
+  CudaSet loop = make_cuda_set(host.get(), QMOE_CUDA_COPY_LOOP);
+  ASSERT_TRUE(batched && loop);
+  host.reset();  // the device copies no longer need the host set
+  LayerCall call(batched.get(), o, 3, 2, rng);
+  ASSERT_EQ(qmoe_cuda_moe_forward(batched.get(), &call.params, nullptr), QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+  ASSERT_EQ(qmoe_cuda_moe_check(call.workspace.data(), nullptr), QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+  const std::vector<float> y_batched = call.y();
+  ASSERT_EQ(qmoe_cuda_moe_forward(loop.get(), &call.params, nullptr), QMOE_STATUS_OK);
+  const std::vector<float> y_loop = call.y();
+  EXPECT_EQ(std::memcmp(y_batched.data(), y_loop.data(), y_loop.size() * sizeof(float)), 0)
+      << "seed " << seed;
+  const MoeReference ref = reference_moe(*model, QMOE_ACCURACY_FAST, call.x, call.m, call.ids,
+                                         call.weights, call.k, nullptr, {});
+  expect_near_reference(y_batched, ref, where());
+}
+
+TEST_F(CudaAbiLayer, ExpertsNotResidentContributeNothing) {
+  const std::vector<uint32_t> resident = {4, 1, 3};
+  CudaSet set = make_cuda_set(host.get(), QMOE_CUDA_COPY_BATCHED, resident);
+  ASSERT_TRUE(set);
+  const int32_t* map = nullptr;
+  ASSERT_EQ(qmoe_cuda_expert_set_residency(set.get(), &map), QMOE_STATUS_OK);
+  std::vector<int32_t> host_map(o.experts);
+  QMOE_CUDA_OK(
+      cudaMemcpy(host_map.data(), map, host_map.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(host_map, (std::vector<int32_t>{-1, 1, -1, 2, 0, -1}));
+  std::vector<uint8_t> mask(o.experts, 0);
+  for (uint32_t e : resident) mask[e] = 1;
+  for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+    LayerCall call(set.get(), o, 4, 3, rng);
+    call.params.accuracy = level;
+    ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, nullptr), QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    const MoeReference ref = reference_moe(*model, level, call.x, call.m, call.ids, call.weights,
+                                           call.k, mask.data(), {});
+    expect_near_reference(call.y(), ref, "level " + std::to_string(level) + " " + where());
+  }
+}
+
+TEST_F(CudaAbiLayer, CapturedGraphReplaysWithNewRoutingAsEager) {
+  CudaSet set = make_cuda_set(host.get(), QMOE_CUDA_COPY_BATCHED);
+  ASSERT_TRUE(set);
+  LayerCall call(set.get(), o, 2, 2, rng);
+  cudaStream_t stream = nullptr;
+  QMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  QMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const qmoe_status captured = qmoe_cuda_moe_forward(set.get(), &call.params, stream);
+  QMOE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_EQ(captured, QMOE_STATUS_OK) << qmoe_last_error_message();
+  cudaGraphExec_t exec = nullptr;
+  QMOE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  std::uniform_int_distribution<int32_t> expert(0, static_cast<int32_t>(o.experts) - 1);
+  for (int replay = 0; replay < 6; ++replay) {
+    for (int32_t& id : call.ids) id = expert(rng);
+    call.upload_routing();
+    QMOE_CUDA_OK(cudaGraphLaunch(exec, stream));
+    QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+    const std::vector<float> replayed = call.y();
+    ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, stream), QMOE_STATUS_OK);
+    QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+    const std::vector<float> eager = call.y();
+    EXPECT_EQ(std::memcmp(replayed.data(), eager.data(), eager.size() * sizeof(float)), 0)
+        << "replay " << replay << " seed " << seed;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(CudaAbiLayer, DeviceSideErrorsAreReadBackAndHostPointersRefused) {
+  CudaSet set = make_cuda_set(host.get(), QMOE_CUDA_COPY_LOOP);
+  ASSERT_TRUE(set);
+  LayerCall call(set.get(), o, 2, 2, rng);
+  call.ids[1] = 99;  // outside [0, 6): only the device can see it
+  call.upload_routing();
+  ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, nullptr), QMOE_STATUS_OK);
+  EXPECT_EQ(qmoe_cuda_moe_check(call.workspace.data(), nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("expert id"), std::string::npos)
+      << qmoe_last_error_message();
+  for (float v : call.y()) EXPECT_EQ(v, 0.0f);
+  // Host memory where device memory belongs is refused before anything is launched.
+  qmoe_cuda_moe_params bad = call.params;
+  bad.x = call.x.data();
+  EXPECT_EQ(qmoe_cuda_moe_forward(set.get(), &bad, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("params->x"), std::string::npos);
+  // The host-side checks of the params.
+  bad = call.params;
+  bad.logits = call.d_x.data();  // both routings
+  EXPECT_EQ(qmoe_cuda_moe_forward(set.get(), &bad, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  bad = call.params;
+  bad.workspace_bytes = 16;
+  EXPECT_EQ(qmoe_cuda_moe_forward(set.get(), &bad, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  bad = call.params;
+  bad.workspace = static_cast<unsigned char*>(call.workspace.data()) + 8;
+  EXPECT_EQ(qmoe_cuda_moe_forward(set.get(), &bad, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  bad = call.params;
+  bad.k = 7;
+  EXPECT_EQ(qmoe_cuda_moe_forward(set.get(), &bad, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  // A device ordinal past the visible ones.
+  int count = 0;
+  ASSERT_EQ(qmoe_cuda_get_device_count(&count), QMOE_STATUS_OK);
+  qmoe_cuda_expert_set_desc d;
+  qmoe_cuda_expert_set_desc_init(&d);
+  d.experts = host.get();
+  d.device = count;
+  qmoe_cuda_expert_set* raw = reinterpret_cast<qmoe_cuda_expert_set*>(0x1);
+  EXPECT_EQ(qmoe_cuda_expert_set_create(&d, &raw), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(raw, nullptr);
+}
+
+// qmoe_cuda_gemm against the FP64 reference: the GEMV rows (M <= 8) within the level's bound,
+// the tensor-core rows (16-bit X as given, FP32 X at the fast level as a BF16 pair) within the
+// accumulation bound of lib/cuda/int4_gemm_tc.cuh plus X's own rounding.
+TEST(CudaAbi, GemmAtDecodeAndPrefillSizesMeetsTheReference) {
+  QMOE_SKIP_WITHOUT_CUDA();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Int4Options opt;
+  opt.n = 72;
+  opt.k = 256;
+  opt.scale_order = ScaleOrder::kGrouped;
+  opt.zero_points = true;
+  opt.bias = true;
+  const Int4Matrix w = make_int4_matrix(opt, rng);
+  const auto dw = upload_matrix(w);
+  qmoe_quant_matrix desc = w.desc;
+  desc.codes = dw->desc.codes;
+  desc.scales = dw->desc.scales;
+  desc.zero_points = dw->desc.zero_points;
+  desc.bias = dw->desc.bias;
+  for (uint32_t m : {1u, 4u, 8u, 17u, 64u}) {
+    for (qmoe_dtype xd : {QMOE_DTYPE_F32, QMOE_DTYPE_BF16}) {
+      for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        std::vector<float> x = random_activations(m, opt.k, rng);
+        const std::vector<unsigned char> xb = to_dtype(xd, x);
+        x = from_dtype(xd, xb);  // the values the device reads
+        const Reference ref = reference_gemm(w, x, m);
+        DeviceBuffer d_x(xb.size()), d_y(size_t{m} * opt.n * sizeof(float));
+        ASSERT_TRUE(d_x.upload(xb.data(), xb.size()));
+        ASSERT_TRUE(d_y.fill(0x7F));
+        ASSERT_EQ(qmoe_cuda_gemm(&desc, level, m, xd, d_x.data(), opt.k, QMOE_DTYPE_F32, d_y.data(),
+                                 opt.n, 0, opt.n, nullptr),
+                  QMOE_STATUS_OK)
+            << qmoe_last_error_message();
+        QMOE_CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> y(size_t{m} * opt.n);
+        ASSERT_TRUE(d_y.download(y.data(), y.size() * sizeof(float)));
+        const bool tensor_cores = m > 8 && !(level == QMOE_ACCURACY_EXACT && xd == QMOE_DTYPE_F32);
+        int reported = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+          double tol;
+          if (tensor_cores) {
+            tol = (xd == QMOE_DTYPE_F32 ? std::ldexp(1.0, -16) : 0.0) * ref.abs_sum[i] +
+                  (32.0 * 4 + opt.k / 32.0 + 2) * std::ldexp(1.0, -23) * ref.abs_sum[i];
+          } else {
+            tol = level == QMOE_ACCURACY_EXACT ? 2e-5 * ref.abs_sum[i] : 2.0 * ref.fast_bound[i];
+          }
+          tol += 1e-30;
+          if (!(std::fabs(y[i] - ref.y[i]) <= tol) && reported++ < 3) {
+            ADD_FAILURE() << "m=" << m << " x " << dtype_label(xd) << " level " << level
+                          << (tensor_cores ? " (tensor cores)" : " (GEMV)") << ": y[" << i
+                          << "] = " << y[i] << ", reference " << ref.y[i] << " (tol " << tol
+                          << "), seed " << seed;
+          }
+        }
+      }
+    }
+  }
+  // Host pointers are refused.
+  std::vector<float> x(opt.k, 1.0f), y(opt.n);
+  EXPECT_EQ(qmoe_cuda_gemm(&desc, QMOE_ACCURACY_FAST, 1, QMOE_DTYPE_F32, x.data(), opt.k,
+                           QMOE_DTYPE_F32, y.data(), opt.n, 0, opt.n, nullptr),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_cuda_gemm(&w.desc, QMOE_ACCURACY_FAST, 1, QMOE_DTYPE_F32, x.data(), opt.k,
+                           QMOE_DTYPE_F32, y.data(), opt.n, 0, opt.n, nullptr),
+            QMOE_STATUS_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace qmoe::testing

@@ -1,0 +1,172 @@
+// The CUDA ABI's host-side checks (lib/cuda_api.cc), which run in every build and on every
+// machine: bad arguments are INVALID_ARGUMENT (or UNSUPPORTED_FORMAT) before any CUDA call, and
+// good ones then reach the backend: CUDA_UNAVAILABLE without a usable device or without CUDA,
+// a created set where a device is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmoe/qmoe.h"
+#include "qmoe/qmoe_cuda.h"
+#include "tests/gemm/int4_reference.h"
+#include "tests/moe/moe_reference.h"
+
+namespace qmoe::testing {
+namespace {
+
+bool device_usable() {
+  int count = 0;
+  return qmoe_cuda_get_device_count(&count) == QMOE_STATUS_OK && count > 0;
+}
+
+struct HostSetDeleter {
+  void operator()(qmoe_expert_set* s) const { qmoe_expert_set_destroy(s); }
+};
+
+TEST(CudaApiChecks, GemmRefusesBadArgumentsBeforeCuda) {
+  std::mt19937_64 rng(3);
+  Int4Options o;
+  o.n = 16;
+  o.k = 64;
+  const Int4Matrix w = make_int4_matrix(o, rng);
+  std::vector<float> x(o.k), y(o.n);
+  auto gemm = [&](const qmoe_quant_matrix* d, qmoe_accuracy level, uint32_t m, const void* xp,
+                  void* yp, uint32_t n0, uint32_t n1, qmoe_dtype xd = QMOE_DTYPE_F32) {
+    return qmoe_cuda_gemm(d, level, m, xd, xp, o.k, QMOE_DTYPE_F32, yp, o.n, n0, n1, nullptr);
+  };
+  EXPECT_EQ(gemm(nullptr, QMOE_ACCURACY_FAST, 1, x.data(), y.data(), 0, 16),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(gemm(&w.desc, static_cast<qmoe_accuracy>(7), 1, x.data(), y.data(), 0, 16),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(gemm(&w.desc, QMOE_ACCURACY_FAST, 0, x.data(), y.data(), 0, 16),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(gemm(&w.desc, QMOE_ACCURACY_FAST, 1, nullptr, y.data(), 0, 16),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(gemm(&w.desc, QMOE_ACCURACY_FAST, 1, x.data(), nullptr, 0, 16),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(gemm(&w.desc, QMOE_ACCURACY_FAST, 1, x.data(), y.data(), 8, 8),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(gemm(&w.desc, QMOE_ACCURACY_FAST, 1, x.data(), y.data(), 0, 17),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(gemm(&w.desc, QMOE_ACCURACY_FAST, 1, x.data(), y.data(), 0, 16,
+                 static_cast<qmoe_dtype>(QMOE_DTYPE_E8M0)),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  qmoe_quant_matrix d = w.desc;
+  d.codes = static_cast<const unsigned char*>(d.codes) + 4;  // not 16-byte aligned
+  EXPECT_EQ(gemm(&d, QMOE_ACCURACY_FAST, 1, x.data(), y.data(), 0, 16),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("aligned"), std::string::npos);
+  d = w.desc;
+  d.format = static_cast<qmoe_weight_format>(77);
+  EXPECT_EQ(gemm(&d, QMOE_ACCURACY_FAST, 1, x.data(), y.data(), 0, 16),
+            QMOE_STATUS_UNSUPPORTED_FORMAT);
+  // Everything the host can check is right: host pointers are refused where a device exists,
+  // and without one the call says CUDA is unavailable.
+  const qmoe_status status = gemm(&w.desc, QMOE_ACCURACY_FAST, 1, x.data(), y.data(), 0, 16);
+  EXPECT_EQ(status, device_usable() ? QMOE_STATUS_INVALID_ARGUMENT : QMOE_STATUS_CUDA_UNAVAILABLE)
+      << qmoe_last_error_message();
+}
+
+TEST(CudaApiChecks, ExpertSetCreationRefusesBadDescriptions) {
+  std::mt19937_64 rng(4);
+  MoeOptions o;
+  o.experts = 4;
+  o.hidden = 64;
+  o.intermediate = 32;
+  const auto model = make_moe_model(o, rng);
+  qmoe_expert_set* raw_host = nullptr;
+  ASSERT_EQ(qmoe_expert_set_create(&model->desc, &raw_host), QMOE_STATUS_OK);
+  std::unique_ptr<qmoe_expert_set, HostSetDeleter> host(raw_host);
+
+  qmoe_cuda_expert_set_desc good;
+  std::memset(&good, 0xCD, sizeof good);
+  qmoe_cuda_expert_set_desc_init(&good);
+  EXPECT_EQ(good.struct_size, sizeof good);
+  EXPECT_EQ(good.device, 0);
+  EXPECT_EQ(good.experts, nullptr);
+  EXPECT_EQ(good.resident, nullptr);
+  EXPECT_EQ(good.copy_mode, QMOE_CUDA_COPY_BATCHED);
+  good.experts = host.get();
+  auto create = [](const qmoe_cuda_expert_set_desc* d) {
+    qmoe_cuda_expert_set* set = reinterpret_cast<qmoe_cuda_expert_set*>(0x1);
+    const qmoe_status s = qmoe_cuda_expert_set_create(d, &set);
+    if (s != QMOE_STATUS_OK) {
+      EXPECT_EQ(set, nullptr);
+    } else {
+      EXPECT_EQ(qmoe_cuda_expert_set_destroy(set), QMOE_STATUS_OK);
+    }
+    return s;
+  };
+  auto with = [&](auto&& edit) {
+    qmoe_cuda_expert_set_desc d = good;
+    edit(d);
+    return create(&d);
+  };
+  EXPECT_EQ(create(nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_cuda_expert_set_create(&good, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(with([](auto& d) { d.struct_size = 8; }), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(with([](auto& d) { d.experts = nullptr; }), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(with([](auto& d) { d.device = -1; }), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(with([](auto& d) { d.copy_mode = static_cast<qmoe_cuda_copy_mode>(5); }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  const uint32_t out_of_range[] = {1, 4};
+  const uint32_t twice[] = {2, 0, 2};
+  EXPECT_EQ(with([&](auto& d) {
+              d.resident = out_of_range;
+              d.num_resident = 2;
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(with([&](auto& d) {
+              d.resident = twice;
+              d.num_resident = 3;
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(with([&](auto& d) {
+              d.resident = twice;
+              d.num_resident = 0;
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  // A destroyed host set.
+  qmoe_expert_set* gone = nullptr;
+  ASSERT_EQ(qmoe_expert_set_create(&model->desc, &gone), QMOE_STATUS_OK);
+  ASSERT_EQ(qmoe_expert_set_destroy(gone), QMOE_STATUS_OK);
+  EXPECT_EQ(with([&](auto& d) { d.experts = gone; }), QMOE_STATUS_INVALID_ARGUMENT);
+  // A good description: a set where a device is usable, CUDA_UNAVAILABLE elsewhere.
+  EXPECT_EQ(create(&good), device_usable() ? QMOE_STATUS_OK : QMOE_STATUS_CUDA_UNAVAILABLE)
+      << qmoe_last_error_message();
+}
+
+TEST(CudaApiChecks, LayerCallsRefuseBadHandlesAndParams) {
+  qmoe_cuda_moe_params p;
+  std::memset(&p, 0xCD, sizeof p);
+  qmoe_cuda_moe_params_init(&p);
+  EXPECT_EQ(p.struct_size, sizeof p);
+  EXPECT_EQ(p.accuracy, QMOE_ACCURACY_FAST);
+  EXPECT_EQ(p.dtype, QMOE_DTYPE_F32);
+  EXPECT_EQ(p.renormalize, 1);
+  EXPECT_EQ(p.accumulate, 0);
+  EXPECT_EQ(p.m, nullptr);
+  EXPECT_EQ(p.workspace, nullptr);
+  qmoe_cuda_moe_params_init(nullptr);
+  qmoe_cuda_expert_set_desc_init(nullptr);
+  EXPECT_EQ(qmoe_cuda_moe_forward(nullptr, &p, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  // Not a set: any other pointer is rejected by its magic, never dereferenced as a set.
+  uint64_t junk[8] = {};
+  const auto* not_a_set = reinterpret_cast<const qmoe_cuda_expert_set*>(junk);
+  EXPECT_EQ(qmoe_cuda_moe_forward(not_a_set, &p, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  size_t bytes = 0;
+  EXPECT_EQ(qmoe_cuda_moe_workspace_size(nullptr, QMOE_ACCURACY_FAST, 1, 1, &bytes),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  const int32_t* map = nullptr;
+  EXPECT_EQ(qmoe_cuda_expert_set_residency(not_a_set, &map), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_cuda_expert_set_destroy(nullptr), QMOE_STATUS_OK);
+  EXPECT_EQ(qmoe_cuda_moe_check(nullptr, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace qmoe::testing
