@@ -3,6 +3,7 @@
 #include "lib/error.h"
 #include "lib/formats/format_traits.h"
 #include "lib/formats/grouped_plane.h"
+#include "lib/formats/int3_import.h"
 #include "lib/formats/int4_import.h"
 #include "lib/formats/mxfp4_import.h"
 #include "lib/formats/nvfp4_import.h"
@@ -52,6 +53,11 @@ QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t
                                            size_t scale_row_stride, size_t scale_block_stride) {
   return qmoe::import_int4_q4_0(__func__, src, n, k, dst_codes, dst_bytes, scales, scale_row_stride,
                                 scale_block_stride);
+}
+
+QMOE_API qmoe_status qmoe_import_int3_packed(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
+                                             size_t dst_bytes) {
+  return qmoe::import_int3_packed(__func__, src, n, k, dst, dst_bytes);
 }
 
 QMOE_API qmoe_status qmoe_import_mxfp4_gpt_oss(const uint8_t* blocks, uint32_t n, uint32_t k,

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "lib/formats/format_traits.h"
 #include "qmoe/qmoe.h"
 #include "qmoe/qmoe_experimental.h"
 #include "tests/cpu/isa_test_util.h"
@@ -84,7 +85,7 @@ TEST(GemmKernelAvailable, OtherFormatsAndBlockSizesAreAnsweredNo) {
                {QMOE_WEIGHT_FORMAT_NVFP4, 32},
                {QMOE_WEIGHT_FORMAT_NVFP4, 64},
                {0, 32},
-               {2, 32},
+               {5, 32},
                {-1, 32},
                {1000, 32}};
   for (const auto& c : cases) {
@@ -121,10 +122,13 @@ TEST(KernelInfo, ListsEveryOperationAndOneGemmPerFormatAndLevel) {
   uint32_t count = 0;
   ASSERT_EQ(qmoe_context_get_kernel_count(ctx.get(), &count), QMOE_STATUS_OK);
   // Six operations (four conversions, the read kernel, the activation quantizer) and each
-  // format's exact and fast GEMMs; a format is available at the block size of this table.
+  // format's exact and fast GEMMs, for every format this build has; a format is available at
+  // the block size of this table, which names every format.
   const std::map<int, uint32_t> kBlockOf = {{QMOE_WEIGHT_FORMAT_INT4, 32},
+                                            {QMOE_WEIGHT_FORMAT_INT3, 32},
                                             {QMOE_WEIGHT_FORMAT_MXFP4, 32},
                                             {QMOE_WEIGHT_FORMAT_NVFP4, 16}};
+  ASSERT_EQ(count, 6u + 2u * format_count());
   std::set<std::string> names, operations;
   std::set<int> formats;
   uint32_t gemms = 0;
@@ -139,6 +143,7 @@ TEST(KernelInfo, ListsEveryOperationAndOneGemmPerFormatAndLevel) {
     operations.insert(info.operation);
     if (std::string(info.operation) == "gemm") {
       ++gemms;
+      EXPECT_NE(find_format(info.format), nullptr) << info.name;
       formats.insert(info.format);
       ASSERT_EQ(kBlockOf.count(info.format), 1u) << info.name;
       EXPECT_TRUE(info.accuracy == QMOE_ACCURACY_EXACT || info.accuracy == QMOE_ACCURACY_FAST);
@@ -157,7 +162,7 @@ TEST(KernelInfo, ListsEveryOperationAndOneGemmPerFormatAndLevel) {
   }
   EXPECT_EQ(names.size(), count);
   EXPECT_EQ(count, 6u + gemms);
-  EXPECT_EQ(formats.size(), kBlockOf.size());
+  EXPECT_EQ(formats.size(), format_count());
   EXPECT_EQ(gemms, 2u * formats.size());
   const std::set<std::string> expected = {"convert_f16_to_f32",
                                           "convert_f32_to_f16",

@@ -19,8 +19,8 @@ size_t round_up(size_t value, size_t multiple) {
 
 // The weights of one format and shape: R cold matrices plus one warm matrix, each a page-aligned
 // slot of canonical codes followed by its scale plane (the grouped order, or [K/block, N] for the
-// shapes that ask for it). Random codes (every nibble 0..15) and the format's scales. Kept for
-// the consecutive benchmarks of one format and shape; the next one's pool replaces it.
+// shapes that ask for it). Random code bytes (every byte is valid codes) and the format's scales.
+// Kept for the consecutive benchmarks of one format and shape; the next one's pool replaces it.
 class WeightPool {
  public:
   static WeightPool& get(const GemmBenchFormat& format, const GemmBenchShape& shape) {
@@ -184,9 +184,11 @@ void gemm_benchmark(benchmark::State& state, const GemmBenchCase& c) {
   }
 }
 
-// A GEMM row's frac_of_read_bw over this row's is the kernel's efficiency against a pure read of
-// the same pages in the same pattern, and this row's own is what the call pattern (matrix starts,
-// the hand-off) leaves of the roof.
+// One qmoe_measure_read_bandwidth_over call per matrix over its slot (codes, the padding to the
+// next page, scales: at most 4 KiB more than the GEMM reads), through the same kind of context
+// and pool, so one hand-off per matrix as for qmoe_gemm. A GEMM row's frac_of_read_bw over this
+// row's is the kernel's efficiency against a pure read of the same pages in the same pattern,
+// and this row's own is what the call pattern (matrix starts, the hand-off) leaves of the roof.
 void gemm_read_only_benchmark(benchmark::State& state, const GemmBenchFormat* format,
                               const GemmBenchShape* shape, Isa isa, size_t threads) {
   if (table_or_skip(state, isa) == nullptr) return;
@@ -223,6 +225,38 @@ void gemm_read_only_benchmark(benchmark::State& state, const GemmBenchFormat* fo
   report_bandwidth(state, bytes, seconds, threads, /*versus_read_roof=*/true);
   const double iterations = static_cast<double>(state.iterations());
   if (seconds > 0.0 && iterations > 0.0) state.counters["us_per_call"] = seconds / iterations * 1e6;
+}
+
+void register_gemm_bench_rows(const GemmBenchRows& rows) {
+  const GemmBenchFormat* format = rows.format;
+  const std::vector<size_t> thread_counts = one_and_all_threads();
+  for (size_t s = 0; s < rows.shape_count; ++s) {
+    const GemmBenchShape* shape = &rows.shapes[s];
+    for (Isa isa : bench_tiers()) {
+      for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        for (size_t b = 0; b < rows.batch_size_count; ++b) {
+          const uint32_t m = rows.batch_sizes[b];
+          if (isa == Isa::kScalar && m != 1) continue;
+          if (!shape->grouped_scales && m != 1 && m != 4) continue;
+          for (bool cold : {true, false}) {
+            for (size_t threads : thread_counts) {
+              const GemmBenchCase c{format, shape, isa, accuracy, m, cold, threads};
+              register_timed(gemm_bench_name(c),
+                             [c](benchmark::State& state) { gemm_benchmark(state, c); });
+            }
+          }
+        }
+      }
+      if (isa == Isa::kScalar || !shape->grouped_scales) continue;
+      for (size_t threads : thread_counts) {
+        const std::string name = std::string("gemm_") + format->name + "/" + shape->name + "/" +
+                                 isa_name(isa) + "/read_only/cold/" + threads_name(threads);
+        register_timed(name, [format, shape, isa, threads](benchmark::State& state) {
+          gemm_read_only_benchmark(state, format, shape, isa, threads);
+        });
+      }
+    }
+  }
 }
 
 }  // namespace qmoe::bench

@@ -1,8 +1,15 @@
-// The dequant-GEMM benchmark rows every weight format shares (gemm_int4_bench.cc,
-// gemm_fp4_bench.cc): a pool of cold matrices of one format and shape, one qmoe_gemm call per
-// iteration on a cold or a warm matrix, and the same cold pages read by the tier's read kernel
-// alone. A format file says what its matrices hold (format, block, scale type, how to fill the
-// scales) and which rows it registers.
+// The dequant-GEMM benchmark machinery every weight format's file shares (gemm_int4_bench.cc,
+// gemm_int3_bench.cc, gemm_fp4_bench.cc): a pool of cold matrices of one format and shape, one
+// qmoe_gemm call per iteration on a cold or a warm matrix, the same cold pages read by the
+// tier's read kernel alone, and the registration of a format's rows
+//
+//   gemm_<format>/<shape>/<isa>/<exact|fast>/m:<M>/<cold|warm>/threads:<1|all>
+//   gemm_<format>/<shape>/<isa>/read_only/cold/threads:<1|all>
+//
+// A format file says what its matrices hold (format, block, scale type, how to fill the scales),
+// its shapes and its M values. Codes are random bytes in the format's canonical layout (every
+// byte pattern is valid codes for INT4, INT3, MXFP4 and NVFP4); no zero points, no bias.
+// gemm_int4_bench.cc documents the rows, the cold rotation and the counters.
 #ifndef QMOE_BENCHMARKS_GEMM_GEMM_BENCH_COMMON_H_
 #define QMOE_BENCHMARKS_GEMM_GEMM_BENCH_COMMON_H_
 
@@ -64,6 +71,20 @@ void gemm_read_only_benchmark(benchmark::State& state, const GemmBenchFormat* fo
 
 /// "gemm_<format>/<shape>/<isa>/<exact|fast>/m:<M>/<cold|warm>/<threads:1|all>".
 std::string gemm_bench_name(const GemmBenchCase& c);
+
+/// One format's rows: every shape, tier (the scalar tier at M = 1 only), level, M, cold and
+/// warm, one and all threads; the [K/block, N] shapes at M = 1 and 4 only; a read_only row per
+/// grouped shape, SIMD tier and thread count.
+struct GemmBenchRows {
+  const GemmBenchFormat* format;
+  const GemmBenchShape* shapes;
+  size_t shape_count;
+  const uint32_t* batch_sizes;
+  size_t batch_size_count;
+};
+
+/// Registers the rows (call from a QMOE_BENCH_REGISTRAR function).
+void register_gemm_bench_rows(const GemmBenchRows& rows);
 
 }  // namespace qmoe::bench
 

@@ -14,8 +14,7 @@
 //
 // Issue 21's bars read these rows: fast, M = 1, cold, 1 thread, at least 0.85 frac_of_read_bw;
 // and the avx2 rows at least 3x the scalar ones (us_per_call).
-#include <string>
-#include <vector>
+#include <iterator>
 
 #include "benchmarks/bench_util.h"
 #include "benchmarks/gemm/gemm_bench_common.h"
@@ -37,37 +36,14 @@ const GemmBenchFormat kNvfp4 = {"nvfp4",        QMOE_WEIGHT_FORMAT_NVFP4, 16, QM
                                 1.0f / 4096.0f, &fill_scales_e4m3};
 
 void register_gemm_fp4_benchmarks() {
-  const std::vector<size_t> thread_counts = one_and_all_threads();
   for (const GemmBenchFormat* format : {&kMxfp4, &kNvfp4}) {
-    for (const GemmBenchShape& shape : kShapes) {
-      for (Isa isa : bench_tiers()) {
-        for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
-          for (uint32_t m : kBatchSizes) {
-            if (isa == Isa::kScalar && m != 1) continue;
-            for (bool cold : {true, false}) {
-              for (size_t threads : thread_counts) {
-                const GemmBenchCase c{format, &shape, isa, accuracy, m, cold, threads};
-                register_timed(gemm_bench_name(c),
-                               [c](benchmark::State& state) { gemm_benchmark(state, c); });
-              }
-            }
-          }
-        }
-        if (isa == Isa::kScalar) continue;
-        for (size_t threads : thread_counts) {
-          const std::string name = std::string("gemm_") + format->name + "/" + shape.name + "/" +
-                                   isa_name(isa) + "/read_only/cold/" + threads_name(threads);
-          const GemmBenchShape* sp = &shape;
-          register_timed(name, [format, sp, isa, threads](benchmark::State& state) {
-            gemm_read_only_benchmark(state, format, sp, isa, threads);
-          });
-        }
-      }
-    }
+    register_gemm_bench_rows(
+        {format, kShapes, std::size(kShapes), kBatchSizes, std::size(kBatchSizes)});
   }
 }
 
-QMOE_BENCH_REGISTRAR(310, register_gemm_fp4_benchmarks);
+// After gemm_int4 (300) and gemm_int3 (310): the formats' rows in qmoe_weight_format order.
+QMOE_BENCH_REGISTRAR(320, register_gemm_fp4_benchmarks);
 
 }  // namespace
 }  // namespace qmoe::bench

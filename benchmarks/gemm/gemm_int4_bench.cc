@@ -22,6 +22,9 @@
 //   threads  the context's own thread count: 1, or all hardware threads (the two counts the
 //            read roof is measured for).
 //
+// The machinery (weight pools, the timed call, the read-only rows, the registration) is shared
+// with the other formats' files in gemm_bench_common.{h,cc}.
+//
 // One iteration is one qmoe_gemm call, timed alone (argument checks, activation quantization
 // and the thread hand-off included). Counters:
 //   us_per_call      mean time per call
@@ -35,11 +38,7 @@
 // parallel_for that runs on qmoe_bench's pinned ThreadTeam (bench_util.h); the context line
 // qmoe_gemm_int4_pool says which one ran. docs/results/2026-11-30-dev-host-method-notes.md
 // compares the two.
-//
-// The pool of matrices, the timed call and the read-only row are shared with the other formats'
-// rows (gemm_bench_common.h).
-#include <string>
-#include <vector>
+#include <iterator>
 
 #include "benchmarks/bench_util.h"
 #include "benchmarks/gemm/gemm_bench_common.h"
@@ -66,33 +65,8 @@ void register_gemm_int4_benchmarks() {
                                   ? "threads:all on qmoe_bench's pinned team via parallel_for "
                                     "(QMOE_BENCH_GEMM_POOL=team)"
                                   : "threads:all on the context's own pthreadpool (unpinned)");
-  const std::vector<size_t> thread_counts = one_and_all_threads();
-  for (const GemmBenchShape& shape : kShapes) {
-    for (Isa isa : bench_tiers()) {
-      for (qmoe_accuracy accuracy : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
-        for (uint32_t m : kBatchSizes) {
-          if (isa == Isa::kScalar && m != 1) continue;
-          if (!shape.grouped_scales && m != 1 && m != 4) continue;
-          for (bool cold : {true, false}) {
-            for (size_t threads : thread_counts) {
-              const GemmBenchCase c{&kInt4, &shape, isa, accuracy, m, cold, threads};
-              register_timed(gemm_bench_name(c),
-                             [c](benchmark::State& state) { gemm_benchmark(state, c); });
-            }
-          }
-        }
-      }
-      if (isa == Isa::kScalar || !shape.grouped_scales) continue;
-      for (size_t threads : thread_counts) {
-        const std::string name = std::string("gemm_int4/") + shape.name + "/" + isa_name(isa) +
-                                 "/read_only/cold/" + threads_name(threads);
-        const GemmBenchShape* sp = &shape;
-        register_timed(name, [sp, isa, threads](benchmark::State& state) {
-          gemm_read_only_benchmark(state, &kInt4, sp, isa, threads);
-        });
-      }
-    }
-  }
+  register_gemm_bench_rows(
+      {&kInt4, kShapes, std::size(kShapes), kBatchSizes, std::size(kBatchSizes)});
 }
 
 QMOE_BENCH_REGISTRAR(300, register_gemm_int4_benchmarks);

@@ -272,8 +272,8 @@ typedef struct qmoe_quant_matrix {
   uint32_t n;                /**< rows (output features), 1 to QMOE_MAX_MATRIX_DIM */
   uint32_t k;                /**< columns (input features), a multiple of block_size, at most
                                   QMOE_MAX_MATRIX_DIM */
-  uint32_t block_size;       /**< k of one scale: what the format takes (INT4: 16, 32, 64 or
-                                  128; MXFP4: 32; NVFP4: 16) */
+  uint32_t block_size;       /**< k of one scale: what the format takes (INT4 and INT3: 16,
+                                  32, 64 or 128; MXFP4: 32; NVFP4: 16) */
   /** Canonical codes, qmoe_quant_matrix_codes_size() bytes (64-byte alignment recommended). */
   const void* codes;
   /** Scales: element (n, b) at scales[n * scale_row_stride + b * scale_block_stride], in
@@ -286,7 +286,8 @@ typedef struct qmoe_quant_matrix {
   size_t scale_block_stride;
   /** Optional zero points, one uint8 code per (n, b) at zero_points[n * zero_point_row_stride
    * + b * zero_point_block_stride] (row term as for scales when zero_point_group_stride is
-   * nonzero); NULL means the format's default (8 for INT4); MXFP4 and NVFP4 take none. */
+   * nonzero); NULL means the format's default (8 for INT4, 4 for INT3); MXFP4 and NVFP4 take
+   * none. */
   const uint8_t* zero_points;
   size_t zero_point_row_stride;
   size_t zero_point_block_stride;
@@ -365,6 +366,14 @@ QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint3
 QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t k, void* dst_codes,
                                            size_t dst_bytes, uint16_t* scales,
                                            size_t scale_row_stride, size_t scale_block_stride);
+
+/// Import 3-bit codes packed as upstream runtimes store them (ONNX Runtime's QMoE INT3
+/// weights): N rows of 3K/8 bytes, code k of a row in bits 3k..3k+2 of the row's byte stream,
+/// least significant bit first (codes 0, 1, ..., 7 pack to 88 c6 fa). K must be a multiple of 8.
+/// Writes the whole canonical INT3 buffer (padding zeroed); `dst_bytes` must be at least the
+/// codes size. src and dst must not overlap (INVALID_ARGUMENT).
+QMOE_API qmoe_status qmoe_import_int3_packed(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
+                                             size_t dst_bytes);
 
 /// Import gpt-oss MXFP4 codes (a checkpoint's "<name>.blocks" tensor: uint8 [N, K/32, 16], byte
 /// j of block b holding k = 32b + 2j in its low nibble and k = 32b + 2j + 1 in its high nibble)

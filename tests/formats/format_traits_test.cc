@@ -61,17 +61,23 @@ TEST(FormatTraits, Fp4Rows) {
 }
 
 TEST(FormatTraits, UnknownValuesHaveNoRow) {
-  for (int32_t f : {0, 2, 5, -1, 0x7FFFFFFF}) EXPECT_EQ(find_format(f), nullptr) << f;
+  for (int32_t f : {0, 5, 6, -1, 0x7FFFFFFF}) EXPECT_EQ(find_format(f), nullptr) << f;
 }
 
-// A value without a row (2, INT3, in this build) has no slot inside the tables: the slots are
-// row positions, so the rows above it keep dense slots.
+// The slots are row positions, not value - 1: a value without a row (INT3, 2, in a build
+// without it) leaves no hole in the tables, and the rows above it keep dense slots.
 TEST(FormatTraits, SlotsAreRowPositions) {
+  const uint32_t int3_rows = find_format(QMOE_WEIGHT_FORMAT_INT3) != nullptr ? 1u : 0u;
   EXPECT_EQ(format_slot(QMOE_WEIGHT_FORMAT_INT4), 0u);
+  if (int3_rows != 0) {
+    EXPECT_EQ(format_slot(QMOE_WEIGHT_FORMAT_INT3), 1u);
+  }
   EXPECT_EQ(format_slot(QMOE_WEIGHT_FORMAT_MXFP4),
-            format_slot(QMOE_WEIGHT_FORMAT_INT4) + 1 + (find_format(2) != nullptr ? 1u : 0u));
+            format_slot(QMOE_WEIGHT_FORMAT_INT4) + 1 + int3_rows);
   EXPECT_EQ(format_slot(QMOE_WEIGHT_FORMAT_NVFP4), format_slot(QMOE_WEIGHT_FORMAT_MXFP4) + 1);
-  EXPECT_EQ(format_slot(static_cast<qmoe_weight_format>(1000)), format_count());
+  for (int32_t f : {5, 1000}) {
+    EXPECT_EQ(format_slot(static_cast<qmoe_weight_format>(f)), format_count()) << f;
+  }
 }
 
 TEST(FormatTraits, RowsAreInValueOrder) {
@@ -103,7 +109,7 @@ TEST(FormatTraits, CodesSizeCountsWholeTiles) {
     EXPECT_EQ(abi, c.bytes);
   }
   size_t bytes = 7;
-  EXPECT_EQ(qmoe_quant_matrix_codes_size(static_cast<qmoe_weight_format>(2), 8, 32, &bytes),
+  EXPECT_EQ(qmoe_quant_matrix_codes_size(static_cast<qmoe_weight_format>(5), 8, 32, &bytes),
             QMOE_STATUS_UNSUPPORTED_FORMAT);
   EXPECT_EQ(bytes, 7u);
 }

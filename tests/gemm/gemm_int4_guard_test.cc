@@ -9,6 +9,8 @@
 // the requested columns as it was. The copies are read-only, so a store into an input faults
 // too. Software prefetches may point past a buffer by design (they never fault), so a fault here
 // is a real load; the handler below names the buffer and the offset before the process dies.
+// The INT3 kernels run through the same cases (Int3ReadsStayInsideEveryBuffer): their 96-byte
+// tiles end where no INT4 tile does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +32,7 @@
 
 #include "tests/activation_dtype_util.h"
 #include "tests/cpu/isa_test_util.h"
+#include "tests/gemm/int3_reference.h"
 #include "tests/gemm/int4_reference.h"
 
 namespace qmoe::testing {
@@ -246,8 +249,7 @@ GuardedWeights guard_weights(const Int4Matrix& w, Placement where) {
   g.desc = w.desc;
   const qmoe_quant_matrix& d = w.desc;
   size_t code_bytes = 0;
-  EXPECT_EQ(qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, d.n, d.k, &code_bytes),
-            QMOE_STATUS_OK);
+  EXPECT_EQ(qmoe_quant_matrix_codes_size(d.format, d.n, d.k, &code_bytes), QMOE_STATUS_OK);
   EXPECT_EQ(code_bytes, w.codes.size());
   g.codes = std::make_unique<GuardedBuffer>("codes", d.codes, code_bytes, where);
   g.ok = g.ok && g.codes->ok();
@@ -332,6 +334,7 @@ struct GuardCase {
   Int4Options w;
   uint32_t m;
   uint32_t n_begin, n_end;  // a partial column range; the full range always runs as well
+  qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4;
 };
 
 // One call: qmoe_gemm when X and Y are FP32, qmoe_gemm_typed otherwise.
@@ -351,7 +354,8 @@ qmoe_status call_gemm(qmoe_context* ctx, const qmoe_quant_matrix& w, qmoe_accura
 // Returns false after the first failure it reports.
 bool check_case(Isa isa, const GuardCase& c, uint64_t seed, const std::string& replay) {
   std::mt19937_64 rng(seed);
-  const Int4Matrix w = make_int4_matrix(c.w, rng);
+  const Int4Matrix w =
+      c.format == QMOE_WEIGHT_FORMAT_INT3 ? make_int3_matrix(c.w, rng) : make_int4_matrix(c.w, rng);
   const uint32_t n = c.w.n, k = c.w.k, m = c.m;
   const std::vector<float> x_values = random_activations(m, k, rng);
   ContextPtr ctx = make_context(isa, 1);
@@ -449,10 +453,10 @@ class GemmInt4Guard : public IsaTest {};
 // element), K from one block to 384 (K % 32 == 16 with block 16: 16, 48, 80, 208), every block
 // size, M = 1..5, every scale dtype and order, zero points in every order, and bias in every
 // dtype; each with both levels, full and partial columns, FP32 and FP16 X.
-TEST_P(GemmInt4Guard, ReadsStayInsideEveryBuffer) {
+std::vector<GuardCase> hand_picked_cases(qmoe_weight_format format) {
   using O = ScaleOrder;
   constexpr qmoe_dtype F32 = QMOE_DTYPE_F32, F16 = QMOE_DTYPE_F16, BF16 = QMOE_DTYPE_BF16;
-  const GuardCase cases[] = {
+  std::vector<GuardCase> cases = {
       // {n, k, block, scale dtype, scale order, zero points, their order, bias, its dtype}, m,
       // partial columns
       {{1, 16, 16, F16, O::kRowMajor, true, O::kRowMajor, true, F32}, 1, 0, 1},
@@ -471,9 +475,15 @@ TEST_P(GemmInt4Guard, ReadsStayInsideEveryBuffer) {
       {{24, 96, 32, F32, O::kBlockMajor, true, O::kBlockMajor, false, F32}, 5, 9, 24},
       {{45, 160, 32, BF16, O::kPaddedRowMajor, true, O::kBlockMajor, true, F32}, 1, 44, 45},
   };
+  for (GuardCase& c : cases) c.format = format;
+  return cases;
+}
+
+TEST_P(GemmInt4Guard, ReadsStayInsideEveryBuffer) {
+  const std::vector<GuardCase> cases = hand_picked_cases(QMOE_WEIGHT_FORMAT_INT4);
   const uint64_t seed = fresh_seed();
   FaultReport report;
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+  for (size_t i = 0; i < cases.size(); ++i) {
     const std::string replay =
         "case " + std::to_string(i) + ", QMOE_TEST_SEED=" + std::to_string(seed);
     if (!check_case(GetParam(), cases[i], seed + i, replay)) return;
@@ -500,6 +510,32 @@ TEST_P(GemmInt4Guard, ReadsStayInsideEveryBufferRandomShapes) {
     c.n_end = std::max(a, b) + 1;
     const std::string replay =
         "draw " + std::to_string(iteration) + ", QMOE_TEST_SEED=" + std::to_string(seed);
+    if (!check_case(GetParam(), c, seed + 1000 + iteration, replay)) return;
+  }
+}
+
+// The INT3 kernels (96-byte tiles) through the hand-picked cases and 50 random draws.
+TEST_P(GemmInt4Guard, Int3ReadsStayInsideEveryBuffer) {
+  const std::vector<GuardCase> cases = hand_picked_cases(QMOE_WEIGHT_FORMAT_INT3);
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  FaultReport report;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string replay =
+        "INT3 case " + std::to_string(i) + ", QMOE_TEST_SEED=" + std::to_string(seed);
+    if (!check_case(GetParam(), cases[i], seed + i, replay)) return;
+  }
+  for (int iteration = 0; iteration < 50; ++iteration) {
+    GuardCase c{};
+    c.format = QMOE_WEIGHT_FORMAT_INT3;
+    c.w = random_int4_options(rng, 384);
+    c.m = static_cast<uint32_t>(1 + rng() % 5);
+    const uint32_t a = static_cast<uint32_t>(rng() % c.w.n),
+                   b = static_cast<uint32_t>(rng() % c.w.n);
+    c.n_begin = std::min(a, b);
+    c.n_end = std::max(a, b) + 1;
+    const std::string replay =
+        "INT3 draw " + std::to_string(iteration) + ", QMOE_TEST_SEED=" + std::to_string(seed);
     if (!check_case(GetParam(), c, seed + 1000 + iteration, replay)) return;
   }
 }

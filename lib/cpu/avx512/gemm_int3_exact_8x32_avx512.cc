@@ -1,0 +1,207 @@
+// AVX-512 INT3 dequant-GEMM, exact level: FP32 activations and accumulation, one 8-row group per
+// call. The scheme of the INT4 AVX-512 exact kernel (gemm_int4_exact_8x32_avx512.cc), on the
+// INT3 tile:
+//
+// Dequantization by table lookup: for each row and block a table lut_r[c] = (c - z_r) * s_r,
+// its 8 entries repeated to 16 because vpermps reads the low 4 bits of each index lane. Rows 0-5
+// keep whole codes: one vpmovzxbd of the row's 16 bytes (lib/formats/int3_layout.h) puts byte j
+// in dword lane j, holding code j in bits 0-2 and code 16 + j in bits 3-5; vpermps through the
+// table gives the 16 weights of codes 0-15 (bit 3 of the index is code 16 + j's, which the
+// repeated table ignores) and, after a 3-bit shift, of codes 16-31: four instructions per 32
+// weights, as for INT4. Rows 6-7 assemble each index from the dwords of vectors 0 or 1 (bits
+// 6-7) and 2 (bit 6 or 7): two shifts and one vpternlogd per 16 weights more.
+// (c - z) * s is exact for FP16 and BF16 scales and rounded once for FP32 ones.
+//
+// A table entry overflows for |s| above about FLT_MAX / 7 although the row's result may be
+// finite (the scalar tier sums x * (c - z) per block first and scales after): a group with any
+// |s| >= 2^124 (Inf included; 7 * 2^124 < FLT_MAX) is computed by the scalar kernel instead.
+//
+// The accumulators are per row and 16 lanes wide (lane j of row r sums k = j mod 16), so the
+// horizontal reduction happens once per group; tiles of two activation rows keep 16
+// accumulators and 4 activation vectors in registers.
+#include "lib/cpu/avx512/immintrin_avx512.h"
+
+#include "lib/cpu/common/int4_group_dispatch.h"
+#include "lib/cpu/common/int4_prefetch.h"
+#include "lib/cpu/kernels.h"
+#include "lib/formats/int3_layout.h"
+#include "lib/gemm/group_args.h"
+
+namespace qmoe::avx512 {
+namespace {
+
+// The block's eight scales as FP32, stored to `out`.
+template <qmoe_dtype kScale>
+inline void store_scales(const void* base, size_t index, float out[kGroupRows]) {
+  if constexpr (kScale == QMOE_DTYPE_F32) {
+    _mm256_store_ps(out, _mm256_loadu_ps(static_cast<const float*>(base) + index));
+  } else {
+    const __m128i h = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
+    __m512 s;
+    if constexpr (kScale == QMOE_DTYPE_F16) {
+      s = _mm512_cvtph_ps(_mm256_zextsi128_si256(h));
+    } else {
+      s = _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_zextsi128_si256(h)), 16));
+    }
+    _mm256_store_ps(out, _mm512_castps512_ps256(s));
+  }
+}
+
+// lut[r][c] = ((c & 7) - z_r) * s_r for the eight rows of block `block` (z_r = 4 without zero
+// points). Returns true when some |s_r| >= 2^124 (Inf included): an entry could overflow.
+template <qmoe_dtype kScale, bool kZeros>
+inline bool build_tables(const GemmGroupArgs& a, uint32_t block, __m512 lut[kGroupRows]) {
+  alignas(32) float scale[kGroupRows];
+  store_scales<kScale>(a.scales, block * a.scale_block_stride, scale);
+  const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_load_ps(scale));
+  const bool huge = _mm256_cmp_ps_mask(magnitude, _mm256_set1_ps(0x1p124f), _CMP_GE_OQ) != 0;
+  const __m512 code = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+  if constexpr (kZeros) {
+    alignas(32) float zero[kGroupRows];
+    const __m128i bytes = _mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(a.zero_points + block * a.zero_point_block_stride));
+    _mm256_store_ps(zero, _mm512_castps512_ps256(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))));
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      lut[r] =
+          _mm512_mul_ps(_mm512_sub_ps(code, _mm512_set1_ps(zero[r])), _mm512_set1_ps(scale[r]));
+    }
+  } else {
+    const __m512 centred =
+        _mm512_sub_ps(code, _mm512_set1_ps(static_cast<float>(kInt3DefaultZeroPoint)));
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      lut[r] = _mm512_mul_ps(centred, _mm512_set1_ps(scale[r]));
+    }
+  }
+  return huge;
+}
+
+// Eight 16-lane row accumulators -> the eight row sums in natural order.
+inline __m256 reduce_rows(const __m512 acc[kGroupRows]) {
+  // Fold 512 -> 256 per pair of rows: [r(L0+L2), r(L1+L3), r'(L0+L2), r'(L1+L3)].
+  __m512 pair[4];
+  for (int p = 0; p < 4; ++p) {
+    const __m512 u = acc[2 * p], v = acc[2 * p + 1];
+    pair[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(1, 0, 1, 0)),
+                            _mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // 128-bit lane i of quad[h] holds four partials of row 4h + i.
+  __m512 quad[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m512 u = pair[2 * h], v = pair[2 * h + 1];
+    quad[h] = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // Within each 128-bit lane: [i, i+4, i, i+4] partials, then full sums in elements 0 and 1.
+  __m512 s =
+      _mm512_add_ps(_mm512_unpacklo_ps(quad[0], quad[1]), _mm512_unpackhi_ps(quad[0], quad[1]));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512i natural = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(natural, s));
+}
+
+// Dword lane j = byte j of lane `lane` (0-5: vector lane / 2, half lane % 2) of a tile.
+inline __m512i lane_dwords(const uint8_t* tile, uint32_t lane) {
+  return _mm512_cvtepu8_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + lane * kInt3LaneBytes)));
+}
+
+template <qmoe_dtype kScale, bool kZeros, bool kBlock16, int kM>
+void exact_tile(const GemmGroupArgs& a, uint32_t m0) {
+  // Chunks per block is 1, 2 or 4 (block 32, 64, 128): a shift, not a division per chunk.
+  const uint32_t block_shift =
+      kBlock16 ? 0 : static_cast<uint32_t>(__builtin_ctz(a.block_size / kChunkCodes));
+  const __m512i four = _mm512_set1_epi32(4);
+
+  __m512 acc[kM][kGroupRows];
+  for (int i = 0; i < kM; ++i) {
+    for (uint32_t r = 0; r < kGroupRows; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  // Tables of the block of codes 0-15 and of codes 16-31 (the same block unless block 16).
+  __m512 lut_a[kGroupRows], lut_b[kGroupRows];
+  const __m512* const lut_hi = kBlock16 ? lut_b : lut_a;
+  uint32_t table_block = ~0u;
+  bool huge_scales = false;
+
+  const uint8_t* tile = a.codes;
+  const float* x = a.x + m0 * a.ldx;
+  const size_t ldx = a.ldx;
+  for (uint32_t c = 0; c < a.chunks; ++c, tile += kInt3TileBytes, x += kChunkCodes) {
+    prefetch_int4_chunk(tile, a.prefetch_l2_bytes);
+    const uint32_t block_a = kBlock16 ? 2 * c : c >> block_shift;
+    if (block_a != table_block) {
+      // The scale stream's lines ahead (lib/cpu/common/int4_prefetch.h says which and why).
+      prefetch_int4_scales(a.scales, sizeof_scale<kScale>(), block_a, a.scale_block_stride);
+      huge_scales |= build_tables<kScale, kZeros>(a, block_a, lut_a);
+      if constexpr (kBlock16) huge_scales |= build_tables<kScale, kZeros>(a, block_a + 1, lut_b);
+      table_block = block_a;
+    }
+
+    __m512 x_lo[kM], x_hi[kM];
+    for (int i = 0; i < kM; ++i) {
+      x_lo[i] = _mm512_loadu_ps(x + i * ldx);
+      x_hi[i] = _mm512_loadu_ps(x + i * ldx + 16);
+    }
+    const auto accumulate = [&](uint32_t r, __m512i index_lo, __m512i index_hi) {
+      const __m512 w_lo = _mm512_permutexvar_ps(index_lo, lut_a[r]);
+      const __m512 w_hi = _mm512_permutexvar_ps(index_hi, lut_hi[r]);
+      for (int i = 0; i < kM; ++i) {
+        acc[i][r] = _mm512_fmadd_ps(w_lo, x_lo[i], acc[i][r]);
+        acc[i][r] = _mm512_fmadd_ps(w_hi, x_hi[i], acc[i][r]);
+      }
+    };
+    // Lane L of each vector: rows L, 2 + L and 4 + L whole, then row 6 + L from their bits 6-7
+    // (vectors 0 and 1) and bits 6 and 7 (vector 2): index = low2 | (high & 4), one vpternlogd.
+    for (uint32_t lane = 0; lane < 2; ++lane) {
+      const __m512i v0 = lane_dwords(tile, lane);
+      const __m512i v1 = lane_dwords(tile, 2 + lane);
+      const __m512i v2 = lane_dwords(tile, 4 + lane);
+      accumulate(lane, v0, _mm512_srli_epi32(v0, 3));
+      accumulate(2 + lane, v1, _mm512_srli_epi32(v1, 3));
+      accumulate(4 + lane, v2, _mm512_srli_epi32(v2, 3));
+      // 0xF8: a | (b & c).
+      const __m512i split_lo =
+          _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6), _mm512_srli_epi32(v2, 4), four, 0xF8);
+      const __m512i split_hi =
+          _mm512_ternarylogic_epi32(_mm512_srli_epi32(v1, 6), _mm512_srli_epi32(v2, 5), four, 0xF8);
+      accumulate(kInt3WholeRows + lane, split_lo, split_hi);
+    }
+  }
+
+  if (huge_scales) {  // see the top of the file
+    GemmGroupArgs rows = a;
+    rows.m = kM;
+    rows.x = a.x + m0 * a.ldx;
+    rows.y = a.y + m0 * a.ldy;
+    scalar::gemm_int3_exact_8x32(rows);
+    return;
+  }
+  const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
+  // Rows [row_begin, row_end) only: masked-off lanes are not written.
+  const __mmask8 rows =
+      static_cast<__mmask8>((0xFFu >> (kGroupRows - a.row_end)) & (0xFFu << a.row_begin));
+  for (int i = 0; i < kM; ++i) {
+    const __m256 out = _mm256_add_ps(reduce_rows(acc[i]), bias);
+    _mm256_mask_storeu_ps(a.y + (m0 + i) * a.ldy, rows, out);
+  }
+}
+
+template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
+void exact_group(const GemmGroupArgs& a) {
+  uint32_t m0 = 0;
+  for (; m0 + 2 <= a.m; m0 += 2) exact_tile<kScale, kZeros, kBlock16, 2>(a, m0);
+  if (m0 < a.m) exact_tile<kScale, kZeros, kBlock16, 1>(a, m0);
+}
+
+}  // namespace
+
+void gemm_int3_exact_8x32(const GemmGroupArgs& a) {
+  // The INT4 kernels' dispatch of the run-time variants (scale dtype, zero points, block 16)
+  // to template arguments: it names nothing of INT4's layout.
+  dispatch_int4_group(a, [&a](auto scale, auto zeros, auto block16) {
+    exact_group<decltype(scale)::value, decltype(zeros)::value, decltype(block16)::value>(a);
+  });
+}
+
+}  // namespace qmoe::avx512
