@@ -98,6 +98,32 @@ objs=("$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o"
 cuobjdump --dump-resource-usage "${objs[@]}" >"$out/resource_usage.txt" 2>&1 || true
 cuobjdump --dump-sass "${objs[@]}" 2>&1 | gzip >"$out/decode_sass.txt.gz" || true
 
+# 7. The decode rows as a short table (the end of the output is what a remote run returns).
+if command -v python3 >/dev/null; then
+  python3 - "$out/cuda_bench.json" "$out/cuda_bench_no_pdl.json" >"$out/table.txt" 2>&1 <<'PY' || true
+import json, sys
+rows = {}
+for i, path in enumerate(sys.argv[1:]):
+    try:
+        data = json.load(open(path))
+    except Exception as e:
+        print(f"{path}: {e}")
+        continue
+    if i == 0:
+        print("roof GB/s", data["context"].get("hbm_read_roof_GBps"))
+    for b in data["benchmarks"]:
+        name = b["name"].split("/min_time")[0].split("/iterations")[0]
+        if "us_per_call" in b:
+            rows.setdefault(name, [None, None])[i] = (b["us_per_call"], b.get("frac_of_roof", 0))
+print(f"{'row':52s} {'us':>8s} {'roof':>6s} {'us nopdl':>9s}")
+for name, (pdl, nopdl) in rows.items():
+    a = f"{pdl[0]:8.2f} {pdl[1]:6.3f}" if pdl else f"{'':8s} {'':6s}"
+    b = f"{nopdl[0]:9.2f}" if nopdl else ""
+    print(f"{name:52s} {a} {b}")
+PY
+  cat "$out/table.txt"
+fi
+
 echo "total $SECONDS s; failed: ${failed[*]:-none}" | tee -a "$out/summary.txt"
 # One archive beside the directory, for hosts that hand back only a few files.
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
