@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# On a GPU host: build with CUDA (all cores), run the CUDA tests (a usable device required),
-# compute-sanitizer memcheck and racecheck on a filtered subset of them, and the CUDA
-# benchmarks with JSON output. Everything it writes goes into the directory given as $1.
+# On a GPU host: build with CUDA (all cores), run the CUDA tests (a usable device required), the
+# decode benchmarks with JSON output and a table of them, Nsight Compute on the decode kernels,
+# then compute-sanitizer memcheck and racecheck on a filtered subset of the tests (last: the
+# slowest, and a run cut short by its time limit keeps the numbers). Everything it writes goes
+# into the directory given as $1.
 #   scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]
 # QMOE_SKIP_BUILD=1 uses an existing BUILD_DIR as it is (for a host without the build's Debian
 # dependencies: GoogleTest, Google Benchmark, cpuinfo, pthreadpool, FP16; scripts/setup.sh).
@@ -56,49 +58,16 @@ if grep -q "SKIPPED" "$out/tests.log"; then
   failed+=("tests-skipped")
 fi
 
-# 3. compute-sanitizer on a subset that covers every kernel and both levels in little time.
-if command -v compute-sanitizer >/dev/null; then
-  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges'
-  step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$tests" --gtest_filter="$filter"
-  step racecheck 240 compute-sanitizer --tool racecheck --racecheck-report hazard \
-    --error-exitcode 3 "$tests" \
-    --gtest_filter='CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails'
-else
-  echo "compute-sanitizer: not found" | tee -a "$out/summary.txt"
-  failed+=("sanitizer-missing")
-fi
-
-# 4. The decode benchmarks (JSON), then the same layer rows with programmatic dependent launch
-# off (the GEMV rows too: they are launched with it as well).
+# 3. The decode benchmarks (JSON), before the slower sanitizer steps, then the same layer rows
+# with programmatic dependent launch off (and a GEMV row: the GEMV now launches with it too).
 step bench 150 "$bench" --benchmark_filter='^gpu/' --benchmark_out="$out/cuda_bench.json" \
   --benchmark_out_format=json
 step bench_no_pdl 60 env QMOE_CUDA_PDL=0 "$bench" \
   --benchmark_filter='^gpu/(moe_(layer|stack48)|int4_gemv/gptoss/fast/m:1/)' \
   --benchmark_out="$out/cuda_bench_no_pdl.json" --benchmark_out_format=json
 
-# 5. Where the time goes: Nsight Compute on a few launches of the GEMV (gpt-oss shape, fast, m 1)
-# and of both MoE kernels (Qwen3 layer, fast, m 1), each run filtered to its own benchmark so the
-# launch counts select the right kernels (clocks left alone; ncu serialises kernels, so
-# dependent launch does not overlap here).
-if command -v ncu >/dev/null; then
-  sections=(--section SpeedOfLight --section Occupancy --section LaunchStats
-    --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats)
-  step ncu_gemv 90 ncu --clock-control none "${sections[@]}" --kernel-name regex:gemv \
-    --launch-skip 20 --launch-count 2 \
-    "$bench" --benchmark_filter='^gpu/int4_gemv/gptoss/fast/m:1/' --benchmark_min_time=0.01
-  step ncu_moe 90 ncu --clock-control none "${sections[@]}" --kernel-name regex:moe_fc \
-    --launch-skip 20 --launch-count 4 \
-    "$bench" --benchmark_filter='^gpu/moe_layer/qwen3/fast/m:1/' --benchmark_min_time=0.01
-fi
-
-# 6. Resource usage and the kernels' SASS, for the record.
-objs=("$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o"
-  "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o")
-cuobjdump --dump-resource-usage "${objs[@]}" >"$out/resource_usage.txt" 2>&1 || true
-cuobjdump --dump-sass "${objs[@]}" 2>&1 | gzip >"$out/decode_sass.txt.gz" || true
-
-# 7. The decode rows as a short table (the end of the output is what a remote run returns).
+# The decode rows as a short table, right after the benchmarks (so a run cut short by its time
+# limit still has it) and again at the end (the end of the output is what a remote run returns).
 if command -v python3 >/dev/null; then
   python3 - "$out/cuda_bench.json" "$out/cuda_bench_no_pdl.json" >"$out/table.txt" 2>&1 <<'PY' || true
 import json, sys
@@ -121,9 +90,43 @@ for name, (pdl, nopdl) in rows.items():
     b = f"{nopdl[0]:9.2f}" if nopdl else ""
     print(f"{name:52s} {a} {b}")
 PY
-  cat "$out/table.txt"
 fi
 
+# 4. Where the time goes: Nsight Compute on a few launches of the GEMV (gpt-oss shape, fast, m 1)
+# and of both MoE kernels (Qwen3 layer, fast, m 1), each run filtered to its own benchmark so the
+# launch counts select the right kernels (clocks left alone; ncu serialises kernels, so
+# dependent launch does not overlap here).
+if command -v ncu >/dev/null; then
+  sections=(--section SpeedOfLight --section Occupancy --section LaunchStats
+    --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats)
+  step ncu_gemv 90 ncu --clock-control none "${sections[@]}" --kernel-name regex:gemv \
+    --launch-skip 20 --launch-count 2 \
+    "$bench" --benchmark_filter='^gpu/int4_gemv/gptoss/fast/m:1/' --benchmark_min_time=0.01
+  step ncu_moe 90 ncu --clock-control none "${sections[@]}" --kernel-name regex:moe_fc \
+    --launch-skip 20 --launch-count 4 \
+    "$bench" --benchmark_filter='^gpu/moe_layer/qwen3/fast/m:1/' --benchmark_min_time=0.01
+fi
+
+# 5. compute-sanitizer on a subset that covers every kernel and both levels in little time.
+if command -v compute-sanitizer >/dev/null; then
+  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges'
+  step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$tests" --gtest_filter="$filter"
+  step racecheck 240 compute-sanitizer --tool racecheck --racecheck-report hazard \
+    --error-exitcode 3 "$tests" \
+    --gtest_filter='CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails'
+else
+  echo "compute-sanitizer: not found" | tee -a "$out/summary.txt"
+  failed+=("sanitizer-missing")
+fi
+
+# 6. Resource usage and the kernels' SASS, for the record.
+objs=("$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o"
+  "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o")
+cuobjdump --dump-resource-usage "${objs[@]}" >"$out/resource_usage.txt" 2>&1 || true
+cuobjdump --dump-sass "${objs[@]}" 2>&1 | gzip >"$out/decode_sass.txt.gz" || true
+
+cat "$out/table.txt" 2>/dev/null
 echo "total $SECONDS s; failed: ${failed[*]:-none}" | tee -a "$out/summary.txt"
 # One archive beside the directory, for hosts that hand back only a few files.
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
