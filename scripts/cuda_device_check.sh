@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# On a GPU host: build with CUDA (all cores), run the CUDA tests (a usable device required),
-# compute-sanitizer memcheck and racecheck on a filtered subset of them, and the CUDA
-# benchmarks with JSON output. Everything it writes goes into the directory given as $1.
+# On a GPU host: build with CUDA (all cores), run the CUDA tests (a usable device required), the
+# decode benchmarks with JSON output and a table of them, Nsight Compute on the decode kernels,
+# then compute-sanitizer memcheck and racecheck on a filtered subset of the tests (last: the
+# slowest, and a run cut short by its time limit keeps the numbers). Everything it writes goes
+# into the directory given as $1.
 #   scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]
 # QMOE_SKIP_BUILD=1 uses an existing BUILD_DIR as it is (for a host without the build's Debian
 # dependencies: GoogleTest, Google Benchmark, cpuinfo, pthreadpool, FP16; scripts/setup.sh).
-# Meant to finish within 8 minutes on an H200 with 16 cores; each step has its own timeout and
-# the script goes on after a failed step, exiting non-zero at the end if any failed. OUT_DIR.tgz
-# holds all of it.
+# Meant to finish in about 4 minutes on an H200 with 16 cores (build excluded): the benchmarks
+# are the decode rows only (gpu/: the tensor-core GEMM's rows in the same binary are measured by
+# their own scripts), and the host-only emulation tests (EmulatedDevice.*, run by ctest on any
+# machine) are left out of the device test step. Each step has its own timeout and the script
+# goes on after a failed step, exiting non-zero at the end if any failed. OUT_DIR.tgz holds all
+# of it.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/scripts/lib/device_steps.sh"
@@ -34,13 +39,45 @@ tests="$build/tests/qmoe_cuda_tests"
 bench="$build/benchmarks/qmoe_cuda_bench"
 
 # 2. The CUDA tests, skips not allowed: a skipped test here means the device was not usable.
-step tests 240 "$tests" --gtest_output="xml:$out/cuda_tests.xml"
+step tests 240 "$tests" --gtest_filter='-EmulatedDevice.*' --gtest_output="xml:$out/cuda_tests.xml"
 if grep -q "SKIPPED" "$out/tests.log"; then
   echo "tests: some tests skipped on the GPU host (no usable device?)" | tee -a "$out/summary.txt"
   failed+=("tests-skipped")
 fi
 
-# 3. compute-sanitizer on a subset that covers every kernel and both levels in little time.
+# 3. The decode benchmarks (JSON), before the slower sanitizer steps, then the same layer rows
+# with programmatic dependent launch off (and a GEMV row: the GEMV now launches with it too).
+step bench 150 "$bench" --benchmark_filter='^gpu/' --benchmark_out="$out/cuda_bench.json" \
+  --benchmark_out_format=json
+step bench_no_pdl 60 env QMOE_CUDA_PDL=0 "$bench" \
+  --benchmark_filter='^gpu/(moe_(layer|stack48)|int4_gemv/gptoss/fast/m:1/)' \
+  --benchmark_out="$out/cuda_bench_no_pdl.json" --benchmark_out_format=json
+# The offload doorbell's round trip beside a mapped ping-pong and a host-function hand-off that
+# move the same bytes (one FP32 token of H 2048, then four).
+step offload_latency 120 bash -c "'$build/benchmarks/qmoe_offload_latency' --calls 5000 &&
+  '$build/benchmarks/qmoe_offload_latency' --m 4 --calls 5000"
+
+# The decode rows as a short table, right after the benchmarks (so a run cut short by its time
+# limit still has it) and again at the end (the end of the output is what a remote run returns).
+command -v python3 >/dev/null && python3 "$root/scripts/lib/cuda_bench_table.py" \
+  "$out/cuda_bench.json" "$out/cuda_bench_no_pdl.json" >"$out/table.txt" 2>&1
+
+# 4. Where the time goes: Nsight Compute on a few launches of the GEMV (gpt-oss shape, fast, m 1)
+# and of both MoE kernels (Qwen3 layer, fast, m 1), each run filtered to its own benchmark so the
+# launch counts select the right kernels (clocks left alone; ncu serialises kernels, so
+# dependent launch does not overlap here).
+if command -v ncu >/dev/null; then
+  sections=(--section SpeedOfLight --section Occupancy --section LaunchStats
+    --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats)
+  step ncu_gemv 90 ncu --clock-control none "${sections[@]}" --kernel-name regex:gemv \
+    --launch-skip 20 --launch-count 2 \
+    "$bench" --benchmark_filter='^gpu/int4_gemv/gptoss/fast/m:1/' --benchmark_min_time=0.01
+  step ncu_moe 90 ncu --clock-control none "${sections[@]}" --kernel-name regex:moe_fc \
+    --launch-skip 20 --launch-count 4 \
+    "$bench" --benchmark_filter='^gpu/moe_layer/qwen3/fast/m:1/' --benchmark_min_time=0.01
+fi
+
+# 5. compute-sanitizer on a subset that covers every kernel and both levels in little time.
 if command -v compute-sanitizer >/dev/null; then
   filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges:CudaInt4GemmTc.ScaleAndZeroPointPlanes:Offload.ShortCircuitGivesTheBitsOfTheRingPath:Offload.NoColdLayerLeavesTheStagingMemoryUntouched'
   step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 3 \
@@ -53,27 +90,11 @@ else
   failed+=("sanitizer-missing")
 fi
 
-# 4. Benchmarks (JSON), then the same layer rows with programmatic dependent launch off.
-step bench 180 "$bench" --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
-step bench_no_pdl 60 env QMOE_CUDA_PDL=0 "$bench" --benchmark_filter='moe_(layer|stack48)' \
-  --benchmark_out="$out/cuda_bench_no_pdl.json" --benchmark_out_format=json
-# The offload doorbell's round trip beside a mapped ping-pong and a host-function hand-off that
-# move the same bytes (one FP32 token of H 2048, then four).
-step offload_latency 120 bash -c "'$build/benchmarks/qmoe_offload_latency' --calls 5000 &&
-  '$build/benchmarks/qmoe_offload_latency' --m 4 --calls 5000"
+# 6. Resource usage and the kernels' SASS, for the record.
+objs=("$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o"
+  "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o")
+cuobjdump --dump-resource-usage "${objs[@]}" >"$out/resource_usage.txt" 2>&1 || true
+cuobjdump --dump-sass "${objs[@]}" 2>&1 | gzip >"$out/decode_sass.txt.gz" || true
 
-# 5. Where a decode layer's time goes: Nsight Compute on a few launches of each MoE kernel and
-# the GEMV (clocks left alone; ncu serialises kernels, so dependent launch does not overlap here).
-if command -v ncu >/dev/null; then
-  step ncu 180 ncu --clock-control none --section SpeedOfLight --section Occupancy \
-    --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
-    --kernel-name regex:'moe|gemv' --launch-skip 40 --launch-count 6 \
-    "$bench" --benchmark_filter='moe_layer/qwen3/fast/m:1/|int4_gemv/gptoss/fast/m:1/' \
-    --benchmark_min_time=0.01
-fi
-
-# 6. Resource usage and the hot loops' instructions, for the record.
-cuobjdump --dump-resource-usage "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o" \
-  "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o" >"$out/resource_usage.txt" 2>&1 || true
-
+cat "$out/table.txt" "$out/offload_latency.log" 2>/dev/null
 steps_end

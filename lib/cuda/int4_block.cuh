@@ -1,14 +1,15 @@
 // A block of 8 warps computing a list of 8-row code groups of one matrix against activation rows
-// staged in shared memory: the loop the GEMV and the MoE layer's FC1 share (int4_tile.cuh has
-// the per-warp arithmetic).
+// staged in shared memory: the GEMV's loop (int4_tile.cuh has the per-warp arithmetic; the MoE
+// layer's kernels run the same walks per warp without this block-level split).
 //
+// Rows m >= rows (<= MAXM) of the activations are neither staged nor computed (sums 0).
 // Warp w takes group slot w / kw and K share w % kw: 8 / kw groups run side by side, each split
 // over kw warps by interleaved quads (warp s of a group takes quads s, s + kw, ...), and `rounds`
 // such steps run one after another. K is walked in tiles of tc chunks; the caller's stage(c0)
 // writes the tile's records (all threads take part) and is called once when one tile covers K,
-// per tile and round otherwise. Each warp issues its first batch of code loads before a tile is
-// staged, so weights stream while activations are converted. kw warps' partial sums meet in
-// `partial` and are added in warp order, so the bits do not depend on timing.
+// per tile and round otherwise. Each warp issues the code loads of its first two batches before
+// a tile is staged, so weights stream while activations are converted. kw warps' partial sums
+// meet in `partial` and are added in warp order, so the bits do not depend on timing.
 #ifndef QMOE_LIB_CUDA_INT4_BLOCK_CUH_
 #define QMOE_LIB_CUDA_INT4_BLOCK_CUH_
 
@@ -25,17 +26,17 @@ constexpr uint32_t kBlockWarps = kBlockThreads / 32;
 // (sub = 0..3) of each row of the group's first warp. Only acc[m] with m % 4 == sub is
 // guaranteed to hold the row's sum (with kw = 1 every m does): a sink writes those.
 // Every thread of the block must call this (it contains __syncthreads).
-template <Level L, int MAXM, qmoe_dtype SD, class GroupOf, class Stage, class Sink>
-__device__ __forceinline__ void run_groups(const DeviceQuantMatrix& w, uint32_t kw, uint32_t rounds,
-                                           uint32_t tc, unsigned char* smem,
+template <Level L, int MAXM, class GroupOf, class Stage, class Sink>
+__device__ __forceinline__ void run_groups(const DeviceQuantMatrix& w, uint32_t rows, uint32_t kw,
+                                           uint32_t rounds, uint32_t tc, unsigned char* smem,
                                            float (*partial)[MAXM][kGroupRows], GroupOf group_of,
                                            Stage stage, Sink sink) {
-  constexpr int U = batch_quads<MAXM>();
+  constexpr int U = batch_quads<L, MAXM>(true);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t r = lane % kGroupRows, sub = lane / kGroupRows;
   const uint32_t gs = warp / kw, ks = warp % kw;
   const uint32_t tiles = (w.chunks + tc - 1) / tc;
-  const bool b16 = w.block_size == 16;
+  const WalkMatrix wm = walk_matrix(w);
 
   for (uint32_t round = 0; round < rounds; ++round) {
     const int64_t group = group_of(round, gs);
@@ -47,24 +48,24 @@ __device__ __forceinline__ void run_groups(const DeviceQuantMatrix& w, uint32_t 
     for (int m = 0; m < MAXM; ++m) acc[m] = 0.0f;
 
     for (uint32_t t = 0; t < tiles; ++t) {
-      const uint32_t c0 = t * tc;
-      const uint32_t c_end = min(c0 + tc, w.chunks);
-      const uint32_t q_end = (c_end + kQuadChunks - 1) / kQuadChunks;
-      uint32_t q = c0 / kQuadChunks + ks;
-      Batch<U> b;
-      if (active) load_batch<U, SD>(b, w, lr, sub, q, kw, q_end, c_end, c0);
+      const uint32_t c0 = t * tc;  // a multiple of 4: tiles start on quad boundaries
+      QuadWalk qw;
+      qw.rows = rows;
+      qw.sub = sub;
+      qw.step = kw;
+      qw.c_end = min(c0 + tc, w.chunks);
+      qw.q_end = (qw.c_end + kQuadChunks - 1) / kQuadChunks;
+      qw.tile_c0 = c0;
+      qw.tc = tc;
+      const uint32_t q0 = c0 / kQuadChunks + ks;
+      Batch<U> a{}, b{};
+      if (active) prime_walk<U>(a, b, wm, lr, qw, q0);
       if (tiles > 1 || round == 0) {
         if (round != 0 || t != 0) __syncthreads();  // every warp is done with the last tile
         stage(c0);
         __syncthreads();
       }
-      if (!active) continue;
-      for (;;) {
-        compute_batch<L, MAXM, U>(b, b16, smem, tc, acc);
-        q += U * kw;
-        if (q >= q_end) break;
-        load_batch<U, SD>(b, w, lr, sub, q, kw, q_end, c_end, c0);
-      }
+      if (active) run_walk<L, MAXM, U>(a, b, wm, lr, qw, q0, smem, acc);
     }
 
     reduce_row_lanes<MAXM>(acc);

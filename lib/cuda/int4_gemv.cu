@@ -1,6 +1,7 @@
 // The INT4 decode GEMV kernel and its launcher (int4_gemv.cuh says what it computes and how the
 // work is split).
 #include "lib/cuda/activation_stage.cuh"
+#include "lib/cuda/grid_dependency.cuh"
 #include "lib/cuda/int4_block.cuh"
 #include "lib/cuda/int4_gemv.cuh"
 #include "lib/cuda/int4_tile.cuh"
@@ -10,7 +11,14 @@ namespace {
 
 constexpr uint32_t kThreads = kBlockThreads;
 constexpr uint32_t kWarps = kBlockWarps;
-constexpr uint32_t kStageBudgetBytes = 36 * 1024;  // activation tile; keeps several blocks per SM
+// Activation tile: four blocks of it fit in an sm_90 SM (228 KiB) with their static memory, and
+// it holds all of K = 2880 (gpt-oss) at the exact level for m <= 4 and the fast level for m <= 8.
+constexpr uint32_t kStageBudgetBytes = 52 * 1024;
+// Blocks per SM a launch uses: 2 of the 3 the register cap allows (int4_tile.cuh), so one block
+// of the next decode kernel in the stream fits beside them and can start (and prefetch) early.
+constexpr uint32_t kLaunchBlocksPerSm = 2;
+// Bytes of weights a block prefetches into the L2 before its wait (its first rounds).
+constexpr size_t kPrefetchBytesPerBlock = 64 * 1024;
 
 struct GemvParams {
   DeviceQuantMatrix w;
@@ -24,6 +32,7 @@ struct GemvParams {
   uint32_t n_begin, n_end;
   uint32_t g_begin, g_end;  // 8-row groups covering [n_begin, n_end)
   uint32_t k_warps, rounds, tile_chunks;
+  uint32_t prefetch_rounds;  // rounds whose groups a block prefetches into the L2
 };
 
 uint32_t padded_rows(uint32_t m) {
@@ -34,16 +43,22 @@ uint32_t dtype_bytes(qmoe_dtype d) {
   return d == QMOE_DTYPE_F32 ? 4 : 2;
 }
 
-template <Level L, int MAXM, qmoe_dtype SD>
-__device__ void gemv_body(const GemvParams& p, unsigned char* smem,
-                          float (*partial)[MAXM][kGroupRows]) {
+// Round-major: round t of block b takes groups (t * blocks + b) * slots .. + slots - 1, so the
+// last, partial round is spread over the first blocks rather than left to the last ones.
+__device__ __forceinline__ int64_t gemv_group(const GemvParams& p, uint32_t round, uint32_t slot) {
   const uint32_t slots = kWarps / p.k_warps;
-  const auto group_of = [&p, slots](uint32_t round, uint32_t slot) -> int64_t {
-    const uint64_t g = p.g_begin + (uint64_t{blockIdx.x} * p.rounds + round) * slots + slot;
-    return g < p.g_end ? static_cast<int64_t>(g) : -1;
-  };
+  const uint64_t g =
+      p.g_begin + (uint64_t{round} * gridDim.x + blockIdx.x) * slots + uint64_t{slot};
+  return g < p.g_end ? static_cast<int64_t>(g) : -1;
+}
+
+template <Level L, int MAXM>
+__device__ __forceinline__ void gemv_body(const GemvParams& p, unsigned char* smem,
+                                          float (*partial)[MAXM][kGroupRows]) {
+  const auto group_of = [&p](uint32_t round, uint32_t slot) { return gemv_group(p, round, slot); };
+  // X is read after the wait and through the L2: the preceding grid may have written it.
   const auto stage = [&p, smem](uint32_t c0) {
-    stage_rows<L, MAXM>(smem, c0, p.tile_chunks, p.w.k, p.m, p.x_dtype, false,
+    stage_rows<L, MAXM>(smem, c0, p.tile_chunks, p.w.k, p.m, p.x_dtype, true,
                         [&p](uint32_t m) -> const void* { return p.x + m * p.x_row_bytes; });
   };
   const auto sink = [&p](uint32_t g, uint32_t r, uint32_t sub, const float* acc) {
@@ -56,26 +71,29 @@ __device__ void gemv_body(const GemvParams& p, unsigned char* smem,
       store_narrowed(p.y, size_t(m) * p.ldy + n, p.y_dtype, acc[m] + bias);
     }
   };
-  run_groups<L, MAXM, SD>(p.w, p.k_warps, p.rounds, p.tile_chunks, smem, partial, group_of, stage,
-                          sink);
+  run_groups<L, MAXM>(p.w, p.m, p.k_warps, p.rounds, p.tile_chunks, smem, partial, group_of, stage,
+                      sink);
 }
 
+// Ordering (grid_dependency.cuh): before the wait a block only prefetches its weights into the
+// L2; X is read and Y written after it. Every block waits, then lets the next grid launch.
 template <Level L, int MAXM>
-__global__ void __launch_bounds__(kThreads, MAXM >= 8 ? 1 : 2)
+__global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     int4_gemv_kernel(const __grid_constant__ GemvParams p) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  QMOE_DECODE_DYNAMIC_SMEM(smem);
   __shared__ float partial[kWarps][MAXM][kGroupRows];
-  switch (p.w.scale_dtype) {
-    case QMOE_DTYPE_F16:
-      gemv_body<L, MAXM, QMOE_DTYPE_F16>(p, smem, partial);
-      break;
-    case QMOE_DTYPE_BF16:
-      gemv_body<L, MAXM, QMOE_DTYPE_BF16>(p, smem, partial);
-      break;
-    default:
-      gemv_body<L, MAXM, QMOE_DTYPE_F32>(p, smem, partial);
-      break;
+  {
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (warp % p.k_warps == 0) {
+      for (uint32_t round = 0; round < p.prefetch_rounds; ++round) {
+        const int64_t g = gemv_group(p, round, warp / p.k_warps);
+        if (g >= 0) prefetch_group(p.w, static_cast<uint32_t>(g), lane);
+      }
+    }
   }
+  wait_for_preceding_grid();
+  allow_dependent_launch();
+  gemv_body<L, MAXM>(p, smem, partial);
 }
 
 using KernelFn = void (*)(GemvParams);
@@ -115,6 +133,20 @@ uint32_t max_tile_chunks(qmoe_accuracy accuracy, uint32_t m_pad) {
   return tc < 4 ? 4 : tc;
 }
 
+size_t stage_bytes(qmoe_accuracy accuracy, uint32_t m_pad, uint32_t tile_chunks) {
+  return size_t{m_pad} * tile_chunks * stage_record_bytes(accuracy);
+}
+
+// Blocks a launch puts on each SM: kLaunchBlocksPerSm, or fewer when twice that many blocks'
+// shared memory (ours and the next kernel's) would not fit; smem_per_sm 0: assume it does.
+uint32_t launch_blocks_per_sm(size_t dynamic_smem, uint32_t m_pad, int smem_per_sm) {
+  const size_t per_block =
+      dynamic_smem + sizeof(float) * kWarps * m_pad * kGroupRows + 1024;  // + static, reserved
+  uint32_t s = kLaunchBlocksPerSm;
+  while (s > 1 && smem_per_sm > 0 && 2 * s * per_block > static_cast<size_t>(smem_per_sm)) --s;
+  return s;
+}
+
 bool valid_arguments(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_t m,
                      qmoe_dtype x_dtype, const void* x, size_t ldx, qmoe_dtype y_dtype,
                      const void* y, size_t ldy, uint32_t n_begin, uint32_t n_end) {
@@ -131,23 +163,41 @@ bool valid_arguments(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_
 }  // namespace
 
 Int4GemvConfig int4_gemv_config(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_t m,
-                                uint32_t n_begin, uint32_t n_end, int sm_count) {
-  const uint32_t quads = (w.chunks + kQuadChunks - 1) / kQuadChunks;
-  // Each warp should get about two quads or more of a group's K.
-  const uint32_t kw = quads >= 12 ? 8 : quads >= 6 ? 4 : quads >= 3 ? 2 : 1;
-  const uint32_t slots = kWarps / kw;
-  const uint64_t groups = n_end > n_begin ? (n_end - 1) / kGroupRows - n_begin / kGroupRows + 1 : 1;
-  const uint64_t blocks = (groups + slots - 1) / slots;
-  // More groups per block once there are over two blocks per SM: X is then staged (and, at the
-  // fast level, quantized) fewer times.
-  const uint64_t target = 2 * static_cast<uint64_t>(sm_count > 0 ? sm_count : 1);
-  uint64_t rounds = blocks / target;
-  if (rounds < 1) rounds = 1;
-  if (rounds > 64) rounds = 64;
+                                uint32_t n_begin, uint32_t n_end, int sm_count, int smem_per_sm) {
   const uint32_t m_pad = padded_rows(m);
   const uint32_t needed = (w.chunks + 3) / 4 * 4;
   const uint32_t tc = min(needed, max_tile_chunks(accuracy, m_pad));
-  return {kw, static_cast<uint32_t>(rounds), tc};
+  const uint64_t groups = n_end > n_begin ? (n_end - 1) / kGroupRows - n_begin / kGroupRows + 1 : 1;
+  const uint64_t quads = (w.chunks + kQuadChunks - 1) / kQuadChunks;
+  const uint64_t resident =
+      uint64_t{launch_blocks_per_sm(stage_bytes(accuracy, m_pad, tc), m_pad, smem_per_sm)} *
+      static_cast<uint64_t>(sm_count > 0 ? sm_count : 1);
+  // A warp's time is about one memory latency per 2U quads it walks (two batches of U are in
+  // flight) plus one for the staging, per round, and half of one for a cross-warp sum. Pick
+  // the K split with the fewest such latencies when every block is resident at once; on a tie,
+  // the one that spreads the groups over more blocks.
+  const bool exact = accuracy == QMOE_ACCURACY_EXACT;
+  const uint64_t in_flight = 2 * static_cast<uint64_t>(  // 2U (batch_quads<L, m_pad>(true))
+                                     m_pad <= 2   ? 3
+                                     : m_pad <= 4 ? (exact ? 1 : 2)
+                                                  : 1);
+  uint32_t best_kw = 1;
+  uint64_t best_cost = ~uint64_t{0}, best_blocks = 0, best_rounds = 1;
+  for (uint32_t kw = 1; kw <= kWarps; kw *= 2) {
+    const uint64_t slots = kWarps / kw;
+    const uint64_t rounds = (groups + resident * slots - 1) / (resident * slots);
+    const uint64_t blocks = (groups + slots * rounds - 1) / (slots * rounds);
+    const uint64_t per_warp = (quads + kw - 1) / kw;
+    const uint64_t batches = (per_warp + in_flight - 1) / in_flight;
+    const uint64_t cost = rounds * (2 + 2 * batches + (kw > 1 ? 1 : 0));
+    if (cost < best_cost || (cost == best_cost && blocks > best_blocks)) {
+      best_kw = kw;
+      best_cost = cost;
+      best_blocks = blocks;
+      best_rounds = rounds;
+    }
+  }
+  return {best_kw, static_cast<uint32_t>(best_rounds), tc};
 }
 
 cudaError_t launch_int4_gemv_with_config(const DeviceQuantMatrix& w, qmoe_accuracy accuracy,
@@ -187,10 +237,21 @@ cudaError_t launch_int4_gemv_with_config(const DeviceQuantMatrix& w, qmoe_accura
   const uint64_t per_block = slots * config.rounds;
   const uint64_t blocks = (uint64_t{p.g_end - p.g_begin} + per_block - 1) / per_block;
   if (blocks > 0x7FFFFFFFu) return cudaErrorInvalidValue;
-  const size_t smem = size_t{m_pad} * config.tile_chunks * stage_record_bytes(accuracy);
+  const size_t group_bytes = size_t{w.chunks} * kChunkBytes * 9 / 8;  // codes + ~scales
+  const size_t round_bytes = group_bytes * slots;
+  const size_t pf_rounds =
+      round_bytes >= kPrefetchBytesPerBlock ? 1 : kPrefetchBytesPerBlock / round_bytes;
+  p.prefetch_rounds = static_cast<uint32_t>(pf_rounds < config.rounds ? pf_rounds : config.rounds);
+  const size_t smem = stage_bytes(accuracy, m_pad, config.tile_chunks);
   const Level level = accuracy == QMOE_ACCURACY_EXACT ? Level::kExact : Level::kFast;
-  pick_kernel(level, m_pad)<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  int device = 0, major = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) {
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  }
+  if (e != cudaSuccess) return e;
+  return launch_decode_kernel(pick_kernel(level, m_pad), dim3(static_cast<unsigned>(blocks)),
+                              dim3(kThreads), smem, major >= 9 && pdl_enabled(), p, stream);
 }
 
 cudaError_t launch_int4_gemv(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_t m,
@@ -200,13 +261,18 @@ cudaError_t launch_int4_gemv(const DeviceQuantMatrix& w, qmoe_accuracy accuracy,
   if (!valid_arguments(w, accuracy, m, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end)) {
     return cudaErrorInvalidValue;
   }
-  int device = 0, sm_count = 0;
+  int device = 0, sm_count = 0, smem_per_sm = 0;
   cudaError_t error = cudaGetDevice(&device);
   if (error == cudaSuccess) {
     error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
   }
+  if (error == cudaSuccess) {
+    error =
+        cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  }
   if (error != cudaSuccess) return error;
-  const Int4GemvConfig config = int4_gemv_config(w, accuracy, m, n_begin, n_end, sm_count);
+  const Int4GemvConfig config =
+      int4_gemv_config(w, accuracy, m, n_begin, n_end, sm_count, smem_per_sm);
   return launch_int4_gemv_with_config(w, accuracy, m, x_dtype, x, ldx, y_dtype, y, ldy, n_begin,
                                       n_end, config, stream);
 }

@@ -13,13 +13,26 @@
 //
 // Work split. A block is 256 threads (8 warps). A warp computes one 8-row group against all m
 // rows over a share of K: lane l reads row l % 8 of chunk 4q + l / 8 for its quads q (so one
-// warp-wide 16-byte load is 512 contiguous bytes), `k_warps` warps split a group's quads
-// (interleaved: warp s of the group takes quads s, s + k_warps, ...), so 8 / k_warps groups run
-// side by side, and a block does `rounds` such steps over consecutive groups. X is staged in
-// shared memory per tile of `tile_chunks` chunks of K (all of K when it fits), once per block
-// when K fits in one tile; each warp issues its first batch of code loads before the staging, so
-// the weights stream while X is converted. Partial sums of the k_warps warps of a group meet in
-// shared memory and are added in a fixed order: the bits do not depend on timing.
+// warp-wide 16-byte load is 512 contiguous bytes), with two batches of loads in flight
+// (int4_tile.cuh); `k_warps` warps split a group's quads (interleaved: warp s of the group takes
+// quads s, s + k_warps, ...), so 8 / k_warps groups run side by side, and a block does `rounds`
+// such steps. Rounds are dealt round-major: round t of block b takes the groups after those of
+// rounds < t of every block, so a last partial round lands on the first blocks, spread over the
+// SMs. The launcher sizes the grid to one resident wave at two blocks per SM (64 registers a
+// thread; half of what fits, leaving room for the next kernel's blocks), so X is staged (and at
+// the fast level quantized) once per block, about 2 x SMs times a call, and picks k_warps for the
+// fewest memory latencies a warp waits through in sequence. X is staged in shared memory per tile
+// of `tile_chunks` chunks of K (all of K when it fits: K <= 2880 at the exact level with m <= 4
+// and the fast level with m <= 8), once per block when K fits in one tile; each warp issues its
+// first two batches of code loads before the staging, so the weights stream while X is
+// converted. Partial sums of the k_warps warps of a group meet in shared memory and are added
+// in a fixed order: the bits do not depend on timing.
+//
+// Stream order. On sm_90 the GEMV is launched with programmatic stream serialization (unless
+// QMOE_CUDA_PDL=0): its blocks may start while the preceding kernel runs, prefetch their weights
+// into the L2 (a hint, safe whoever writes them), then wait for that kernel to complete before
+// reading X or writing Y (grid_dependency.cuh); every block waits, so the GEMV's completion
+// still implies everything before it in the stream. Below sm_90 it is a plain launch.
 #ifndef QMOE_LIB_CUDA_INT4_GEMV_CUH_
 #define QMOE_LIB_CUDA_INT4_GEMV_CUH_
 
@@ -44,9 +57,11 @@ struct Int4GemvConfig {
   uint32_t tile_chunks;
 };
 
-/// The split for this shape on a device with `sm_count` multiprocessors.
+/// The split for this shape on a device with `sm_count` multiprocessors of `smem_per_sm` bytes of
+/// shared memory each (0: as many as four blocks' staging tiles need).
 Int4GemvConfig int4_gemv_config(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_t m,
-                                uint32_t n_begin, uint32_t n_end, int sm_count);
+                                uint32_t n_begin, uint32_t n_end, int sm_count,
+                                int smem_per_sm = 0);
 
 /// Launches the GEMV on `stream` (no host synchronisation, no allocation; capturable in a CUDA
 /// graph). All pointers are device pointers; codes must be 16-byte aligned. Returns

@@ -8,11 +8,19 @@
 //   byte(n, k) = ((n / 8) * chunks + k / 32) * 128 + (n % 8) * 16 + (k % 16)
 // (code k in the low nibble when k % 32 < 16, else in the high nibble). Word i (i = 0..3) of a
 // lane's 16 bytes holds bytes 4i..4i+3: its low nibbles are codes 4i..4i+3 of the chunk and its
-// high nibbles codes 16+4i..16+4i+3. A lane accumulates its row's partial sums over its chunks;
-// the 4 lanes of a row (l, l+8, l+16, l+24) are summed by two xor shuffles at the end.
+// high nibbles codes 16+4i..16+4i+3. A lane accumulates its row's partial sums over its chunks
+// in ascending quad order; the 4 lanes of a row (l, l+8, l+16, l+24) are summed by two xor
+// shuffles at the end.
+//
+// Loads in flight. A warp walks its quads in batches of U with two batches in registers: while
+// one is being computed the next is already loading (prime_walk() issues the first two,
+// run_walk() keeps one batch ahead), so a warp has up to 2U 16-byte code loads (and their scales)
+// outstanding. A batch slot holds the lane's 16 code bytes, the raw bits of its block(s)' scales
+// (the scale dtype is a run-time value of the walk, so one compiled body serves FP32, FP16 and
+// BF16 planes) and its zero points, packed two slots to a register: 6.5 registers a slot.
 //
 // Activations come from shared memory as per-(row m, chunk) records written by the staging code
-// (activation_stage.cuh, or the MoE layer's copy of its own records):
+// (activation_stage.cuh):
 //   exact: 32 FP32 values, then 4 floats of padding (144 bytes). With the padding the 4 chunks
 //          a warp reads at once start 4 banks apart, so 16-byte reads do not conflict.
 //   fast:  int8 q[32], then FP32 scale, int32 sum of q[0..15], sum of q[16..31], sum of all
@@ -46,11 +54,20 @@ __host__ __device__ constexpr uint32_t record_bytes() {
   return L == Level::kExact ? kExactRecordBytes : kFastRecordBytes;
 }
 
-// Loads per batch: U quads of one lane in flight before the first use. Fewer for large M, whose
-// accumulators need the registers and whose arithmetic per byte is higher.
-template <int MAXM>
-__host__ __device__ constexpr int batch_quads() {
-  return MAXM <= 2 ? 8 : 4;
+// Every decode kernel is capped at 80 registers a thread (3 blocks of 256 threads per SM: two of
+// the running kernel's and one of the next kernel's, launched early). Quads per batch (two
+// batches are in flight) within that, chosen from the compiler's resource report (no local
+// memory in the GEMV's walks; a few reloads per batch at most in the MoE's): the GEMV, whose
+// matrix description is a kernel parameter (no registers), 3 for M <= 2, 2 for M = 4 at the
+// fast level, else 1; the MoE kernels, whose description sits in registers (loaded from shared
+// memory) beside their routing state, 2 for one row at the fast level, else 1 (the accumulators
+// and per-row temporaries, exact level: two partial sums per row, need the space).
+constexpr int kDecodeMinBlocksPerSm = 3;
+
+template <Level L, int MAXM>
+__host__ __device__ constexpr int batch_quads(bool params_matrix) {
+  if (params_matrix) return MAXM <= 2 ? 3 : MAXM <= 4 && L == Level::kFast ? 2 : 1;
+  return MAXM == 1 && L == Level::kFast ? 2 : 1;
 }
 
 // ---- Matrix descriptions ---------------------------------------------------------------------
@@ -104,98 +121,161 @@ __device__ __forceinline__ void store_narrowed(void* p, size_t i, qmoe_dtype dty
   }
 }
 
-// Scale element i of a plane of dtype SD (read-only for the kernel's lifetime: the non-coherent
-// path is allowed).
-template <qmoe_dtype SD>
-__device__ __forceinline__ float load_scale(const void* p, size_t i) {
-  if constexpr (SD == QMOE_DTYPE_F32) {
-    return __ldg(static_cast<const float*>(p) + i);
-  } else if constexpr (SD == QMOE_DTYPE_F16) {
-    return __half2float(__ushort_as_half(__ldg(static_cast<const unsigned short*>(p) + i)));
-  } else {
-    return bf16_bits_to_float(__ldg(static_cast<const unsigned short*>(p) + i));
-  }
-}
-
 // ---- Plane addressing ----------------------------------------------------------------------
 
 // Element offset of row n's block 0 in a plane (DeviceQuantMatrix's strides).
-__device__ __forceinline__ size_t plane_row_offset(uint32_t n, size_t row_stride,
-                                                   size_t group_stride) {
+__host__ __device__ __forceinline__ size_t plane_row_offset(uint32_t n, size_t row_stride,
+                                                            size_t group_stride) {
   return group_stride == 0 ? size_t{n} * row_stride
                            : size_t{n / kGroupRows} * group_stride + (n % kGroupRows) * row_stride;
 }
 
+__host__ __device__ __forceinline__ uint32_t scale_bytes(qmoe_dtype sd) {
+  return sd == QMOE_DTYPE_F32 ? 4 : 2;
+}
+
 // What a lane needs to address its row of one group.
 struct LaneRow {
-  const uint8_t* codes;  // the lane's row of the group's chunk 0 (row r's 16 bytes)
-  size_t scale_off;      // plane offset of (n, block 0)
-  size_t zp_off;
-  bool valid;  // n < N: rows past N are padding whose planes must not be read
+  const uint4* codes;           // the lane's row of the group's chunk 0; chunk c at codes + 8c
+  const unsigned char* scales;  // element (n, block 0) of the scale plane
+  const uint8_t* zps;           // element (n, block 0) of the zero points; nullptr: all 8
+  bool valid;                   // n < N: rows past N are padding whose planes must not be read
 };
 
 __device__ __forceinline__ LaneRow lane_row(const DeviceQuantMatrix& w, uint32_t group,
                                             uint32_t r) {
   LaneRow lr;
   const uint32_t n = group * kGroupRows + r;
-  lr.codes = w.codes + size_t{group} * w.chunks * kChunkBytes + r * kChunkRowBytes;
+  lr.codes = reinterpret_cast<const uint4*>(w.codes + size_t{group} * w.chunks * kChunkBytes +
+                                            r * kChunkRowBytes);
   lr.valid = n < w.n;
-  lr.scale_off = plane_row_offset(n, w.scale_row_stride, w.scale_group_stride);
-  lr.zp_off = plane_row_offset(n, w.zero_point_row_stride, w.zero_point_group_stride);
+  lr.scales =
+      static_cast<const unsigned char*>(w.scales) +
+      plane_row_offset(n, w.scale_row_stride, w.scale_group_stride) * scale_bytes(w.scale_dtype);
+  lr.zps = w.zero_points == nullptr ? nullptr
+                                    : w.zero_points + plane_row_offset(n, w.zero_point_row_stride,
+                                                                       w.zero_point_group_stride);
   return lr;
+}
+
+// What a walk reads of the matrix besides the lane's row pointers, held in registers (the MoE
+// kernels keep their matrix descriptions in shared memory; reading fields from there inside the
+// loop would cost registers or reloads). Every field is warp-uniform.
+struct WalkMatrix {
+  uint32_t k;         // K
+  uint32_t shift;     // block sizes 32..128: chunk c lies in block c >> shift
+  bool b16;           // block size 16: chunk c holds blocks 2c and 2c + 1
+  bool simple;        // blocks >= 32, no zero points, 16-bit scales: the lean path below
+  bool wide;          // FP32 scales
+  bool bf16;          // BF16 scales (else FP16 when not wide)
+  size_t scale_step;  // bytes between consecutive blocks of a row's scales
+  size_t zp_step;     // bytes between consecutive blocks of a row's zero points
+};
+
+// log2(block / 32) for blocks of 32, 64, 128: chunk c lies in block c >> shift.
+__device__ __forceinline__ uint32_t chunk_block_shift(uint32_t block_size) {
+  return block_size <= 32 ? 0u : static_cast<uint32_t>(26 - __clz(block_size));
+}
+
+__device__ __forceinline__ WalkMatrix walk_matrix(const DeviceQuantMatrix& w) {
+  WalkMatrix wm;
+  wm.k = w.k;
+  wm.b16 = w.block_size == 16;
+  wm.shift = chunk_block_shift(w.block_size);
+  wm.wide = w.scale_dtype == QMOE_DTYPE_F32;
+  wm.bf16 = w.scale_dtype == QMOE_DTYPE_BF16;
+  wm.simple = !wm.b16 && !wm.wide && w.zero_points == nullptr;
+  wm.scale_step = w.scale_block_stride * scale_bytes(w.scale_dtype);
+  wm.zp_step = w.zero_point_block_stride;
+  return wm;
 }
 
 // ---- One batch of U quads: loads ------------------------------------------------------------
 
 // Per quad slot j: the lane's 16 code bytes of chunk c, the scales and zero points of the
 // chunk's block(s) (block size 16: lo = block 2c for codes 0..15, hi = block 2c + 1 for codes
-// 16..31; otherwise both halves are block 32c / B and only lo is used), and the chunk's index in
-// the staged activation tile (-1: nothing to do).
+// 16..31; otherwise both halves are block 32c / B and only lo is used). Slots whose chunk is
+// outside the walk (quad past q_end, chunk past c_end) hold zeros and are skipped by the
+// arithmetic, which recomputes the chunk from the same quad numbers.
+//
+// Two instantiations of the loads and the arithmetic: kSimple (WalkMatrix::simple: one 16-bit
+// scale per chunk, zero point 8 — the models' layout) touches only codes and scale_lo; the
+// general one handles block 16, zero points and FP32 scales. A walk picks one per matrix (a
+// warp-uniform branch around the whole walk), so the common path carries no per-slot tests of
+// the layout.
 template <int U>
 struct Batch {
   uint4 codes[U];
-  float scale_lo[U], scale_hi[U];
-  uint32_t zp[U];  // zero point of lo | zero point of hi << 8
-  int local[U];
+  uint32_t scale_lo[U], scale_hi[U];  // raw bits (16-bit dtypes: in the low half)
+  uint32_t zp[(U + 1) / 2];           // slot j: (z_lo | z_hi << 8) << 16 (j % 2)
 };
 
-// Loads quads q_first + j * q_step (j < U) that are below q_end, chunks below chunk_end, for the
-// activation tile starting at chunk tile_c0. All loads are issued before any is used.
-template <int U, qmoe_dtype SD>
-__device__ __forceinline__ void load_batch(Batch<U>& b, const DeviceQuantMatrix& w,
-                                           const LaneRow& lr, uint32_t sub, uint32_t q_first,
-                                           uint32_t q_step, uint32_t q_end, uint32_t chunk_end,
-                                           uint32_t tile_c0) {
-  const bool b16 = w.block_size == 16;
-  const uint32_t chunks_per_block = b16 ? 1 : w.block_size / kChunkCodes;
+// The raw bits of the scale at p: 4 bytes for FP32 planes, 2 otherwise (zero-extended).
+__device__ __forceinline__ uint32_t load_scale_bits(const unsigned char* p, bool wide) {
+  return wide ? __ldg(reinterpret_cast<const unsigned int*>(p))
+              : static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(p)));
+}
+
+// Branch-free widening of raw scale bits (two selects on uniform flags).
+__device__ __forceinline__ float scale_bits_to_float(uint32_t bits, const WalkMatrix& w) {
+  const float h = __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  const float f = w.bf16 ? __uint_as_float(bits << 16) : h;
+  return w.wide ? __uint_as_float(bits) : f;
+}
+
+// Chunk c of a walk slot: quads q_first + j * step, chunk 4q + sub. The block of chunk c0 + 4 step
+// j is blk(c0) + j * d_blk (4 step is a multiple of the chunks per block, so the scale and
+// zero-point addresses of a batch's slots are one base plus a multiple of a uniform stride).
+__device__ __forceinline__ uint32_t block_of_chunk(const WalkMatrix& w, uint32_t c) {
+  return w.b16 ? 2 * c : c >> w.shift;
+}
+__device__ __forceinline__ uint32_t block_stride_of_slot(const WalkMatrix& w, uint32_t step) {
+  return w.b16 ? 8 * step : (kQuadChunks * step) >> w.shift;
+}
+
+// Loads quads q_first + j * q_step (j < U) that are below q_end, chunks below c_end. All loads
+// are issued before any is used.
+template <int U, bool kSimple>
+__device__ __forceinline__ void load_batch(Batch<U>& b, const WalkMatrix& w, const LaneRow& lr,
+                                           uint32_t sub, uint32_t q_first, uint32_t q_step,
+                                           uint32_t q_end, uint32_t c_end) {
+  const uint32_t c0 = q_first * kQuadChunks + sub;
+  const uint32_t blk0 = kSimple ? c0 >> w.shift : block_of_chunk(w, c0);
+  const size_t d_blk = block_stride_of_slot(w, q_step);
+  const unsigned char* sp = lr.scales + size_t{blk0} * w.scale_step;
+  const size_t ds = d_blk * w.scale_step;
 #pragma unroll
   for (int j = 0; j < U; ++j) {
     const uint32_t q = q_first + q_step * j;
-    const uint32_t c = q * kQuadChunks + sub;
-    const bool ok = q < q_end && c < chunk_end;
-    b.local[j] = ok ? static_cast<int>(c - tile_c0) : -1;
-    b.codes[j] = make_uint4(0, 0, 0, 0);
-    b.scale_lo[j] = 0.0f;
-    b.scale_hi[j] = 0.0f;
-    b.zp[j] = kInt4DefaultZeroPoint | (kInt4DefaultZeroPoint << 8);
-    if (ok) {
-      b.codes[j] = __ldg(reinterpret_cast<const uint4*>(lr.codes + size_t{c} * kChunkBytes));
-    }
-    if (ok && lr.valid) {
-      const uint32_t blk = b16 ? 2 * c : c / chunks_per_block;
-      b.scale_lo[j] = load_scale<SD>(w.scales, lr.scale_off + blk * w.scale_block_stride);
+    const uint32_t c = c0 + kQuadChunks * q_step * j;
+    const bool ok = q < q_end && c < c_end;
+    const bool lo_ok = ok && lr.valid;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (ok) v = __ldg(lr.codes + size_t{c} * (kChunkBytes / 16));
+    b.codes[j] = v;
+    const unsigned char* sj = sp + j * ds;
+    if constexpr (kSimple) {
+      uint32_t lo = 0;
+      if (lo_ok) lo = __ldg(reinterpret_cast<const unsigned short*>(sj));
+      b.scale_lo[j] = lo;
+    } else {
       // Block 2c + 1 exists only when the chunk's codes 16..31 are inside K.
-      const bool hi_exists = b16 && c * kChunkCodes + 16 < w.k;
-      if (hi_exists) {
-        b.scale_hi[j] = load_scale<SD>(w.scales, lr.scale_off + (blk + 1) * w.scale_block_stride);
-      }
-      if (w.zero_points != nullptr) {
-        const uint32_t zlo = __ldg(w.zero_points + lr.zp_off + blk * w.zero_point_block_stride);
-        uint32_t zhi = zlo;
-        if (hi_exists) {
-          zhi = __ldg(w.zero_points + lr.zp_off + (blk + 1) * w.zero_point_block_stride);
-        }
-        b.zp[j] = zlo | (zhi << 8);
+      const bool hi_ok = lo_ok && w.b16 && c * kChunkCodes + 16 < w.k;
+      const bool z_ok = lo_ok && lr.zps != nullptr;
+      const uint8_t* zj = lr.zps + (size_t{blk0} + j * d_blk) * w.zp_step;
+      uint32_t lo = 0, hi = 0, zlo = kInt4DefaultZeroPoint, zhi;
+      if (lo_ok) lo = load_scale_bits(sj, w.wide);
+      if (hi_ok) hi = load_scale_bits(sj + w.scale_step, w.wide);
+      if (z_ok) zlo = __ldg(zj);
+      zhi = zlo;
+      if (z_ok && hi_ok) zhi = __ldg(zj + w.zp_step);
+      const uint32_t z = zlo | (zhi << 8);
+      b.scale_lo[j] = lo;
+      b.scale_hi[j] = hi;
+      if (j % 2 == 0) {
+        b.zp[j / 2] = z;
+      } else {
+        b.zp[j / 2] |= z << 16;
       }
     }
   }
@@ -223,14 +303,15 @@ __device__ __forceinline__ ZeroTerms zero_terms(float z) {
   return {-8388608.0f - z, -524288.0f - z, -32768.0f - z, -2048.0f - z, -128.0f - z};
 }
 
-// The chunk's two partial sums for row m: lo = sum_{k<16} x_k (code_k - z_lo), hi = the same over
-// k = 16..31, each in FP32 in k order. x points at the row's exact record of the chunk.
+// The chunk's two partial sums for row m < rows: lo = sum_{k<16} x_k (code_k - z_lo), hi = the
+// same over k = 16..31, each in FP32 in k order. x points at the row's exact record of the chunk.
+// Rows rows..MAXM-1 are skipped (a warp-uniform branch): their sums stay 0.
 template <int MAXM>
 __device__ __forceinline__ void exact_chunk(const uint4& codes, uint32_t zp, const float* x,
-                                            uint32_t x_row_stride_floats, float lo[MAXM],
-                                            float hi[MAXM]) {
+                                            uint32_t x_row_stride_floats, uint32_t rows,
+                                            float lo[MAXM], float hi[MAXM]) {
   const ZeroTerms zl = zero_terms(static_cast<float>(zp & 0xFF));
-  const ZeroTerms zh = zero_terms(static_cast<float>(zp >> 8));
+  const ZeroTerms zh = zero_terms(static_cast<float>((zp >> 8) & 0xFF));
 #pragma unroll
   for (int m = 0; m < MAXM; ++m) {
     lo[m] = 0.0f;
@@ -252,6 +333,7 @@ __device__ __forceinline__ void exact_chunk(const uint4& codes, uint32_t zp, con
     const float h3 = code_minus_z<8>(w20, zh.k8);  // bits 28..31
 #pragma unroll
     for (int m = 0; m < MAXM; ++m) {
+      if (m > 0 && m >= static_cast<int>(rows)) break;  // a walk has at least one row
       const float* xm = x + m * x_row_stride_floats;
       const float4 xl = *reinterpret_cast<const float4*>(xm + 4 * i);
       const float4 xh = *reinterpret_cast<const float4*>(xm + 16 + 4 * i);
@@ -274,22 +356,42 @@ __device__ __forceinline__ float small_int_to_float(int32_t v) {
   return __int_as_float(0x4B400000 + v) - 12582912.0f;
 }
 
-// acc[m] += (dot - z * sum_q) * (scale * x_scale) per block of the chunk, as the scalar kernel;
-// the integer parts are exact (|dot|, |z sum_q| <= 32 * 15 * 127).
-template <int MAXM>
+// dot of the unsigned bytes of a (the high nibbles, in place: 16 x code) with the signed bytes
+// of b, plus c: 16 times the dot of the codes, exactly (|.| <= 4 * 240 * 127 per word).
+__device__ __forceinline__ int dp4a_hi_nibbles(uint32_t a, int b, int c) {
+#if defined(__CUDA_ARCH__)
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  for (int i = 0; i < 4; ++i) {
+    c += static_cast<int>((a >> (8 * i)) & 0xFFu) *
+         static_cast<int>(static_cast<int8_t>(b >> (8 * i)));
+  }
+  return c;
+#endif
+}
+
+// acc[m] += (dot - z * sum_q) * (scale * x_scale) per block of the chunk, as the scalar kernel,
+// for rows m < rows; the integer parts are exact (|dot|, |z sum_q| <= 32 * 15 * 127). The dot of
+// codes 16..31 is taken on the high nibbles in place (16 x the dot) and shifted back, exactly.
+// kSimple: one block per chunk, zero point 8.
+template <int MAXM, bool kSimple>
 __device__ __forceinline__ void fast_chunk(const uint4& codes, uint32_t zp, float scale_lo,
-                                           float scale_hi, bool b16, const unsigned char* rec,
-                                           uint32_t rec_row_stride_bytes, float acc[MAXM]) {
+                                           uint32_t scale_hi_bits, const WalkMatrix& w,
+                                           const unsigned char* rec, uint32_t rec_row_stride_bytes,
+                                           uint32_t rows, float acc[MAXM]) {
   const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-  int lo[4], hi[4];
+  int lo[4];
+  uint32_t hi16[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    lo[i] = static_cast<int>(words[i] & 0x0F0F0F0Fu);         // codes 4i..4i+3
-    hi[i] = static_cast<int>((words[i] >> 4) & 0x0F0F0F0Fu);  // codes 16+4i..16+4i+3
+    lo[i] = static_cast<int>(words[i] & 0x0F0F0F0Fu);  // codes 4i..4i+3
+    hi16[i] = words[i] & 0xF0F0F0F0u;                  // 16 x codes 16+4i..16+4i+3
   }
-  const int z_lo = static_cast<int>(zp & 0xFF), z_hi = static_cast<int>(zp >> 8);
 #pragma unroll
   for (int m = 0; m < MAXM; ++m) {
+    if (m > 0 && m >= static_cast<int>(rows)) break;  // a walk has at least one row
     const unsigned char* r = rec + m * rec_row_stride_bytes;
     const int4 q_lo = *reinterpret_cast<const int4*>(r);
     const int4 q_hi = *reinterpret_cast<const int4*>(r + 16);
@@ -298,17 +400,25 @@ __device__ __forceinline__ void fast_chunk(const uint4& codes, uint32_t zp, floa
     d_lo = __dp4a(lo[1], q_lo.y, d_lo);
     d_lo = __dp4a(lo[2], q_lo.z, d_lo);
     d_lo = __dp4a(lo[3], q_lo.w, d_lo);
-    int d_hi = __dp4a(hi[0], q_hi.x, 0);
-    d_hi = __dp4a(hi[1], q_hi.y, d_hi);
-    d_hi = __dp4a(hi[2], q_hi.z, d_hi);
-    d_hi = __dp4a(hi[3], q_hi.w, d_hi);
+    int d_hi = dp4a_hi_nibbles(hi16[0], q_hi.x, 0);
+    d_hi = dp4a_hi_nibbles(hi16[1], q_hi.y, d_hi);
+    d_hi = dp4a_hi_nibbles(hi16[2], q_hi.z, d_hi);
+    d_hi = dp4a_hi_nibbles(hi16[3], q_hi.w, d_hi);
+    d_hi >>= 4;  // exact: a multiple of 16
     const float x_scale = __int_as_float(meta.x);
-    if (b16) {
+    if (kSimple) {
+      const float c =
+          small_int_to_float(d_lo + d_hi - static_cast<int>(kInt4DefaultZeroPoint) * meta.w);
+      acc[m] = __fmaf_rn(c, __fmul_rn(scale_lo, x_scale), acc[m]);
+    } else if (w.b16) {
+      const int z_lo = static_cast<int>(zp & 0xFF), z_hi = static_cast<int>((zp >> 8) & 0xFF);
       const float c_lo = small_int_to_float(d_lo - z_lo * meta.y);
       const float c_hi = small_int_to_float(d_hi - z_hi * meta.z);
+      const float scale_hi = scale_bits_to_float(scale_hi_bits, w);
       acc[m] = __fmaf_rn(c_lo, __fmul_rn(scale_lo, x_scale), acc[m]);
       acc[m] = __fmaf_rn(c_hi, __fmul_rn(scale_hi, x_scale), acc[m]);
     } else {
+      const int z_lo = static_cast<int>(zp & 0xFF);
       const float c = small_int_to_float(d_lo + d_hi - z_lo * meta.w);
       acc[m] = __fmaf_rn(c, __fmul_rn(scale_lo, x_scale), acc[m]);
     }
@@ -317,33 +427,114 @@ __device__ __forceinline__ void fast_chunk(const uint4& codes, uint32_t zp, floa
 
 // ---- One batch: arithmetic -----------------------------------------------------------------
 
-// Adds the batch's chunks to acc[m] (m < MAXM). xs: the staged tile's records of row 0;
-// row_stride_records: records between rows. Exact: per chunk the two half sums times their
-// block's scale (one block per chunk from block size 32 up: (lo + hi) * scale).
-template <Level L, int MAXM, int U>
-__device__ __forceinline__ void compute_batch(const Batch<U>& b, bool b16, const unsigned char* xs,
-                                              uint32_t row_stride_records, float acc[MAXM]) {
+// Where a walk over a group's quads stands: quads q, q + step, ... below q_end, chunks below
+// c_end, against a staged tile whose first chunk is tile_c0 (tc records per activation row).
+struct QuadWalk {
+  uint32_t rows;     // activation rows to compute (<= MAXM; the rest are skipped, sums 0)
+  uint32_t sub;      // the lane's chunk slot in a quad
+  uint32_t step;     // quads between consecutive quads of this warp
+  uint32_t q_end;    // first quad past the walk
+  uint32_t c_end;    // first chunk past the walk
+  uint32_t tile_c0;  // the staged tile's first chunk
+  uint32_t tc;       // records per activation row in the tile
+};
+
+// Adds the batch of quads q_first, q_first + step, ... to acc[m] (m < qw.rows). xs: the staged
+// tile's records of row 0. Exact: per chunk the two half sums times their block's scale (one
+// block per chunk from block size 32 up: (lo + hi) * scale).
+template <Level L, int MAXM, int U, bool kSimple>
+__device__ __forceinline__ void compute_batch(const Batch<U>& b, const WalkMatrix& w,
+                                              const QuadWalk& qw, uint32_t q_first,
+                                              const unsigned char* xs, float acc[MAXM]) {
+  const uint32_t c0 = q_first * kQuadChunks + qw.sub;
+  const unsigned char* rec0 = xs + size_t(c0 - qw.tile_c0) * record_bytes<L>();
+  const uint32_t rec_step = kQuadChunks * qw.step * record_bytes<L>();
 #pragma unroll
   for (int j = 0; j < U; ++j) {
-    if (b.local[j] < 0) continue;
-    const unsigned char* rec = xs + size_t(b.local[j]) * record_bytes<L>();
+    const uint32_t q = q_first + qw.step * j;
+    const uint32_t c = c0 + kQuadChunks * qw.step * j;
+    if (q >= qw.q_end || c >= qw.c_end) continue;
+    const unsigned char* rec = rec0 + j * rec_step;
+    const uint32_t zp = kSimple ? kInt4DefaultZeroPoint * 0x0101u : b.zp[j / 2] >> (16 * (j % 2));
+    const float s_lo =
+        kSimple
+            ? (w.bf16 ? __uint_as_float(b.scale_lo[j] << 16)
+                      : __half2float(__ushort_as_half(static_cast<unsigned short>(b.scale_lo[j]))))
+            : scale_bits_to_float(b.scale_lo[j], w);
     if constexpr (L == Level::kExact) {
       float lo[MAXM], hi[MAXM];
-      exact_chunk<MAXM>(b.codes[j], b.zp[j], reinterpret_cast<const float*>(rec),
-                        row_stride_records * kExactRecordFloats, lo, hi);
+      exact_chunk<MAXM>(b.codes[j], zp, reinterpret_cast<const float*>(rec),
+                        qw.tc * kExactRecordFloats, qw.rows, lo, hi);
 #pragma unroll
       for (int m = 0; m < MAXM; ++m) {
-        if (b16) {
-          acc[m] = __fmaf_rn(lo[m], b.scale_lo[j], acc[m]);
-          acc[m] = __fmaf_rn(hi[m], b.scale_hi[j], acc[m]);
+        if (m > 0 && m >= static_cast<int>(qw.rows)) break;
+        if (!kSimple && w.b16) {
+          acc[m] = __fmaf_rn(lo[m], s_lo, acc[m]);
+          acc[m] = __fmaf_rn(hi[m], scale_bits_to_float(b.scale_hi[j], w), acc[m]);
         } else {
-          acc[m] = __fmaf_rn(__fadd_rn(lo[m], hi[m]), b.scale_lo[j], acc[m]);
+          acc[m] = __fmaf_rn(__fadd_rn(lo[m], hi[m]), s_lo, acc[m]);
         }
       }
     } else {
-      fast_chunk<MAXM>(b.codes[j], b.zp[j], b.scale_lo[j], b.scale_hi[j], b16, rec,
-                       row_stride_records * kFastRecordBytes, acc);
+      fast_chunk<MAXM, kSimple>(b.codes[j], zp, s_lo, b.scale_hi[j], w, rec,
+                                qw.tc * kFastRecordBytes, qw.rows, acc);
     }
+  }
+}
+
+// ---- A walk over a group's quads, two batches in flight ---------------------------------------
+
+// Issues the loads of the walk's first two batches (quads q0.. and q0 + U step..). Callable
+// before the activation tile is staged, so the code bytes stream in while it is.
+template <int U, bool kSimple>
+__device__ __forceinline__ void prime_walk_as(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
+                                              const LaneRow& lr, const QuadWalk& qw, uint32_t q0) {
+  load_batch<U, kSimple>(a, w, lr, qw.sub, q0, qw.step, qw.q_end, qw.c_end);
+  const uint32_t q1 = q0 + U * qw.step;
+  if (q1 < qw.q_end) load_batch<U, kSimple>(b, w, lr, qw.sub, q1, qw.step, qw.q_end, qw.c_end);
+}
+
+// acc[m] += the walk from q0 (primed by prime_walk): computes one batch while the other loads.
+template <Level L, int MAXM, int U, bool kSimple>
+__device__ __forceinline__ void run_walk_as(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
+                                            const LaneRow& lr, const QuadWalk& qw, uint32_t q0,
+                                            const unsigned char* xs, float acc[MAXM]) {
+  const uint32_t advance = U * qw.step;
+  uint32_t q = q0;
+  for (;;) {
+    compute_batch<L, MAXM, U, kSimple>(a, w, qw, q, xs, acc);
+    q += advance;
+    if (q >= qw.q_end) break;
+    if (q + advance < qw.q_end) {
+      load_batch<U, kSimple>(a, w, lr, qw.sub, q + advance, qw.step, qw.q_end, qw.c_end);
+    }
+    compute_batch<L, MAXM, U, kSimple>(b, w, qw, q, xs, acc);
+    q += advance;
+    if (q >= qw.q_end) break;
+    if (q + advance < qw.q_end) {
+      load_batch<U, kSimple>(b, w, lr, qw.sub, q + advance, qw.step, qw.q_end, qw.c_end);
+    }
+  }
+}
+
+template <int U>
+__device__ __forceinline__ void prime_walk(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
+                                           const LaneRow& lr, const QuadWalk& qw, uint32_t q0) {
+  if (w.simple) {
+    prime_walk_as<U, true>(a, b, w, lr, qw, q0);
+  } else {
+    prime_walk_as<U, false>(a, b, w, lr, qw, q0);
+  }
+}
+
+template <Level L, int MAXM, int U>
+__device__ __forceinline__ void run_walk(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
+                                         const LaneRow& lr, const QuadWalk& qw, uint32_t q0,
+                                         const unsigned char* xs, float acc[MAXM]) {
+  if (w.simple) {
+    run_walk_as<L, MAXM, U, true>(a, b, w, lr, qw, q0, xs, acc);
+  } else {
+    run_walk_as<L, MAXM, U, false>(a, b, w, lr, qw, q0, xs, acc);
   }
 }
 

@@ -1,19 +1,28 @@
 // The resident-expert MoE layer for decode and small M, in two launches a layer, capturable in a
 // CUDA graph with every per-call value read from device memory:
 //
-//   (a) FC1 + SwiGLU: block (unit u of 32 intermediates, work item w). Every block first builds
-//       the layer's routing itself (moe_routes.cuh: top-k or the given ids, residency, grouping
-//       of routes by expert in ascending id, tokens ascending), takes work item w (an expert and
-//       up to T of its tokens, T = min(8, capacity rounded up to a power of 2)), stages those
-//       tokens' X rows, computes the FC1 rows of the unit's gate and up intermediates, applies
-//       SwiGLU and writes the unit's activations per route into the workspace (FP32 for the
-//       exact level, int8 records quantized per 32 as the CPU's FC2 input for the fast level).
-//   (b) FC2 + combine: block = 8 output rows of H for all routes. It builds the same routing,
-//       issues its first FC2 weight loads, waits for (a) (programmatic dependent launch on
-//       sm_90: cudaGridDependencySynchronize after the loads are issued; elsewhere a plain
-//       stream order), computes every route's 8 outputs, then for each token sums
+//   (a) FC1 + SwiGLU: a grid of two blocks per SM. Every block first builds the layer's routing
+//       itself (moe_routes.cuh: top-k or the given ids, residency, grouping of routes by expert
+//       in ascending id, tokens ascending; work item = an expert and up to T of its tokens,
+//       T = min(8, capacity rounded up to a power of 2)), then takes one contiguous range of the
+//       call's (work item, task) list. A task is one warp's, start to end: an FC1 group (8 rows:
+//       gate and up of 4 intermediates, interleaved fusion) or the gate and up groups of 8
+//       intermediates (concatenated). The block stages the item's tokens' X rows once per item
+//       (quantized per 32 at the fast level), each warp walks its task's groups over K, sums
+//       its lanes, applies bias and SwiGLU in the warp and writes the FP32 activations of its
+//       intermediates per route into the workspace. No block barrier inside an item.
+//   (b) FC2 + combine: a grid of one block per SM; block b owns output groups b, b + grid, ... of
+//       H for all routes. It builds the same routing, prefetches its FC2 rows into the L2, waits
+//       for (a) (programmatic dependent launch on sm_90: griddepcontrol.wait after the
+//       prefetches are issued; elsewhere a plain stream order), then warp w takes work items
+//       w, w + 8, ...: it stages the item's routes' activations once into its own shared area
+//       (FP32, or int8 records quantized per 32 as the CPU quantizes FC2's input at the fast
+//       level) and computes its groups' outputs for them; then for each token the block sums
 //       (accumulate ? y : 0) + sum over slots j in slot order of weight[t, j] * out in FP32 and
-//       rounds once to the dtype. No float atomics: the bits depend only on the inputs.
+//       rounds once to the dtype. No float atomics: the bits depend only on the inputs (not on
+//       the grid, the device or timing).
+// The grids fit side by side on every SM (80 registers a thread), so (b)'s blocks route and
+// prefetch while (a) computes, and the next layer's (a) does the same while (b) computes.
 //
 // Routes are what the CPU executor runs (lib/moe_forward.cc): slot (t, j) with weight != 0 whose
 // expert is resident (residency[e] >= 0); slots with weight 0 or a non-resident expert are

@@ -1,6 +1,10 @@
 // The MoE layer's routing, built by every block of both of its kernels from the call's device
 // inputs (moe_layer.cuh): identical code on identical inputs gives every block the same tables,
-// so the kernels need no inter-block communication.
+// so the kernels need no inter-block communication. The grids are one or two blocks per SM, so
+// this is done a few hundred times a call, in parallel: (b) builds its copy before its wait,
+// while (a) computes, and (a) too with inputs_ready_early, while the previous kernel computes.
+// Publishing one block's tables to the other kernel would not shorten the critical path: (b)
+// needs them before its wait, to prefetch its weights.
 //
 // Tables (shared memory; S = m * k slots, slot s = t * k + j):
 //   sel_id[s], sel_w[s]  the routing: the given ids and weights, or top-k of the logits

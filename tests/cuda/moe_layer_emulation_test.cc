@@ -1,0 +1,392 @@
+// The MoE layer's own code (lib/cuda/moe_layer.cu) run on host threads by
+// tests/cuda/cuda_host_emulator.h, so that CI, which has no GPU, executes it: the launcher's
+// grids and shared-memory carving, the routing every block builds, FC1's task ranges, segments
+// and in-warp SwiGLU, FC2's per-warp staging (the fast level quantizing FC1's FP32 output), its
+// groups dealt over blocks and the combine, on emulated devices of 1 and 4 multiprocessors.
+// Against the FP64 layer reference within the device test's bounds, with poisoned outputs; the
+// bits must not depend on the device size, and the error word and zero output on invalid input
+// are checked. The device test (moe_layer_test.cu) covers the hardware, graphs and the CPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/cuda/decode_emulation_util.h"
+#include "tests/gemm/int4_reference.h"
+#include "tests/moe/moe_reference.h"
+// The kernel source with its namespace renamed (the library linked into this binary defines the
+// real one).
+#define qmoe qmoe_moe_emulation
+#include "lib/cuda/moe_layer.cu"  // NOLINT(build/include)
+#undef qmoe
+
+namespace qmoe::testing {
+namespace {
+
+namespace emu = ::qmoe_moe_emulation::cuda;
+
+// ---- MoE layer -------------------------------------------------------------------------------
+
+struct MoeCase {
+  qmoe_accuracy acc;
+  qmoe_dtype dtype;
+  bool accumulate, logits, renormalize, partial, early;
+  uint32_t capacity, m, k;
+};
+
+struct MoeRun {
+  std::vector<unsigned char> y;  // [capacity][ldy] in the dtype
+  uint32_t error = 0;
+};
+
+// One layer on the emulated device: experts e use matrices e (slot order shuffled), residency
+// all or about two in three, routing by ids/weights or logits.
+class MoeFixture {
+ public:
+  MoeFixture(const MoeOptions& o, bool partial, std::mt19937_64& rng)
+      : options_(o), model_(make_moe_model(o, rng)) {
+    std::vector<uint32_t> order(o.experts);
+    std::iota(order.begin(), order.end(), 0u);
+    std::shuffle(order.begin(), order.end(), rng);
+    residency_.assign(o.experts, -1);
+    for (uint32_t e : order) {
+      if (partial && rng() % 3 == 0) continue;
+      residency_[e] = static_cast<int32_t>(fc1_.size());
+      fc1_.push_back(describe_host<emu::DeviceQuantMatrix>(model_->fc1[e]));
+      fc2_.push_back(describe_host<emu::DeviceQuantMatrix>(model_->fc2[e]));
+    }
+    if (fc1_.empty()) {
+      residency_[order[0]] = 0;
+      fc1_.push_back(describe_host<emu::DeviceQuantMatrix>(model_->fc1[order[0]]));
+      fc2_.push_back(describe_host<emu::DeviceQuantMatrix>(model_->fc2[order[0]]));
+    }
+    for (int32_t s : residency_) mask_.push_back(s >= 0 ? 1 : 0);
+  }
+  const MoeModel& model() const { return *model_; }
+  std::vector<int32_t>& residency() { return residency_; }
+  std::vector<emu::DeviceQuantMatrix>& fc2() { return fc2_; }
+  const std::vector<uint8_t>& mask() const { return mask_; }
+
+  MoeRun run(const MoeCase& c, const std::vector<float>& x, const std::vector<int32_t>& ids,
+             const std::vector<float>& weights, const std::vector<float>& logits,
+             const std::vector<float>& y0, uint32_t m_call, int sms) {
+    qmoe_emu::device().sm_count = sms;
+    const uint32_t H = options_.hidden, E = options_.experts;
+    const size_t ldx = H + 3, ldy = H + 5, es = dsize(c.dtype);
+    std::vector<float> xs(size_t{c.capacity} * ldx, 0.0f);
+    for (uint32_t t = 0; t < std::min(m_call, c.capacity); ++t) {
+      std::copy_n(x.begin() + size_t{t} * H, H, xs.begin() + size_t{t} * ldx);
+    }
+    const std::vector<unsigned char> xb = to_bytes(c.dtype, xs);
+    MoeRun out;
+    out.y.assign(size_t{c.capacity} * ldy * es, kPoison);
+    if (c.accumulate) {
+      for (uint32_t t = 0; t < std::min(m_call, c.capacity); ++t) {
+        const std::vector<float> row(y0.begin() + size_t{t} * H, y0.begin() + size_t{t + 1} * H);
+        const std::vector<unsigned char> rb = to_bytes(c.dtype, row);
+        std::copy(rb.begin(), rb.end(), out.y.begin() + size_t{t} * ldy * es);
+      }
+    }
+    std::vector<unsigned char> lb;
+    if (c.logits) {
+      std::vector<float> l(logits.begin(),
+                           logits.begin() + size_t{std::min(m_call, c.capacity)} * E);
+      lb = to_bytes(c.dtype, l);
+      lb.resize(size_t{c.capacity} * E * es);
+    }
+    std::vector<int32_t> id_buf(size_t{c.capacity} * c.k, 0);
+    std::vector<float> w_buf(size_t{c.capacity} * c.k, 0.0f);
+    if (!c.logits) {
+      std::copy_n(ids.begin(), std::min(ids.size(), id_buf.size()), id_buf.begin());
+      std::copy_n(weights.begin(), std::min(weights.size(), w_buf.size()), w_buf.begin());
+    }
+    const size_t ws = emu::moe_layer_workspace_size(c.capacity, c.k, E, H, options_.intermediate);
+    EXPECT_GT(ws, 0u);
+    // 256-byte aligned workspace, poisoned (a kernel that reads what nothing wrote sees NaNs).
+    std::vector<unsigned char> ws_buf(ws + 256, 0xFF);
+    unsigned char* workspace =
+        ws_buf.data() + ((256 - (reinterpret_cast<uintptr_t>(ws_buf.data()) & 255)) & 255);
+    emu::MoeLayerParams p{};
+    p.num_experts = E;
+    p.hidden = H;
+    p.intermediate = options_.intermediate;
+    p.top_k = c.k;
+    p.m_capacity = c.capacity;
+    p.num_slots = static_cast<uint32_t>(fc1_.size());
+    p.accuracy = c.acc;
+    p.dtype = c.dtype;
+    p.fusion = options_.fusion;
+    p.alpha = options_.alpha;
+    p.beta = options_.beta;
+    p.limit = options_.limit;
+    p.accumulate = c.accumulate;
+    p.fc1 = fc1_.data();
+    p.fc2 = fc2_.data();
+    p.m = &m_call;
+    p.x = xb.data();
+    p.ldx = ldx;
+    p.y = out.y.data();
+    p.ldy = ldy;
+    if (c.logits) {
+      p.logits = lb.data();
+      p.renormalize = c.renormalize;
+    } else {
+      p.ids = id_buf.data();
+      p.weights = w_buf.data();
+    }
+    p.residency = residency_.data();
+    p.inputs_ready_early = c.early;
+    p.workspace = workspace;
+    p.workspace_bytes = ws;
+    EXPECT_EQ(emu::launch_moe_layer(p, nullptr), cudaSuccess);
+    std::memcpy(&out.error, workspace, 4);
+    return out;
+  }
+
+ private:
+  MoeOptions options_;
+  std::unique_ptr<MoeModel> model_;
+  std::vector<int32_t> residency_;
+  std::vector<emu::DeviceQuantMatrix> fc1_, fc2_;
+  std::vector<uint8_t> mask_;
+};
+
+std::string describe_moe(const MoeCase& c, const MoeOptions& o, int sms) {
+  std::ostringstream s;
+  s << (c.acc == QMOE_ACCURACY_EXACT ? "exact" : "fast") << " " << label(c.dtype)
+    << (c.accumulate ? " accumulate" : "")
+    << (c.logits ? (c.renormalize ? " logits/renormalized" : " logits/softmax-all") : " ids")
+    << (c.partial ? " partial-residency" : " all-resident") << " capacity=" << c.capacity
+    << " m=" << c.m << " k=" << c.k << (c.early ? " early" : "") << " sms=" << sms << " "
+    << o.describe();
+  return s.str();
+}
+
+// The routing the CPU derives from logits.
+void route(const std::vector<float>& logits, uint32_t m, uint32_t E, uint32_t k, bool renormalize,
+           std::vector<int32_t>* ids, std::vector<float>* weights) {
+  ids->assign(size_t{m} * k, 0);
+  weights->assign(size_t{m} * k, 0.0f);
+  ASSERT_EQ(qmoe_moe_route_topk(logits.data(), m, E, k, renormalize ? 1 : 0, ids->data(),
+                                weights->data()),
+            QMOE_STATUS_OK);
+}
+
+// Runs one case on two device sizes: each within the reference's bounds (doubled for
+// logits routing, whose softmax differs in its last bits), nothing written outside rows
+// [0, m) x [0, H), and the same bits on every device size.
+void check_moe_case(const MoeCase& c, const MoeOptions& base, std::mt19937_64& rng) {
+  MoeOptions o = base;
+  MoeFixture f(o, c.partial, rng);
+  const uint32_t H = o.hidden, E = o.experts;
+  std::vector<float> x = random_activations(c.m, H, rng);
+  x = round_trip(c.dtype, x);
+  std::vector<int32_t> ids;
+  std::vector<float> weights, logits;
+  random_routing(c.m, E, c.k, rng, &ids, &weights);
+  for (size_t i = 0; i < weights.size(); i += 5) weights[i] = 0.0f;  // skipped slots
+  if (c.logits) {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    logits.resize(size_t{c.m} * E);
+    for (auto& v : logits) v = normal(rng);
+    for (uint32_t t = 0; t < c.m; ++t) {
+      float* row = logits.data() + size_t{t} * E;
+      if (E > 3) row[E - 1] = row[1];  // a tie, to the lower id
+      if (E > 4) row[2] = -INFINITY;
+    }
+    logits = round_trip(c.dtype, logits);
+    route(logits, c.m, E, c.k, c.renormalize, &ids, &weights);
+  }
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> y0(size_t{c.m} * H);
+  for (auto& v : y0) v = u(rng);
+  y0 = round_trip(c.dtype, y0);
+  const MoeReference ref = reference_moe(f.model(), c.acc, x, c.m, ids, weights, c.k,
+                                         f.mask().data(), c.accumulate ? y0 : std::vector<float>{});
+  const double slack = c.logits ? 2.0 : 1.0;
+  const size_t ldy = H + 5, es = dsize(c.dtype);
+  std::vector<unsigned char> first;
+  for (int sms : {1, 4}) {
+    const MoeRun r = f.run(c, x, ids, weights, logits, y0, c.m, sms);
+    const std::string what = describe_moe(c, o, sms);
+    EXPECT_EQ(r.error, 0u) << what;
+    size_t bad = 0;
+    for (size_t el = 0; el < r.y.size() / es; ++el) {
+      const uint32_t t = static_cast<uint32_t>(el / ldy), n = static_cast<uint32_t>(el % ldy);
+      if (t >= c.m || n >= H) {
+        for (size_t b = 0; b < es; ++b) {
+          if (r.y[el * es + b] != kPoison && bad++ < 5) {
+            ADD_FAILURE() << "y element (" << t << "," << n << ") outside [0, m) x [0, H) changed; "
+                          << what;
+          }
+        }
+        continue;
+      }
+      const size_t at = size_t{t} * H + n;
+      const double got = element(c.dtype, r.y.data(), el);
+      const double tol = slack * ref.tol[at] +
+                         1.01 * half_ulp(c.dtype, std::max(std::fabs(ref.y[at]), std::fabs(got)));
+      if (!(std::fabs(got - ref.y[at]) <= tol) && bad++ < 5) {
+        ADD_FAILURE() << "y[" << t << "," << n << "] = " << got << ", reference " << ref.y[at]
+                      << " +- " << tol << "; " << what;
+      }
+    }
+    EXPECT_EQ(bad, 0u) << what;
+    if (first.empty()) {
+      first = r.y;
+    } else {
+      EXPECT_TRUE(first == r.y) << "the bits depend on the device size; " << what;
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+MoeOptions shape_a() {
+  // H % 32 == 16 and I % 32 == 16 (block 16: half-filled last chunks), zero points, BF16 scales.
+  MoeOptions a;
+  a.experts = 6;
+  a.hidden = 80;
+  a.intermediate = 48;
+  a.fc1.block_size = 16;
+  a.fc1.scale_dtype = QMOE_DTYPE_BF16;
+  a.fc1.scale_order = ScaleOrder::kGrouped;
+  a.fc1.zero_points = true;
+  a.fc1.bias = true;
+  a.fc2.block_size = 16;
+  a.fc2.scale_dtype = QMOE_DTYPE_F16;
+  a.fc2.scale_order = ScaleOrder::kRowMajor;
+  a.fc2.zero_points = true;
+  a.fc2.zero_point_order = ScaleOrder::kBlockMajor;
+  return a;
+}
+
+MoeOptions shape_b() {
+  // Blocks 32/64, FP16/FP32 scales, FC2 bias.
+  MoeOptions b;
+  b.experts = 6;
+  b.hidden = 96;
+  b.intermediate = 64;
+  b.fc1.block_size = 32;
+  b.fc1.scale_dtype = QMOE_DTYPE_F16;
+  b.fc1.scale_order = ScaleOrder::kRowMajor;
+  b.fc2.block_size = 64;
+  b.fc2.scale_dtype = QMOE_DTYPE_F32;
+  b.fc2.scale_order = ScaleOrder::kBlockMajor;
+  b.fc2.bias = true;
+  b.fc2.bias_dtype = QMOE_DTYPE_F16;
+  return b;
+}
+
+TEST_F(EmulatedDevice, MoeLayerMatchesReferenceAcrossOptions) {
+  struct Size {
+    uint32_t capacity, m, k;
+  };
+  // Capacity 12 with m = 12 and k = 5 gives experts more than 8 tokens (several work items).
+  const Size sizes[] = {{1, 1, 2}, {4, 3, 2}, {8, 8, 3}, {12, 12, 5}, {2, 2, 6}, {16, 5, 4}};
+  const qmoe_dtype dtypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
+  int index = 0;
+  for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+    for (qmoe_swiglu_fusion fusion : {QMOE_SWIGLU_INTERLEAVED, QMOE_SWIGLU_CONCATENATED}) {
+      for (int v = 0; v < 6; ++v, ++index) {
+        if (HasFailure()) return;
+        const Size sz = sizes[index % 6];
+        const int routing = (index / 2) % 3;  // ids, logits renormalized, logits over all E
+        MoeOptions o = (v % 2) ? shape_b() : shape_a();
+        o.fusion = fusion;
+        if (v % 3 == 1) {
+          use_gpt_oss_swiglu(&o);
+        } else {
+          use_qwen3_swiglu(&o);
+        }
+        MoeCase c{acc,          dtypes[v % 3],  (v & 2) != 0, routing != 0, routing == 1,
+                  (v & 1) != 0, index % 2 == 1, sz.capacity,  sz.m,         sz.k};
+        check_moe_case(c, o, rng_);
+      }
+    }
+  }
+}
+
+// Invalid device-side input: the error word names it, rows [0, min(m, capacity)) are zero (with
+// accumulate too), nothing else is written; the next valid call clears the word.
+TEST_F(EmulatedDevice, MoeLayerErrorWordAndZeroOutput) {
+  MoeOptions o;
+  o.experts = 5;
+  o.hidden = 64;
+  o.intermediate = 32;
+  MoeFixture f(o, false, rng_);
+  const uint32_t H = o.hidden;
+  const MoeCase c{QMOE_ACCURACY_FAST, QMOE_DTYPE_F32, true, false, false, false, false, 4, 3, 2};
+  std::vector<float> x = random_activations(4, H, rng_), y0(size_t{4} * H, 0.5f), logits;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  random_routing(4, o.experts, c.k, rng_, &ids, &weights);
+  weights[0] = 0.75f;
+  const auto expect = [&](uint32_t m_call, uint32_t bits, const char* what) {
+    const MoeRun r = f.run(c, x, ids, weights, logits, y0, m_call, 2);
+    EXPECT_EQ(r.error, bits) << what;
+    const uint32_t rows = std::min(m_call, c.capacity);
+    for (uint32_t t = 0; t < c.capacity; ++t) {
+      for (uint32_t n = 0; n < H + 5; ++n) {
+        const size_t el = size_t{t} * (H + 5) + n;
+        if (t < rows && n < H) {
+          ASSERT_EQ(element(c.dtype, r.y.data(), el), 0.0f)
+              << what << " y[" << t << "," << n << "]";
+        } else {
+          ASSERT_EQ(r.y[el * 4], kPoison) << what << " element " << el;
+        }
+      }
+    }
+  };
+  ids[3] = 999;
+  expect(3, emu::kMoeErrorExpertId, "id 999");
+  ids[3] = ids[2] == 0 ? 1 : 0;
+  weights[1] = NAN;
+  expect(3, emu::kMoeErrorWeight, "NaN weight");
+  weights[1] = 0.5f;
+  expect(5, emu::kMoeErrorTokensOverCapacity, "m > capacity");
+  const int32_t saved_slot = f.residency()[ids[0]];
+  f.residency()[ids[0]] = static_cast<int32_t>(f.fc2().size());
+  expect(3, emu::kMoeErrorResidency, "slot out of range");
+  f.residency()[ids[0]] = saved_slot;
+  const emu::DeviceQuantMatrix saved = f.fc2()[saved_slot];
+  f.fc2()[saved_slot].k = 64;
+  f.fc2()[saved_slot].chunks = 2;
+  expect(3, emu::kMoeErrorSlotMatrix, "malformed FC2");
+  f.fc2()[saved_slot] = saved;
+  const MoeRun ok = f.run(c, x, ids, weights, logits, y0, 3, 2);
+  EXPECT_EQ(ok.error, 0u);
+}
+
+// Qwen3's layer shape (H 2048, I 768, block 32, FP16 grouped scales) at a reduced expert count,
+// both levels, m = 1 and 4 (capacities 1 and 4): the model-size walks, tiles and task ranges.
+TEST_F(EmulatedDevice, MoeLayerQwen3Shape) {
+  MoeOptions o;
+  o.experts = 8;
+  o.hidden = 2048;
+  o.intermediate = 768;
+  for (Int4Options* q : {&o.fc1, &o.fc2}) {
+    q->block_size = 32;
+    q->scale_dtype = QMOE_DTYPE_F16;
+    q->scale_order = ScaleOrder::kGrouped;
+  }
+  use_qwen3_swiglu(&o);
+  for (qmoe_accuracy acc : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
+    for (uint32_t m : {1u, 4u}) {
+      const MoeCase c{
+          acc, m == 1 ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16, false, false, false, false, m == 1, m, m,
+          4};
+      check_moe_case(c, o, rng_);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qmoe::testing
