@@ -165,7 +165,7 @@ int main(void) {
    * 0.5 (code 9, zero point 8, scale 0.5), X = 1/32: h = 0.5, a = 0.5 * sigmoid(0.5) * 0.5,
    * y = 0.5 * 16 * a for every output of the one expert a token is routed to. */
   {
-    static unsigned char codes1[4 * 128], codes2[4 * 64];
+    static unsigned char codes1[4 * 128], codes2[4 * 128]; /* K = 16 still fills whole tiles */
     static uint16_t scales1[32 * 2], scales2[32];
     qmoe_quant_matrix fc1, fc2;
     const qmoe_quant_matrix* fc1s[2];
@@ -207,6 +207,12 @@ int main(void) {
     desc.intermediate = 16;
     desc.fc1 = fc1s;
     desc.fc2 = fc2s;
+    {
+      size_t fc1_bytes = 0, fc2_bytes = 0;
+      CHECK(qmoe_quant_matrix_codes_size(fc1.format, fc1.n, fc1.k, &fc1_bytes) == QMOE_STATUS_OK);
+      CHECK(qmoe_quant_matrix_codes_size(fc2.format, fc2.n, fc2.k, &fc2_bytes) == QMOE_STATUS_OK);
+      CHECK(fc1_bytes == sizeof codes1 && fc2_bytes == sizeof codes2);
+    }
     CHECK(qmoe_expert_set_create(&desc, &set) == QMOE_STATUS_OK);
     qmoe_moe_params_init(&params);
     params.accuracy = QMOE_ACCURACY_EXACT;

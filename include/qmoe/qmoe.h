@@ -243,10 +243,10 @@ typedef enum qmoe_weight_format {
 /** Element types of activations, scale and bias planes; fixed values. */
 typedef enum qmoe_dtype {
   QMOE_DTYPE_F32 = 1,
-  QMOE_DTYPE_F16 = 2,     /**< IEEE binary16 bits in uint16_t */
-  QMOE_DTYPE_BF16 = 3,    /**< bfloat16 bits in uint16_t */
-  QMOE_DTYPE_E8M0 = 4,    /**< scales only: uint8 e, the value 2^(e - 127); 0xFF is NaN */
-  QMOE_DTYPE_F8_E4M3 = 5  /**< scales only: OCP FP8 E4M3 bits in uint8 (no infinities) */
+  QMOE_DTYPE_F16 = 2,    /**< IEEE binary16 bits in uint16_t */
+  QMOE_DTYPE_BF16 = 3,   /**< bfloat16 bits in uint16_t */
+  QMOE_DTYPE_E8M0 = 4,   /**< scales only: uint8 e, the value 2^(e - 127); 0xFF is NaN */
+  QMOE_DTYPE_F8_E4M3 = 5 /**< scales only: OCP FP8 E4M3 bits in uint8 (no infinities) */
 } qmoe_dtype;
 
 /** Accuracy levels of the dequant-GEMM; fixed values. */

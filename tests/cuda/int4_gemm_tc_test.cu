@@ -24,9 +24,9 @@
 
 #include "lib/cuda/int4_gemm_tc.cuh"
 #include "tests/activation_dtype_util.h"
+#include "tests/cpu/isa_test_util.h"
 #include "tests/cuda/int4_gemm_tc_test_util.h"
 #include "tests/gemm/int4_reference.h"
-#include "tests/cpu/isa_test_util.h"
 
 namespace qmoe::testing {
 namespace {
