@@ -7,10 +7,12 @@
 #   scripts/cuda_device_check.sh OUT_DIR [BUILD_DIR]
 # QMOE_SKIP_BUILD=1 uses an existing BUILD_DIR as it is (for a host without the build's Debian
 # dependencies: GoogleTest, Google Benchmark, cpuinfo, pthreadpool, FP16; scripts/setup.sh).
+# QMOE_CUDA_ARCHS=90 builds one architecture instead of the project's 80 and 90 (a short
+# lease); QMOE_CHECK_NCU=0 leaves out the Nsight Compute step.
 # Meant to finish in about 4 minutes on an H200 with 16 cores (build excluded): the benchmarks
-# are the decode rows only (gpu/: the tensor-core GEMM's rows in the same binary are measured by
-# their own scripts), and the host-only emulation tests (EmulatedDevice.*, run by ctest on any
-# machine) are left out of the device test step. Each step has its own timeout and the script
+# are the decode rows (gpu/), the offload round trip and the prefill GEMM against cuBLAS at the
+# launcher's tile (scripts/cuda_gemm_tc_check.sh sweeps the tiles), and the host-only emulation
+# tests (EmulatedDevice.*, run by ctest on any machine) are left out of the device test step. Each step has its own timeout and the script
 # goes on after a failed step, exiting non-zero at the end if any failed. OUT_DIR.tgz holds all
 # of it.
 set -uo pipefail
@@ -22,10 +24,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max
   --format=csv >"$out/gpu.txt" 2>&1 || true
 jobs=$(nproc)
 
-# 1. Build (the architectures of the project default, 80 and 90).
+# 1. Build (the architectures of the project default, 80 and 90, unless QMOE_CUDA_ARCHS says).
 if [[ ${QMOE_SKIP_BUILD:-0} != 1 ]]; then
+archs=()
+[[ -n ${QMOE_CUDA_ARCHS:-} ]] && archs=(-DCMAKE_CUDA_ARCHITECTURES="$QMOE_CUDA_ARCHS")
 step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQMOE_CUDA=ON \
-  -DQMOE_BUILD_TESTS=ON -DQMOE_BUILD_BENCHMARKS=ON -DQMOE_BUILD_TOOLS=OFF || {
+  "${archs[@]}" -DQMOE_BUILD_TESTS=ON -DQMOE_BUILD_BENCHMARKS=ON -DQMOE_BUILD_TOOLS=OFF || {
   echo "configure failed; see $out/configure.log" >&2
   exit 1
 }
@@ -56,6 +60,9 @@ step bench_no_pdl 60 env QMOE_CUDA_PDL=0 "$bench" \
 # move the same bytes (one FP32 token of H 2048, then four).
 step offload_latency 120 bash -c "'$build/benchmarks/qmoe_offload_latency' --calls 5000 &&
   '$build/benchmarks/qmoe_offload_latency' --m 4 --calls 5000"
+# The prefill GEMM against cuBLAS BF16 on the same weights dequantised, M = 128, 512 and 2048.
+step prefill 90 "$bench" --benchmark_filter='BM_Int4GemmTcVsCublas' \
+  --benchmark_out="$out/prefill_bench.json" --benchmark_out_format=json
 
 # The decode rows as a short table, right after the benchmarks (so a run cut short by its time
 # limit still has it) and again at the end (the end of the output is what a remote run returns).
@@ -66,7 +73,7 @@ command -v python3 >/dev/null && python3 "$root/scripts/lib/cuda_bench_table.py"
 # and of both MoE kernels (Qwen3 layer, fast, m 1), each run filtered to its own benchmark so the
 # launch counts select the right kernels (clocks left alone; ncu serialises kernels, so
 # dependent launch does not overlap here).
-if command -v ncu >/dev/null; then
+if [[ ${QMOE_CHECK_NCU:-1} != 0 ]] && command -v ncu >/dev/null; then
   sections=(--section SpeedOfLight --section Occupancy --section LaunchStats
     --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats)
   step ncu_gemv 90 ncu --clock-control none "${sections[@]}" --kernel-name regex:gemv \
@@ -97,4 +104,5 @@ cuobjdump --dump-resource-usage "${objs[@]}" >"$out/resource_usage.txt" 2>&1 || 
 cuobjdump --dump-sass "${objs[@]}" 2>&1 | gzip >"$out/decode_sass.txt.gz" || true
 
 cat "$out/table.txt" "$out/offload_latency.log" 2>/dev/null
+grep -E '^BM_Int4GemmTcVsCublas' "$out/prefill.log" 2>/dev/null | sed -E 's/ +/ /g' || true
 steps_end
