@@ -144,7 +144,8 @@ QMOE_API qmoe_status qmoe_cuda_moe_workspace_size(const qmoe_cuda_expert_set* se
 /// the sum over slots in slot order, the bits independent of timing and run to run; two kernel
 /// launches, no host synchronisation, no allocation, capturable. Host-side arguments are checked
 /// here (INVALID_ARGUMENT: NULLs, exactly one routing, k, m_capacity, ld, the workspace size and
-/// alignment, a stream of another device); device-side values (ids, weights, logits, m) are
+/// alignment, a stream of another device: while the stream is capturing, a CUDA_ERROR from
+/// the launch instead); device-side values (ids, weights, logits, m) are
 /// checked by the kernels, which then write y = 0 for the call's rows and set the error word
 /// that qmoe_cuda_moe_check reads.
 QMOE_API qmoe_status qmoe_cuda_moe_forward(const qmoe_cuda_expert_set* set,

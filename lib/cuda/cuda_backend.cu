@@ -51,8 +51,16 @@ size_t moe_workspace_size(const void* set, uint32_t m_capacity, uint32_t k) {
 }
 
 // The stream's device must be the set's (the legacy stream takes the current one, which the
-// caller's scope has set).
+// caller's scope has set). Not checked while the stream is being captured: cudaStreamGetDevice
+// on a capturing stream fails with cudaErrorStreamCaptureUnsupported and invalidates the
+// capture, in relaxed capture mode too (CUDA 13 on the H200). There a stream of another device
+// fails the launch that follows instead (a CUDA_ERROR status).
 qmoe_status check_stream(const char* function, void* stream, int device) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess) {
+    cudaGetLastError();
+  }
+  if (capture != cudaStreamCaptureStatusNone) return QMOE_STATUS_OK;
   int stream_device = -1;
   const cudaError_t e = cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &stream_device);
   if (e != cudaSuccess) {

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "lib/cuda/int4_gemm_tc.cuh"
+#include "lib/cuda/int4_gemm_tc_layout.cuh"
 #include "lib/cuda/int4_gemm_tc_params.cuh"
 
 namespace qmoe::cuda {
@@ -249,6 +250,13 @@ Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_dev
   p.scale_bytes = element_bytes(w.scale_dtype);
   p.scale_block_bytes = w.scale_block_stride * p.scale_bytes;
   p.zero_block_bytes = w.zero_point_block_stride;
+  const uint32_t blocks = (w.k + w.block_size - 1) / w.block_size;
+  p.scale_end = plane_end_address(w.scales, w.n, blocks, w.scale_row_stride, w.scale_block_stride,
+                                  w.scale_group_stride, p.scale_bytes);
+  p.zero_end = w.zero_points == nullptr
+                   ? 0
+                   : plane_end_address(w.zero_points, w.n, blocks, w.zero_point_row_stride,
+                                       w.zero_point_block_stride, w.zero_point_group_stride, 1);
   return p;
 }
 

@@ -110,16 +110,6 @@ QMOE_TC_HD float load_as_float(qmoe_dtype dtype, const void* base, size_t i) {
   return f;
 }
 
-// Element (n, b) of a scale or zero-point plane (docs/formats.md: row term n * row_stride, or
-// (n / 8) * group_stride + (n % 8) * row_stride when the group stride is nonzero).
-QMOE_TC_HD size_t plane_offset(uint32_t n, uint32_t b, size_t row_stride, size_t block_stride,
-                               size_t group_stride) {
-  const size_t row = group_stride != 0 ? size_t{n / kGroupRows} * group_stride +
-                                             size_t{n % kGroupRows} * row_stride
-                                       : size_t{n} * row_stride;
-  return row + size_t{b} * block_stride;
-}
-
 // A thread's share of filling the stages, with everything that does not depend on the k-tile
 // worked out once. With the CTA's threads a multiple of 16 and of bn, every piece a thread
 // copies has the same position within its 16-byte row group and every plane entry the same
@@ -267,14 +257,36 @@ struct Loader {
       const bool valid = plane_block(p, kt, i, b);
       const uint32_t e = (tid + i * C::kThreads) * 4;  // plane_entry(tid / bn + i * step, column)
       const PlaneWord s = plane_word(scale_src + size_t{b} * p.scale_block_bytes, p.scale_bytes);
-      ptx::cp_async_4(scales_s + e, reinterpret_cast<const void*>(s.word),
-                      valid ? s.src_bytes : 0u);
+      if (valid && s.word + 4 > p.scale_end) {  // the plane's last word: see load_tail_entry
+        load_tail_entry(stage + C::kStage.scale_offset + e, s, p.scale_bytes);
+      } else {
+        ptx::cp_async_4(scales_s + e, reinterpret_cast<const void*>(s.word),
+                        valid ? s.src_bytes : 0u);
+      }
       if (p.w.zero_points != nullptr) {  // uniform
         const PlaneWord z = plane_word(zero_src + size_t{b} * p.zero_block_bytes, 1);
-        ptx::cp_async_4(zeros_s + e, reinterpret_cast<const void*>(z.word),
-                        valid ? z.src_bytes : 0u);
+        if (valid && z.word + 4 > p.zero_end) {
+          load_tail_entry(stage + C::kStage.zero_offset + e, z, 1);
+        } else {
+          ptx::cp_async_4(zeros_s + e, reinterpret_cast<const void*>(z.word),
+                          valid ? z.src_bytes : 0u);
+        }
       }
     }
+  }
+
+  // The entry of an element in the plane's last aligned word, which reaches past the plane's
+  // end: loaded here with a plain load of the element alone, not by cp.async. cp.async with
+  // src-size < 4 reads only the element (PTX ISA), but compute-sanitizer memcheck checks the
+  // whole 4-byte word and reports the bytes past an allocation that ends with the plane (shown
+  // on the H200 with a one-instruction kernel). One entry per plane and CTA column, at the last
+  // block: the synchronous load costs one latency there. The entry is this thread's, read only
+  // by its own convert_planes, like a cp.async entry.
+  QMOE_TC_HD static void load_tail_entry(uint8_t* entry, const PlaneWord& w, uint32_t bytes) {
+    const uintptr_t element = w.word + w.shift / 8;
+    const uint32_t value = bytes == 2 ? *reinterpret_cast<const uint16_t*>(element)
+                                      : *reinterpret_cast<const uint8_t*>(element);
+    *reinterpret_cast<uint32_t*>(entry) = value << w.shift;
   }
 
   // Turns this thread's plane entries of k-tile kt in `stage` into the FP32 scale and the zero

@@ -68,6 +68,33 @@ QMOE_TC_HD constexpr uint32_t code_word_offset(uint32_t lane, uint32_t w) {
   return (w * 2 + ((lane & 3) >> 1)) * 4;
 }
 
+// Element (n, b) of a scale or zero-point plane (docs/formats.md: row term n * row_stride, or
+// (n / 8) * group_stride + (n % 8) * row_stride when the group stride is nonzero).
+QMOE_TC_HD size_t plane_offset(uint32_t n, uint32_t b, size_t row_stride, size_t block_stride,
+                               size_t group_stride) {
+  const size_t row = group_stride != 0 ? size_t{n / kGroupRows} * group_stride +
+                                             size_t{n % kGroupRows} * row_stride
+                                       : size_t{n} * row_stride;
+  return row + size_t{b} * block_stride;
+}
+
+// One past the last byte of an n x blocks plane of `bytes`-byte elements at `base` (n and blocks
+// at least 1). The strides are unsigned, so the largest offset is in the last block, on row
+// n - 1 or, with a group stride, on row 7 of the group before the last (a group stride below
+// 7 row strides puts that one further).
+QMOE_TC_HD uintptr_t plane_end_address(const void* base, uint32_t n, uint32_t blocks,
+                                       size_t row_stride, size_t block_stride, size_t group_stride,
+                                       uint32_t bytes) {
+  size_t last = plane_offset(n - 1, blocks - 1, row_stride, block_stride, group_stride);
+  const uint32_t last_group_start = (n - 1) / kGroupRows * kGroupRows;
+  if (group_stride != 0 && last_group_start > 0) {
+    const size_t before =
+        plane_offset(last_group_start - 1, blocks - 1, row_stride, block_stride, group_stride);
+    last = before > last ? before : last;
+  }
+  return reinterpret_cast<uintptr_t>(base) + (last + 1) * bytes;
+}
+
 // ---- Plane entries of a stage: [fold unit][CTA column] ----
 
 QMOE_TC_HD constexpr uint32_t plane_entry(uint32_t unit, uint32_t column, uint32_t bn) {

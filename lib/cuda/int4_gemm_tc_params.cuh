@@ -32,6 +32,8 @@ struct Params {
   uint32_t scale_bytes;      // 4 for FP32 scales, 2 for FP16 and BF16
   size_t scale_block_bytes;  // scale_block_stride * scale_bytes
   size_t zero_block_bytes;   // zero_point_block_stride (one byte per zero point)
+  uintptr_t scale_end;       // one past the scale plane's last byte (plane_end_address)
+  uintptr_t zero_end;        // likewise for the zero points (0 without them)
 };
 
 // K per pipeline stage: two 32-code chunks.
