@@ -18,6 +18,7 @@
 #include "lib/cpu/kernel_tables.h"
 #include "lib/cpu_features.h"
 #include "lib/dispatch.h"
+#include "tests/cpu/tier_kernels.h"
 
 namespace qmoe {
 // Names the tier in test listings ("GetParam() = avx2" instead of raw bytes).
@@ -83,7 +84,8 @@ struct ContextDeleter {
 using ContextPtr = std::unique_ptr<qmoe_context, ContextDeleter>;
 
 /// A context capped at `isa` with `threads` pool threads (0 = default); fails the test if the
-/// library refuses.
+/// library refuses, or if the context's tier or kernels are not `isa`'s own
+/// (tests/cpu/tier_kernels.h).
 inline ContextPtr make_context(Isa isa, uint32_t threads) {
   qmoe_context_options o;
   qmoe_context_options_init(&o);
@@ -91,6 +93,7 @@ inline ContextPtr make_context(Isa isa, uint32_t threads) {
   o.num_threads = threads;
   qmoe_context* raw = nullptr;
   EXPECT_EQ(qmoe_context_create(&o, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  if (raw != nullptr) check_context_kernels(raw, isa, "make_context");
   return ContextPtr(raw);
 }
 
@@ -98,7 +101,9 @@ inline std::string IsaParamName(const ::testing::TestParamInfo<Isa>& info) {
   return isa_name(info.param);
 }
 
-/// Base fixture: GetParam() is the tier; table() its assembled kernel table.
+/// Base fixture: GetParam() is the tier; table() its assembled kernel table. Every test on a
+/// tier first checks that the table holds the tier's own kernels (tests/cpu/tier_kernels.h): a
+/// tier whose table came from another tier's kernels would otherwise pass its numeric tests.
 class IsaTest : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -108,6 +113,7 @@ class IsaTest : public ::testing::TestWithParam<Isa> {
     }
     table_ = kernel_table_for_isa(GetParam());
     ASSERT_NE(table_, nullptr);
+    check_tier_kernels(GetParam(), *table_, "IsaTest");
   }
   const KernelTable& table() const { return *table_; }
 
