@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <random>
 #include <string>
@@ -29,11 +31,49 @@ inline void PrintTo(Isa isa, std::ostream* os) {
 
 namespace qmoe::testing {
 
-/// The seed of a randomised test: QMOE_TEST_SEED when set (to replay a failure; tests print the
-/// seed they used), a fresh random one otherwise.
+namespace detail {
+// The seeds the running test drew (tests/test_main.cc prints them under a failure).
+struct SeedLog {
+  std::mutex mutex;
+  std::vector<uint64_t> seeds;
+};
+inline SeedLog& seed_log() {
+  static SeedLog log;
+  return log;
+}
+}  // namespace detail
+
+/// The seed of a randomised test: QMOE_TEST_SEED when set (to replay a run: every draw then
+/// gives that seed), a fresh random one otherwise. Every draw is printed with the line that
+/// replays it, and tests/test_main.cc prints the test's seeds again under a failure. CI runs
+/// the randomised tests under a fixed set of seeds as well (QMOE_TEST_FIXED_SEEDS in
+/// tests/CMakeLists.txt), so a green CI run covers those seeds plus one fresh one.
 inline uint64_t fresh_seed() {
-  if (const char* s = std::getenv("QMOE_TEST_SEED")) return std::strtoull(s, nullptr, 0);
-  return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  uint64_t seed = 0;
+  const char* s = std::getenv("QMOE_TEST_SEED");
+  if (s != nullptr && *s != '\0') {
+    char* end = nullptr;
+    seed = std::strtoull(s, &end, 0);
+    if (*end != '\0') ADD_FAILURE() << "QMOE_TEST_SEED=\"" << s << "\" is not a number";
+  } else {
+    seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  }
+  {
+    std::lock_guard<std::mutex> lock(detail::seed_log().mutex);
+    detail::seed_log().seeds.push_back(seed);
+  }
+  std::printf("[   SEED   ] %llu (replay: QMOE_TEST_SEED=%llu)\n",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+  std::fflush(stdout);
+  return seed;
+}
+
+/// The seeds drawn since the last call (tests/test_main.cc clears them at every test start).
+inline std::vector<uint64_t> take_drawn_seeds() {
+  std::lock_guard<std::mutex> lock(detail::seed_log().mutex);
+  std::vector<uint64_t> out;
+  out.swap(detail::seed_log().seeds);
+  return out;
 }
 
 /// The tiers the build has (lib/cpu/isa_list.inc's base rows), lowest first.
