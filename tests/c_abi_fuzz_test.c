@@ -10,7 +10,7 @@
  * library bug. Each call must return a known status, leave a message when it fails, and write
  * nothing it was given to write on failure. Runs in every suite, the ASan+UBSan and TSan ones
  * included. QMOE_TEST_SEED replays a run (the seed is printed); QMOE_FUZZ_ITERATIONS sets the
- * loop's length (default 6000). */
+ * loop's length (default 20000). */
 #define _POSIX_C_SOURCE 200112L /* posix_memalign */
 #include <math.h>
 #include <qmoe/qmoe.h>
@@ -23,13 +23,15 @@
 #include <time.h>
 
 /* Huge allocations are part of the test (qmoe_alloc_weight_memory(SIZE_MAX) must be
- * OUT_OF_MEMORY): the sanitizers' allocators must return NULL for them, as libc's does. */
-const char* __asan_default_options(void);
-const char* __tsan_default_options(void);
-const char* __asan_default_options(void) {
+ * OUT_OF_MEMORY): the sanitizers' allocators must return NULL for them, as libc's does. Their
+ * runtimes look these hooks up dynamically: default visibility, whatever the build's preset. */
+#define QMOE_FUZZ_HOOK __attribute__((visibility("default"), used))
+QMOE_FUZZ_HOOK const char* __asan_default_options(void);
+QMOE_FUZZ_HOOK const char* __tsan_default_options(void);
+QMOE_FUZZ_HOOK const char* __asan_default_options(void) {
   return "allocator_may_return_null=1";
 }
-const char* __tsan_default_options(void) {
+QMOE_FUZZ_HOOK const char* __tsan_default_options(void) {
   return "allocator_may_return_null=1";
 }
 
@@ -995,7 +997,7 @@ int main(void) {
   const uint64_t seed = seed_text != NULL && *seed_text
                             ? strtoull(seed_text, NULL, 0)
                             : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-  const long iterations = iterations_text != NULL ? strtol(iterations_text, NULL, 0) : 6000;
+  const long iterations = iterations_text != NULL ? strtol(iterations_text, NULL, 0) : 20000;
   uint32_t calls[kFunctions];
   long i;
   uint32_t c;

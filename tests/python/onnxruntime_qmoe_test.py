@@ -38,7 +38,8 @@ higher id first and libqmoe lower id first (docs/abi.md), the one documented dif
 
 Usage: onnxruntime_qmoe_test.py path/to/libqmoe.so
 Exit status: 0 pass, 1 failure (each failing check printed), 77 skipped (numpy, onnx or
-onnxruntime cannot be imported; the reason is printed).
+onnxruntime cannot be imported; the reason is printed). With CI=true in the environment a
+missing package is a failure instead: CI's parity check must not pass by skipping.
 """
 
 import os
@@ -49,9 +50,11 @@ try:
     import onnx  # noqa: F401  (python/ort_qmoe.py builds the model with it)
     import onnxruntime as ort
 except ImportError as error:
-    print(f"SKIP: onnxruntime_qmoe_test needs numpy, onnx and onnxruntime ({error}); "
-          "python3 -m pip install onnxruntime onnx numpy")
-    sys.exit(77)
+    in_ci = os.environ.get("CI", "").lower() == "true"
+    print(f"{'FAIL' if in_ci else 'SKIP'}: onnxruntime_qmoe_test needs numpy, onnx and "
+          f"onnxruntime ({error}); python3 -m pip install onnxruntime onnx numpy"
+          + (" (CI=true: a skipped parity check is a failure)" if in_ci else ""))
+    sys.exit(1 if in_ci else 77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import libqmoe  # noqa: E402
