@@ -149,7 +149,8 @@ int main(void) {
    * 0.5 (code 9, zero point 8, scale 0.5), X = 1/32: h = 0.5, a = 0.5 * sigmoid(0.5) * 0.5,
    * y = 0.5 * 16 * a for every output of the one expert a token is routed to. */
   {
-    static unsigned char codes1[4 * 128], codes2[4 * 64];
+    /* Canonical codes are whole 8 x 32 tiles: FC2's K = 16 still takes 128 bytes a group. */
+    static unsigned char codes1[4 * 128], codes2[4 * 128];
     static uint16_t scales1[32 * 2], scales2[32];
     qmoe_quant_matrix fc1, fc2;
     const qmoe_quant_matrix* fc1s[2];
