@@ -68,7 +68,7 @@ const size_t kOffsetLines[] = {0, 1, 3, 7, 63, 64, 69};
 class ReadBandwidthKernel : public IsaTest {};
 
 TEST_P(ReadBandwidthKernel, MatchesIndependentXor) {
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = qmoe::testing::fresh_seed();
   std::mt19937_64 rng(seed);
   const size_t max_lines = 65535 + 69;
   const size_t bytes_total = max_lines * 64;

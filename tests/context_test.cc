@@ -16,6 +16,7 @@
 #include "qmoe/qmoe_experimental.h"
 #include "tests/cpu/isa_test_util.h"
 #include "tests/destroy_race.h"
+#include "tests/expected_tier.h"
 
 namespace {
 
@@ -61,13 +62,16 @@ TEST(Status, LastErrorIsPerThread) {
   EXPECT_EQ(mine, qmoe_last_error_message());
 }
 
+// The tier a default context gets is compared with the test's own expectation (cpuinfo's flags
+// and QMOE_MAX_ISA read here, tests/expected_tier.h), not with the library's default_isa(),
+// which would compare the code with itself.
 TEST(Context, DefaultUsesTheProcessDefaultTier) {
   qmoe_context* raw = nullptr;
   ASSERT_EQ(qmoe_context_create(nullptr, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
   std::unique_ptr<qmoe_context, ContextDeleter> ctx(raw);
   qmoe_isa isa = QMOE_ISA_DEFAULT;
   ASSERT_EQ(qmoe_context_get_isa(ctx.get(), &isa), QMOE_STATUS_OK);
-  EXPECT_EQ(isa, static_cast<qmoe_isa>(qmoe::default_isa()));
+  EXPECT_STREQ(qmoe_isa_name(isa), qmoe::isa_name(qmoe::testing::expected_default_tier()));
   uint32_t threads = 0;
   ASSERT_EQ(qmoe_context_get_num_threads(ctx.get(), &threads), QMOE_STATUS_OK);
   EXPECT_GE(threads, 1u);
@@ -132,7 +136,7 @@ TEST(Context, CappedContextsDoNotDowngradeOthers) {
   qmoe_context_get_isa(scalar, &a);
   qmoe_context_get_isa(dflt, &b);
   EXPECT_EQ(a, QMOE_ISA_SCALAR);
-  EXPECT_EQ(b, static_cast<qmoe_isa>(qmoe::default_isa()));
+  EXPECT_STREQ(qmoe_isa_name(b), qmoe::isa_name(qmoe::testing::expected_default_tier()));
   qmoe_context_destroy(scalar);
   qmoe_context_destroy(dflt);
 }
@@ -309,8 +313,10 @@ TEST(HostInfo, ReportsTiersAndRejectsBadStructs) {
   qmoe_host_info info{};
   info.struct_size = sizeof(info);
   ASSERT_EQ(qmoe_get_host_info(&info), QMOE_STATUS_OK);
-  EXPECT_EQ(info.best_supported_isa, static_cast<qmoe_isa>(qmoe::best_supported_isa()));
-  EXPECT_EQ(info.default_isa, static_cast<qmoe_isa>(qmoe::default_isa()));
+  EXPECT_STREQ(qmoe_isa_name(info.best_supported_isa),
+               qmoe::isa_name(qmoe::testing::expected_best_tier()));
+  EXPECT_STREQ(qmoe_isa_name(info.default_isa),
+               qmoe::isa_name(qmoe::testing::expected_default_tier()));
   EXPECT_GE(info.logical_processors, 1u);
   EXPECT_GE(info.physical_cores, 1u);
   EXPECT_EQ(qmoe_get_host_info(nullptr), QMOE_STATUS_INVALID_ARGUMENT);
@@ -320,36 +326,55 @@ TEST(HostInfo, ReportsTiersAndRejectsBadStructs) {
 
 // Runs under ctest with QMOE_MAX_ISA set (see tests/CMakeLists.txt), and without: the process
 // default is the best tier capped by the variable, and an unknown value is ignored with a
-// reason.
+// reason. The expected tiers are the test's own (tests/expected_tier.h).
 TEST(ProcessDefault, FollowsQmoeMaxIsa) {
   const char* env = std::getenv("QMOE_MAX_ISA");
-  const Isa best = qmoe::best_supported_isa();
-  Isa cap = best;
+  const Isa best = qmoe::testing::expected_best_tier();
+  const Isa expected = qmoe::testing::expected_default_tier();
   qmoe_host_info info{};
   info.struct_size = sizeof(info);
   ASSERT_EQ(qmoe_get_host_info(&info), QMOE_STATUS_OK);
+  EXPECT_STREQ(qmoe_isa_name(info.best_supported_isa), qmoe::isa_name(best));
+  EXPECT_STREQ(qmoe_isa_name(info.default_isa), qmoe::isa_name(expected));
+  EXPECT_EQ(qmoe::default_isa(), expected);
   if (env == nullptr || *env == '\0') {
-    EXPECT_EQ(qmoe::default_isa(), best);
     EXPECT_STREQ(info.max_isa_env, "");
     EXPECT_STREQ(info.default_isa_reason, "");
     return;
   }
   EXPECT_STREQ(info.max_isa_env, env);
-  if (!qmoe::parse_isa_name(env, &cap)) {
-    EXPECT_EQ(qmoe::default_isa(), best);
-    EXPECT_NE(std::string(info.default_isa_reason).find("ignored"), std::string::npos);
-    return;
-  }
-  const Isa expected = static_cast<int>(cap) < static_cast<int>(best) ? cap : best;
-  EXPECT_EQ(qmoe::default_isa(), expected);
   if (expected != best) {
     EXPECT_NE(std::string(info.default_isa_reason).find("QMOE_MAX_ISA"), std::string::npos);
+  }
+  Isa parsed = best;
+  if (!qmoe::parse_isa_name(env, &parsed)) {
+    EXPECT_NE(std::string(info.default_isa_reason).find("ignored"), std::string::npos);
   }
   // A context may still ask for any tier the host has: the cap is a default, not a switch.
   qmoe_context_options o = options_for(static_cast<qmoe_isa>(best), 1);
   qmoe_context* ctx = nullptr;
   EXPECT_EQ(qmoe_context_create(&o, &ctx), QMOE_STATUS_OK);
   qmoe_context_destroy(ctx);
+}
+
+// The second guard of the process default, through what a default context runs: its kernels
+// are the expected default tier's own (tests/cpu/tier_kernels.h), under every QMOE_MAX_ISA the
+// ctest entries set. A default that named the capped tier but kept the best tier's table (or
+// the reverse) fails here.
+TEST(ProcessDefault, DefaultContextsRunTheExpectedTiersKernels) {
+  const Isa expected = qmoe::testing::expected_default_tier();
+  for (uint32_t threads : {1u, 2u}) {
+    qmoe_context_options o = options_for(QMOE_ISA_DEFAULT, threads);
+    qmoe_context* raw = nullptr;
+    ASSERT_EQ(qmoe_context_create(&o, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+    std::unique_ptr<qmoe_context, ContextDeleter> ctx(raw);
+    EXPECT_EQ(qmoe::testing::check_context_kernels(ctx.get(), expected, "default context"), 0);
+    // And a context that names no options at all.
+    qmoe_context* plain = nullptr;
+    ASSERT_EQ(qmoe_context_create(nullptr, &plain), QMOE_STATUS_OK);
+    std::unique_ptr<qmoe_context, ContextDeleter> plain_ctx(plain);
+    EXPECT_EQ(qmoe::testing::check_context_kernels(plain, expected, "NULL options"), 0);
+  }
 }
 
 }  // namespace

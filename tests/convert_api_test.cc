@@ -48,7 +48,7 @@ class ConvertApiThreads : public qmoe::testing::IsaTest {};
 // Long rows are split into chunks; the result must not depend on the thread count, and the
 // chunk boundaries must not drop or duplicate elements. Sizes straddle the split threshold.
 TEST_P(ConvertApiThreads, SplitRowsEqualOneThread) {
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = qmoe::testing::fresh_seed();
   std::mt19937_64 rng(seed);
   ContextPtr one = make_context(GetParam(), 1);
   ContextPtr many = make_context(GetParam(), 3);

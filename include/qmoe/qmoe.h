@@ -12,7 +12,16 @@
  *  - Public enum values are fixed forever: new values are appended, none is renumbered.
  *  - Structs passed in start with `struct_size`, set by the caller to sizeof the struct it was
  *    compiled against, so a newer library can read an older caller's struct (missing trailing
- *    fields take their defaults) and an older library rejects nothing it understands.
+ *    fields take their defaults) and an older library rejects nothing it understands. A size
+ *    below the struct's first version, above 64 KiB, or ending inside a field (no version had
+ *    that size) is INVALID_ARGUMENT.
+ *  - A NULL out-pointer, or a NULL input with a nonzero count, is INVALID_ARGUMENT; a NULL,
+ *    destroyed or foreign context is INVALID_CONTEXT (a set: INVALID_ARGUMENT). An enum value
+ *    the function does not take is INVALID_ARGUMENT (an unknown weight format:
+ *    UNSUPPORTED_FORMAT). Sizes and strides whose byte span overflows size_t or runs past the
+ *    end of the address space are INVALID_ARGUMENT, as are outputs that overlap the inputs
+ *    where a function says they must not.
+ *  - The *_init functions and qmoe_free_weight_memory take NULL and do nothing.
  */
 #ifndef QMOE_QMOE_H_
 #define QMOE_QMOE_H_
@@ -144,6 +153,7 @@ typedef struct qmoe_host_info {
 } qmoe_host_info;
 
 /// Fill `info` (struct_size must be set and at least the size of the first fields).
+/// INVALID_ARGUMENT for a NULL info or a struct_size that no version of the struct had.
 QMOE_API qmoe_status qmoe_get_host_info(qmoe_host_info* info);
 
 /* ---------------------------------------------------------------------------------------------
@@ -176,16 +186,22 @@ typedef struct qmoe_context_options {
   void* parallel_for_state;
 } qmoe_context_options;
 
-/// Fill `options` with the defaults (struct_size set, process-default tier, all cores).
+/// Fill `options` with the defaults (struct_size set, process-default tier, all cores). NULL is
+/// a no-op.
 QMOE_API void qmoe_context_options_init(qmoe_context_options* options);
 /// Create a context. `options` may be NULL for the defaults. On failure *context is NULL.
+/// INVALID_ARGUMENT for a NULL `context`, a bad struct_size, a max_isa that is not a
+/// qmoe_isa, or num_threads above QMOE_MAX_THREADS; UNSUPPORTED_HARDWARE for a tier the build
+/// or host cannot run; OUT_OF_MEMORY when the context or its pool cannot be made.
 QMOE_API qmoe_status qmoe_context_create(const qmoe_context_options* options,
                                          qmoe_context** context);
-/// Destroy a context and its pool. NULL is accepted; a destroyed handle is rejected.
+/// Destroy a context and its pool. NULL is accepted (OK); a destroyed handle is rejected
+/// (INVALID_CONTEXT) for at least the next 64 context destructions.
 QMOE_API qmoe_status qmoe_context_destroy(qmoe_context* context);
-/// Tier the context's kernels use.
+/// Tier the context's kernels use. INVALID_ARGUMENT for a NULL `isa`.
 QMOE_API qmoe_status qmoe_context_get_isa(const qmoe_context* context, qmoe_isa* isa);
 /// Number of threads the context splits work over (1 when it runs everything inline).
+/// INVALID_ARGUMENT for a NULL `num_threads`.
 QMOE_API qmoe_status qmoe_context_get_num_threads(const qmoe_context* context,
                                                   uint32_t* num_threads);
 
@@ -195,7 +211,9 @@ QMOE_API qmoe_status qmoe_context_get_num_threads(const qmoe_context* context,
  * Round to nearest even; overflow to infinity; subnormals kept whatever MXCSR says; a NaN
  * stays a quiet NaN with its sign (docs/formats.md gives the payload rule). FP16 and BF16
  * values are passed as their raw uint16_t bit patterns. n == 0 is a no-op (pointers may then
- * be NULL). Large rows are split over the context's threads.
+ * be NULL; the context is still checked). INVALID_ARGUMENT for a NULL src or dst with n > 0,
+ * n above SIZE_MAX / 4, or src and dst overlapping. Large rows are split over the context's
+ * threads.
  * ------------------------------------------------------------------------------------------- */
 
 /// dst[i] = (float)fp16 src[i], for i < n.
@@ -311,6 +329,8 @@ typedef struct qmoe_quant_matrix {
 } qmoe_quant_matrix;
 
 /// Bytes of canonical codes for an N x K matrix of `format` (padding included).
+/// UNSUPPORTED_FORMAT for a format the build does not have; INVALID_ARGUMENT for a NULL
+/// `bytes`, or n or k of 0 or above QMOE_MAX_MATRIX_DIM.
 QMOE_API qmoe_status qmoe_quant_matrix_codes_size(qmoe_weight_format format, uint32_t n, uint32_t k,
                                                   size_t* bytes);
 
@@ -328,7 +348,14 @@ QMOE_API qmoe_status qmoe_gemm_kernel_available(const qmoe_context* context,
 /// Y[m, j] = sum_k X[m, k] * W[j, k] (+ bias[j]) for m < M and n_begin <= j < n_end, with
 /// X row m at x + m * ldx (K floats) and Y row m at y + m * ldy. Writes only columns
 /// [n_begin, n_end) of each Y row; splits the columns over the context's threads, and the
-/// result does not depend on the thread count.
+/// result does not depend on the thread count. INVALID_ARGUMENT (nothing written) for: a
+/// `weights` description the format does not accept (block size, k not a multiple of it, NULL
+/// codes or scales, strides that alias rows or blocks or run past the address space, scales
+/// or bias not aligned to their element size, dtypes, global_scale), an unknown accuracy,
+/// m = 0, NULL x or y, an empty column range or n_end > N, ldx < K or ldy < n_end when M > 1,
+/// M * ld overflowing, x overlapping the written part of y, or y overlapping the weights
+/// (codes, scales, zero points, bias). UNSUPPORTED_FORMAT for a format or scale dtype the
+/// build does not run; OUT_OF_MEMORY when scratch cannot grow.
 QMOE_API qmoe_status qmoe_gemm(qmoe_context* context, const qmoe_quant_matrix* weights,
                                qmoe_accuracy accuracy, uint32_t m, const float* x, size_t ldx,
                                float* y, size_t ldy, uint32_t n_begin, uint32_t n_end);
@@ -346,13 +373,17 @@ QMOE_API qmoe_status qmoe_gemm_typed(qmoe_context* context, const qmoe_quant_mat
 /// Import ONNX Runtime's MatMulNBits/QMoE INT4 codes: uint8 [N, K/2] rows, byte j of a row
 /// holding k = 2j in its low nibble and k = 2j + 1 in its high nibble. Writes the whole
 /// canonical buffer (padding zeroed); `dst_bytes` must be at least the codes size. src and dst
-/// must not overlap (INVALID_ARGUMENT).
+/// must not overlap. INVALID_ARGUMENT for NULL pointers, an odd k, n or k of 0 or above
+/// QMOE_MAX_MATRIX_DIM, a dst_bytes below the codes size, or overlap.
 QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint32_t k, void* dst,
                                            size_t dst_bytes);
 
 /// Import ONNX Runtime's packed INT4 zero points: uint8 [N, ceil(K/block / 2)] rows, block 2j
 /// in the low nibble and 2j + 1 in the high nibble, into one byte per (n, b) at
 /// dst[n * dst_row_stride + b * dst_block_stride]; src and dst must not overlap.
+/// INVALID_ARGUMENT for NULL pointers, n or k of 0 or above QMOE_MAX_MATRIX_DIM, a block_size
+/// of 0 or one that does not divide k, dst strides that alias or run past the address space
+/// (each at most 2^48), or overlap.
 QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint32_t n, uint32_t k,
                                                        uint32_t block_size, uint8_t* dst,
                                                        size_t dst_row_stride,
@@ -362,7 +393,9 @@ QMOE_API qmoe_status qmoe_import_int4_onnx_zero_points(const uint8_t* src, uint3
 /// low nibble and code j + 16 in its high nibble; value (code - 8) * d), N rows of K / 32
 /// blocks, 18 bytes each, contiguous. Writes canonical codes (block size 32, zero point 8) and
 /// FP16 scales at scales[n * scale_row_stride + b * scale_block_stride]. src, dst_codes and
-/// the scale plane must not overlap (INVALID_ARGUMENT).
+/// the scale plane must not overlap. INVALID_ARGUMENT for NULL pointers, n or k of 0 or above
+/// QMOE_MAX_MATRIX_DIM, k not a multiple of 32, a dst_bytes below the codes size, scales not
+/// 2-byte aligned, scale strides that alias or run past the address space, or overlap.
 QMOE_API qmoe_status qmoe_import_int4_q4_0(const void* src, uint32_t n, uint32_t k, void* dst_codes,
                                            size_t dst_bytes, uint16_t* scales,
                                            size_t scale_row_stride, size_t scale_block_stride);
@@ -414,6 +447,8 @@ QMOE_API size_t qmoe_grouped_plane_elements(uint32_t n, uint32_t blocks);
 /// row stride 1, block stride 8 and group stride 8 * blocks. For runtimes whose planes come in
 /// another order (ONNX Runtime's [N, K/block], ggml's per-block scales): once, at load time.
 /// dst_bytes must hold qmoe_grouped_plane_elements(n, blocks) elements; src and dst must not
+/// overlap. INVALID_ARGUMENT for NULL pointers, n or blocks of 0, an element_bytes other than
+/// 1, 2 or 4, src strides that alias or run past the address space, a dst_bytes too small, or
 /// overlap.
 QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t blocks,
                                       size_t element_bytes, size_t src_row_stride,
@@ -430,7 +465,8 @@ QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t bloc
 /// the figures); a runtime with its own allocator gets the same by 2 MiB alignment and that
 /// advice. Huge pages are advice: where the OS gives none the memory is ordinary and every call
 /// works the same.
-/// Free with qmoe_free_weight_memory. OUT_OF_MEMORY when the allocation fails.
+/// Free with qmoe_free_weight_memory. INVALID_ARGUMENT for bytes = 0 or a NULL `memory`;
+/// OUT_OF_MEMORY when the allocation fails.
 QMOE_API qmoe_status qmoe_alloc_weight_memory(size_t bytes, void** memory);
 
 /// Frees memory from qmoe_alloc_weight_memory; NULL is a no-op.
@@ -481,21 +517,28 @@ typedef struct qmoe_expert_set_desc {
 typedef struct qmoe_expert_set qmoe_expert_set;
 
 /// Fill `desc` with the defaults: struct_size set, interleaved fusion, alpha 1, beta 0, no
-/// limit, everything else 0/NULL.
+/// limit, everything else 0/NULL. NULL is a no-op.
 QMOE_API void qmoe_expert_set_desc_init(qmoe_expert_set_desc* desc);
 /// Validate every expert (shapes against hidden/intermediate, formats, planes) and create the
-/// set; on failure *set is NULL and the message names the expert and field.
+/// set; on failure *set is NULL and the message names the expert and field. INVALID_ARGUMENT
+/// for NULL `desc`, `set`, fc1 or fc2, a bad struct_size, E, H or I of 0, 2 * I above
+/// UINT32_MAX, an unknown fusion, a non-finite alpha or beta, a limit that is NaN or <= 0, or
+/// an expert whose FC1 is not [2I, H], whose FC2 is not [H, I], or whose description
+/// qmoe_gemm would refuse; OUT_OF_MEMORY when the set cannot be allocated.
 QMOE_API qmoe_status qmoe_expert_set_create(const qmoe_expert_set_desc* desc,
                                             qmoe_expert_set** set);
-/// Destroy a set. NULL is accepted; a destroyed handle is rejected.
+/// Destroy a set. NULL is accepted (OK); a destroyed handle is rejected (INVALID_ARGUMENT) for
+/// at least the next 64 set destructions.
 QMOE_API qmoe_status qmoe_expert_set_destroy(qmoe_expert_set* set);
 
 /// Route M tokens: per row i of logits [M, E], the k experts with the largest logits into
 /// ids[i * k + j] (descending; equal logits: lower expert id first) and their softmax weights
 /// into weights[i * k + j]: exp(l - max) over the sum of exp(l - max) over the k selected
 /// (renormalize != 0: the weights sum to 1, as ONNX Runtime's QMoE) or over all E experts.
-/// NaN or +infinity logits, or a row of -infinity only, are INVALID_ARGUMENT, and so is
-/// num_experts above INT32_MAX (ids are int32_t).
+/// NaN or +infinity logits, or a row of -infinity only, are INVALID_ARGUMENT (nothing written),
+/// and so are m or num_experts of 0, num_experts above INT32_MAX (ids are int32_t), k of 0
+/// or above num_experts, NULL pointers, m * num_experts overflowing, and logits, ids and
+/// weights overlapping one another (the outputs must be separate buffers).
 QMOE_API qmoe_status qmoe_moe_route_topk(const float* logits, uint32_t m, uint32_t num_experts,
                                          uint32_t k, int renormalize, int32_t* ids, float* weights);
 
@@ -536,11 +579,13 @@ typedef struct qmoe_moe_params {
 } qmoe_moe_params;
 
 /// Fill `params` with the defaults: struct_size set, FAST, F32, renormalize 1, everything
-/// else 0/NULL.
+/// else 0/NULL. NULL is a no-op.
 QMOE_API void qmoe_moe_params_init(qmoe_moe_params* params);
 
 /// Bytes of workspace qmoe_moe_forward needs for M tokens with k slots at `accuracy` on this
 /// context (any dtype and routing; its thread count sizes per-thread scratch).
+/// INVALID_ARGUMENT for a NULL `bytes`, an unknown accuracy, m = 0, k of 0 or above E, or a
+/// size that overflows; INVALID_CONTEXT / INVALID_ARGUMENT for a bad context / set.
 QMOE_API qmoe_status qmoe_moe_workspace_size(const qmoe_context* context,
                                              const qmoe_expert_set* set, qmoe_accuracy accuracy,
                                              uint32_t m, uint32_t k, size_t* bytes);
@@ -554,7 +599,12 @@ QMOE_API qmoe_status qmoe_moe_workspace_size(const qmoe_context* context,
 /// qmoe_convert_* around an FP32 layer. y overlapping any other input, the run mask, the
 /// workspace or the set's weights is INVALID_ARGUMENT, as are ids outside [0, E), non-finite
 /// weights, NaN or +infinity logits or a row of -infinity only, both routings or neither,
-/// k = 0 or k > E.
+/// k = 0 or k > E; so are a NULL params, a struct_size below sizeof(qmoe_moe_params) (one
+/// version so far) or above 64 KiB, an unknown accuracy or dtype (only F32, F16 and BF16),
+/// m = 0, NULL x or y, ldx or ldy below H when M > 1, M * ld overflowing, and a workspace that
+/// is too small, runs past the address space or overlaps x, y or the weights. A NULL,
+/// destroyed or foreign set is INVALID_ARGUMENT, a bad context INVALID_CONTEXT;
+/// OUT_OF_MEMORY when scratch cannot grow.
 QMOE_API qmoe_status qmoe_moe_forward(qmoe_context* context, const qmoe_expert_set* set,
                                       const qmoe_moe_params* params);
 

@@ -225,7 +225,8 @@ typedef struct qmoe_cuda_offload_telemetry {
 QMOE_API void qmoe_cuda_offload_desc_init(qmoe_cuda_offload_desc* desc);
 
 /// Make a session: the ring (mapped pinned host memory), the device state, and the service
-/// thread, started. INVALID_ARGUMENT for a NULL or destroyed handle, num_layers 0, a layer whose
+/// thread, started. INVALID_CONTEXT for a NULL or destroyed context; INVALID_ARGUMENT for a NULL
+/// or destroyed handle, num_layers 0, a layer whose
 /// host and GPU sets differ in E, H, the intermediate size or the SwiGLU fusion, layers of
 /// different H, more than 1024 experts, k outside [1, E] of some layer, m_capacity 0,
 /// m_capacity * k above 4096, ring_size outside [1, 1024], timeout_us or park_poll_us 0, a GPU

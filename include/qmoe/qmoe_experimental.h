@@ -32,10 +32,11 @@ typedef struct qmoe_kernel_info {
 } qmoe_kernel_info;
 
 /// Number of entries in the context's kernel table (every operation, and one GEMM per format
-/// and accuracy level the build has).
+/// and accuracy level the build has). INVALID_ARGUMENT for a NULL `count`.
 QMOE_API qmoe_status qmoe_context_get_kernel_count(const qmoe_context* context, uint32_t* count);
 /// Entry `index` (< the count) of the context's kernel table: operations first, in a fixed
-/// order, then the GEMMs by format and accuracy.
+/// order, then the GEMMs by format and accuracy. INVALID_ARGUMENT (nothing written) for a NULL
+/// `info`, a struct_size no version had, or an index at or above the count.
 QMOE_API qmoe_status qmoe_context_get_kernel_info(const qmoe_context* context, uint32_t index,
                                                   qmoe_kernel_info* info);
 
@@ -43,10 +44,12 @@ QMOE_API qmoe_status qmoe_context_get_kernel_info(const qmoe_context* context, u
  * Memory bandwidth
  * ------------------------------------------------------------------------------------------- */
 
-/// Measure read bandwidth (bytes/s) by streaming a private buffer of `buffer_bytes` (at least
-/// 4096) `repetitions` times (>= 1) with the context's read kernel, on one thread or on all of
+/// Measure read bandwidth (bytes/s) by streaming a private buffer of `buffer_bytes` (4096 to
+/// 2^40) `repetitions` times (>= 1) with the context's read kernel, on one thread or on all of
 /// the context's threads; reports the best repetition. Use a buffer several times the
-/// last-level cache for DRAM bandwidth.
+/// last-level cache for DRAM bandwidth. INVALID_ARGUMENT for a buffer_bytes outside
+/// [4096, 2^40], repetitions = 0 or a NULL `bytes_per_second`; OUT_OF_MEMORY when the buffer
+/// cannot be allocated.
 QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t buffer_bytes,
                                                  uint32_t repetitions, int use_all_threads,
                                                  double* bytes_per_second);
@@ -56,7 +59,9 @@ QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t b
 /// contiguous slice per thread with use_all_threads. For the bandwidth of the pages a runtime's
 /// expert weights actually live in, to set beside qmoe_measure_read_bandwidth's fresh buffer
 /// (on virtual machines the two can differ from one process to the next). Use a range several
-/// times the last-level cache for DRAM bandwidth.
+/// times the last-level cache for DRAM bandwidth. INVALID_ARGUMENT for NULL `data` or
+/// `bytes_per_second`, a range that wraps around the address space, fewer than 4096 bytes of
+/// whole 64-byte lines in it, or repetitions = 0.
 QMOE_API qmoe_status qmoe_measure_read_bandwidth_over(qmoe_context* context, const void* data,
                                                       size_t bytes, uint32_t repetitions,
                                                       int use_all_threads,

@@ -73,7 +73,7 @@ template <typename Src, typename Dst>
 void check_bounds_and_values(const char* isa, const char* direction,
                              void (*kernel)(const Src*, Dst*, size_t),
                              void (*scalar)(const Src*, Dst*, size_t)) {
-  const uint32_t seed = std::random_device{}();
+  const auto seed = static_cast<uint32_t>(fresh_seed());
   std::mt19937 rng(seed);
   // [guard | offsets + max count | guard] for both buffers, base 64-byte aligned.
   const size_t src_bytes = 2 * kGuardBytes + (kOffsets + kMaxCount) * sizeof(Src);
@@ -166,7 +166,7 @@ void check_reads_stay_inside(const char* isa, const char* direction,
   GuardedPage page;
   ASSERT_TRUE(page.ok()) << "mmap/mprotect failed";
   ASSERT_GE(page.size(), kMaxCount * sizeof(Src));
-  const uint32_t seed = std::random_device{}();
+  const auto seed = static_cast<uint32_t>(fresh_seed());
   std::mt19937 rng(seed);
   fill_random(rng, reinterpret_cast<Src*>(page.begin()), page.size() / sizeof(Src));
   std::vector<Dst> got(kMaxCount + 1), want(kMaxCount + 1);

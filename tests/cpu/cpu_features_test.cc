@@ -9,6 +9,8 @@
 #include "lib/cpu_features.h"
 #include "lib/dispatch.h"
 #include "lib/gemm/stream_tuning.h"
+#include "tests/cpu/tier_kernels.h"
+#include "tests/expected_tier.h"
 
 namespace qmoe {
 namespace {
@@ -101,6 +103,17 @@ TEST(TierGates, AvailabilityFollowsTheProbe) {
   EXPECT_NE(kernel_table_for_isa(best_supported_isa()), nullptr);
 }
 
+// Which tiers are available, against the test's own reading of cpuinfo's flags
+// (tests/expected_tier.h) rather than the library's gates: every tier up to the expected best.
+TEST(TierGates, AvailabilityMatchesCpuinfo) {
+  const Isa best = testing::expected_best_tier();
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    const bool expected = static_cast<int>(isa) <= static_cast<int>(best);
+    EXPECT_EQ(kernel_table_for_isa(isa) != nullptr, expected) << isa_name(isa);
+  }
+  EXPECT_STREQ(isa_name(best_supported_isa()), isa_name(best));
+}
+
 // The tier and extension suffix each assembled entry must carry, written here, not computed by
 // the library: on this host, a tier takes an extension's kernel exactly when the host has it.
 std::string expected_suffix(Isa tier, bool extension_kernel) {
@@ -140,6 +153,9 @@ TEST(Dispatch, AssembledTablesAreCompleteAndNamedByTheirTier) {
     ASSERT_NE(fast.fn, nullptr);
     EXPECT_EQ(std::string(exact.name), "qmoe_gemm_int4_exact_8x32" + expected_suffix(isa, false));
     EXPECT_EQ(std::string(fast.name), "qmoe_gemm_int4_fast_8x32" + expected_suffix(isa, true));
+    // And every entry's function is the one its name belongs to (a table can carry the right
+    // names over another ISA's functions).
+    EXPECT_EQ(testing::check_tier_kernels(isa, *table, "Dispatch"), 0);
   }
   // Every tier's table is assembled once: the same pointer on every call.
   EXPECT_EQ(kernel_table_for_isa(Isa::kScalar), kernel_table_for_isa(Isa::kScalar));

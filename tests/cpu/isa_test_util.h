@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <random>
 #include <string>
@@ -18,6 +20,7 @@
 #include "lib/cpu/kernel_tables.h"
 #include "lib/cpu_features.h"
 #include "lib/dispatch.h"
+#include "tests/cpu/tier_kernels.h"
 
 namespace qmoe {
 // Names the tier in test listings ("GetParam() = avx2" instead of raw bytes).
@@ -28,11 +31,49 @@ inline void PrintTo(Isa isa, std::ostream* os) {
 
 namespace qmoe::testing {
 
-/// The seed of a randomised test: QMOE_TEST_SEED when set (to replay a failure; tests print the
-/// seed they used), a fresh random one otherwise.
+namespace detail {
+// The seeds the running test drew (tests/test_main.cc prints them under a failure).
+struct SeedLog {
+  std::mutex mutex;
+  std::vector<uint64_t> seeds;
+};
+inline SeedLog& seed_log() {
+  static SeedLog log;
+  return log;
+}
+}  // namespace detail
+
+/// The seed of a randomised test: QMOE_TEST_SEED when set (to replay a run: every draw then
+/// gives that seed), a fresh random one otherwise. Every draw is printed with the line that
+/// replays it, and tests/test_main.cc prints the test's seeds again under a failure. CI runs
+/// the randomised tests under a fixed set of seeds as well (QMOE_TEST_FIXED_SEEDS in
+/// tests/CMakeLists.txt), so a green CI run covers those seeds plus one fresh one.
 inline uint64_t fresh_seed() {
-  if (const char* s = std::getenv("QMOE_TEST_SEED")) return std::strtoull(s, nullptr, 0);
-  return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  uint64_t seed = 0;
+  const char* s = std::getenv("QMOE_TEST_SEED");
+  if (s != nullptr && *s != '\0') {
+    char* end = nullptr;
+    seed = std::strtoull(s, &end, 0);
+    if (*end != '\0') ADD_FAILURE() << "QMOE_TEST_SEED=\"" << s << "\" is not a number";
+  } else {
+    seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  }
+  {
+    std::lock_guard<std::mutex> lock(detail::seed_log().mutex);
+    detail::seed_log().seeds.push_back(seed);
+  }
+  std::printf("[   SEED   ] %llu (replay: QMOE_TEST_SEED=%llu)\n",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+  std::fflush(stdout);
+  return seed;
+}
+
+/// The seeds drawn since the last call (tests/test_main.cc clears them at every test start).
+inline std::vector<uint64_t> take_drawn_seeds() {
+  std::lock_guard<std::mutex> lock(detail::seed_log().mutex);
+  std::vector<uint64_t> out;
+  out.swap(detail::seed_log().seeds);
+  return out;
 }
 
 /// The tiers the build has (lib/cpu/isa_list.inc's base rows), lowest first.
@@ -83,7 +124,8 @@ struct ContextDeleter {
 using ContextPtr = std::unique_ptr<qmoe_context, ContextDeleter>;
 
 /// A context capped at `isa` with `threads` pool threads (0 = default); fails the test if the
-/// library refuses.
+/// library refuses, or if the context's tier or kernels are not `isa`'s own
+/// (tests/cpu/tier_kernels.h).
 inline ContextPtr make_context(Isa isa, uint32_t threads) {
   qmoe_context_options o;
   qmoe_context_options_init(&o);
@@ -91,6 +133,7 @@ inline ContextPtr make_context(Isa isa, uint32_t threads) {
   o.num_threads = threads;
   qmoe_context* raw = nullptr;
   EXPECT_EQ(qmoe_context_create(&o, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  if (raw != nullptr) check_context_kernels(raw, isa, "make_context");
   return ContextPtr(raw);
 }
 
@@ -98,7 +141,9 @@ inline std::string IsaParamName(const ::testing::TestParamInfo<Isa>& info) {
   return isa_name(info.param);
 }
 
-/// Base fixture: GetParam() is the tier; table() its assembled kernel table.
+/// Base fixture: GetParam() is the tier; table() its assembled kernel table. Every test on a
+/// tier first checks that the table holds the tier's own kernels (tests/cpu/tier_kernels.h): a
+/// tier whose table came from another tier's kernels would otherwise pass its numeric tests.
 class IsaTest : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -108,6 +153,7 @@ class IsaTest : public ::testing::TestWithParam<Isa> {
     }
     table_ = kernel_table_for_isa(GetParam());
     ASSERT_NE(table_, nullptr);
+    check_tier_kernels(GetParam(), *table_, "IsaTest");
   }
   const KernelTable& table() const { return *table_; }
 

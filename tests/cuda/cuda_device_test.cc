@@ -48,7 +48,8 @@ TEST(CudaDevice, StubDriverIsUnavailable) {
 #endif
 }
 
-// Host-side checks run in every build, before any question of CUDA (lib/cuda_api.cc).
+// Host-side arguments are checked first, in every build (docs/abi.md): a build without CUDA
+// answers a NULL output with INVALID_ARGUMENT too, as tests/c_abi_test.c expects.
 TEST(CudaDevice, NullOutputIsRejected) {
   EXPECT_EQ(qmoe_cuda_get_device_count(nullptr), QMOE_STATUS_INVALID_ARGUMENT);
 }

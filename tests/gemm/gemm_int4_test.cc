@@ -14,6 +14,7 @@
 
 #include "tests/cpu/isa_test_util.h"
 #include "tests/gemm/int4_reference.h"
+#include "tests/threaded_runs.h"
 
 namespace qmoe::testing {
 namespace {
@@ -30,14 +31,13 @@ const char* level_name(qmoe_accuracy a) {
 // Returns the outputs (n_total per row) for parity comparisons.
 std::vector<float> run_and_check(qmoe_context* ctx, const Int4Matrix& w, qmoe_accuracy level,
                                  const std::vector<float>& x, uint32_t m, uint32_t n_begin,
-                                 uint32_t n_end, const std::string& where) {
+                                 uint32_t n_end, const Reference& ref, const std::string& where) {
   const uint32_t n = w.options.n, k = w.options.k;
   const size_t ldy = n + 5;
   std::vector<float> buffer(kGuard + size_t{m} * ldy + kGuard, kPoison);
   float* y = buffer.data() + kGuard;
   const qmoe_status status = qmoe_gemm(ctx, &w.desc, level, m, x.data(), k, y, ldy, n_begin, n_end);
   EXPECT_EQ(status, QMOE_STATUS_OK) << where << ": " << qmoe_last_error_message();
-  const Reference ref = reference_gemm(w, x, m);
   std::vector<float> out(size_t{m} * n, kPoison);
   int reported = 0;
   for (size_t i = 0; i < buffer.size(); ++i) {
@@ -65,6 +65,31 @@ std::vector<float> run_and_check(qmoe_context* ctx, const Int4Matrix& w, qmoe_ac
   return out;
 }
 
+// run_and_check on every thread configuration of `runs` (tests/threaded_runs.h): each meets
+// the reference, and each has the bits of the first (one thread), as docs/abi.md promises.
+// Returns the one-thread outputs.
+std::vector<float> check_threaded(const ThreadedRuns& runs, const Int4Matrix& w,
+                                  qmoe_accuracy level, const std::vector<float>& x, uint32_t m,
+                                  uint32_t n_begin, uint32_t n_end, const Reference& ref,
+                                  const std::string& where) {
+  std::vector<float> first;
+  for (const ThreadedRun& run : runs.runs()) {
+    const std::vector<float> got =
+        run_and_check(run.ctx, w, level, x, m, n_begin, n_end, ref, where + " on " + run.label);
+    if (first.empty()) {
+      first = got;
+      continue;
+    }
+    const long i = first_bit_difference(first.data(), got.data(), got.size());
+    if (i >= 0) {
+      ADD_FAILURE() << where << ": output " << i << " on " << run.label << " is " << got[i]
+                    << ", on " << runs.runs()[0].label << " " << first[i]
+                    << " (the thread count changed a bit)";
+    }
+  }
+  return first;
+}
+
 struct Case {
   Int4Options w;
   uint32_t m;
@@ -73,8 +98,21 @@ struct Case {
 
 class GemmInt4 : public IsaTest {
  protected:
-  // Each case on this tier and on scalar; both must meet the reference bound, and agree with
-  // each other to the same bound.
+  // The tier's contexts in every thread configuration, made on first use.
+  ThreadedRuns& runs() {
+    if (runs_ == nullptr) runs_ = std::make_unique<ThreadedRuns>(GetParam());
+    return *runs_;
+  }
+  // Asserts that the caller-pool context ran some call as more than one task, for the tests
+  // whose shapes are meant to reach the parallel path.
+  void expect_split_calls() {
+    EXPECT_GT(runs().pool().split_calls(), 0u)
+        << "no call of this test was split over threads: its thread checks checked nothing";
+  }
+
+  // Each case on this tier in every thread configuration and on scalar; all must meet the
+  // reference bound, the tier's configurations must agree bit for bit, and the tier must agree
+  // with scalar to the same bound.
   void run_case(const Case& c, qmoe_accuracy level, uint64_t seed) {
     std::mt19937_64 rng(seed);
     const Int4Matrix w = make_int4_matrix(c.w, rng);
@@ -84,14 +122,13 @@ class GemmInt4 : public IsaTest {
                               c.w.describe() + " m=" + std::to_string(c.m) + " cols [" +
                               std::to_string(c.n_begin) + "," + std::to_string(n_end) +
                               ") seed=" + std::to_string(seed);
-    ContextPtr ctx = make_context(GetParam(), 1);
+    const Reference ref = reference_gemm(w, x, c.m);
     const std::vector<float> got =
-        run_and_check(ctx.get(), w, level, x, c.m, c.n_begin, n_end, where);
+        check_threaded(runs(), w, level, x, c.m, c.n_begin, n_end, ref, where);
     if (GetParam() == Isa::kScalar) return;
     ContextPtr scalar = make_context(Isa::kScalar, 1);
     const std::vector<float> want =
-        run_and_check(scalar.get(), w, level, x, c.m, c.n_begin, n_end, where + " [scalar]");
-    const Reference ref = reference_gemm(w, x, c.m);
+        run_and_check(scalar.get(), w, level, x, c.m, c.n_begin, n_end, ref, where + " [scalar]");
     int reported = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       const double tol =
@@ -101,6 +138,9 @@ class GemmInt4 : public IsaTest {
       }
     }
   }
+
+ private:
+  std::unique_ptr<ThreadedRuns> runs_;
 };
 
 TEST_P(GemmInt4, ShapesAndTails) {
@@ -113,6 +153,7 @@ TEST_P(GemmInt4, ShapesAndTails) {
       }
     }
   }
+  expect_split_calls();
 }
 
 TEST_P(GemmInt4, KFromOneBlockTo4096EveryBlockSize) {
@@ -127,6 +168,7 @@ TEST_P(GemmInt4, KFromOneBlockTo4096EveryBlockSize) {
       run_case(big, level, seed + block);
     }
   }
+  expect_split_calls();
 }
 
 TEST_P(GemmInt4, ScaleDtypesOrdersZeroPointsAndBias) {
@@ -214,12 +256,13 @@ TEST_P(GemmInt4, ExtremeActivations) {
       std::vector<float> x = random_activations(m, o.k, rng);
       for (float& v : x) v = std::ldexp(v, 100);  // |x| up to about 1e30; sums stay finite
       ContextPtr ctx = make_context(GetParam(), 1);
+      const Reference ref = reference_gemm(w, x, m);
       for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
         const std::string where = std::string(isa_name(GetParam())) + "/" + level_name(level) +
                                   " x * 2^100 m=" + std::to_string(m) +
                                   (zero_points ? " zero points" : "") +
                                   " seed=" + std::to_string(seed);
-        run_and_check(ctx.get(), w, level, x, m, 0, o.n, where);
+        check_threaded(runs(), w, level, x, m, 0, o.n, ref, where);
       }
       x[size_t{m - 1} * o.k + 77] = std::nanf("");
       std::vector<float> y(size_t{m} * o.n, 0.0f);
@@ -245,7 +288,6 @@ TEST_P(GemmInt4, TinyActivationsMeetTheBound) {
   std::mt19937_64 rng(seed);
   Int4Options o{19, 320, 32, QMOE_DTYPE_F16, ScaleOrder::kGrouped, false};
   const Int4Matrix w = make_int4_matrix(o, rng);
-  ContextPtr ctx = make_context(GetParam(), 1);
   for (uint32_t m : {1u, 4u}) {
     std::vector<float> x = random_activations(m, o.k, rng);
     for (size_t i = 0; i < x.size(); ++i) {
@@ -254,9 +296,9 @@ TEST_P(GemmInt4, TinyActivationsMeetTheBound) {
       // Every chunk's max at exactly 2^e (its first value), the rest below it.
       x[i] = i % 32 == 0 ? std::ldexp(1.0f, e) : std::ldexp(std::fmod(x[i], 1.0f), e);
     }
-    run_and_check(ctx.get(), w, QMOE_ACCURACY_FAST, x, m, 0, o.n,
-                  std::string(isa_name(GetParam())) + "/fast tiny activations m=" +
-                      std::to_string(m) + " seed=" + std::to_string(seed));
+    check_threaded(runs(), w, QMOE_ACCURACY_FAST, x, m, 0, o.n, reference_gemm(w, x, m),
+                   std::string(isa_name(GetParam())) + "/fast tiny activations m=" +
+                       std::to_string(m) + " seed=" + std::to_string(seed));
   }
 }
 
@@ -275,38 +317,38 @@ TEST_P(GemmInt4, ScalesNearFltMaxStayFinite) {
       const float v = static_cast<float>(w.scale_values[i]);
       std::memcpy(w.scales.data() + i * sizeof(float), &v, sizeof(float));
     }
-    ContextPtr ctx = make_context(GetParam(), 1);
     for (uint32_t m : {1u, 2u, 3u}) {
       std::vector<float> x = random_activations(m, o.k, rng);
       for (float& v : x) v = std::ldexp(v, -20);  // outputs about 2^115: finite
+      const Reference ref = reference_gemm(w, x, m);
       for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
-        run_and_check(ctx.get(), w, level, x, m, 0, o.n,
-                      std::string(isa_name(GetParam())) + "/" + level_name(level) +
-                          " scales * 2^130 m=" + std::to_string(m) +
-                          (zero_points ? " zero points" : "") + " seed=" + std::to_string(seed));
+        check_threaded(runs(), w, level, x, m, 0, o.n, ref,
+                       std::string(isa_name(GetParam())) + "/" + level_name(level) +
+                           " scales * 2^130 m=" + std::to_string(m) +
+                           (zero_points ? " zero points" : "") + " seed=" + std::to_string(seed));
       }
     }
   }
 }
 
-// The result must not depend on the thread count (columns are split, never K).
+// The result must not depend on the thread count (columns are split, never K): a shape of 26
+// row groups, so every configuration splits it, against the reference and bit for bit.
 TEST_P(GemmInt4, ThreadCountDoesNotChangeTheResult) {
-  std::mt19937_64 rng(fresh_seed());
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
   Int4Options o{203, 512, 32, QMOE_DTYPE_F16, ScaleOrder::kBlockMajor, true};
   const Int4Matrix w = make_int4_matrix(o, rng);
   for (uint32_t m : {1u, 4u}) {
     const std::vector<float> x = random_activations(m, o.k, rng);
+    const Reference ref = reference_gemm(w, x, m);
     for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
-      std::vector<float> one(size_t{m} * o.n), many(size_t{m} * o.n);
-      ContextPtr c1 = make_context(GetParam(), 1), c3 = make_context(GetParam(), 3);
-      ASSERT_EQ(qmoe_gemm(c1.get(), &w.desc, level, m, x.data(), o.k, one.data(), o.n, 0, o.n),
-                QMOE_STATUS_OK);
-      ASSERT_EQ(qmoe_gemm(c3.get(), &w.desc, level, m, x.data(), o.k, many.data(), o.n, 0, o.n),
-                QMOE_STATUS_OK);
-      EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0)
-          << level_name(level) << " m=" << m;
+      check_threaded(runs(), w, level, x, m, 0, o.n, ref,
+                     std::string(isa_name(GetParam())) + "/" + level_name(level) + " " +
+                         o.describe() + " m=" + std::to_string(m) +
+                         " seed=" + std::to_string(seed));
     }
   }
+  expect_split_calls();
 }
 
 // Randomised shapes and options against the FP64 reference (run under ASan+UBSan in CI).
@@ -320,6 +362,7 @@ TEST_P(GemmInt4, Fuzz) {
     Case c{o, m, std::min(a, b), std::max(a, b) + 1};
     run_case(c, rng() % 2 ? QMOE_ACCURACY_EXACT : QMOE_ACCURACY_FAST, seed + iteration);
   }
+  expect_split_calls();
 }
 
 QMOE_INSTANTIATE_ISA_TEST_SUITE(GemmInt4);

@@ -4,22 +4,17 @@
 #include <numeric>
 #include <sstream>
 
+#include "tests/gemm/q8_reference.h"
+
 namespace qmoe::testing {
 namespace {
 
-// The fast level's activation quantization of docs/formats.md, with the same FP32 operations
-// (so the same q and scales as every tier): out[k] = s_c * q_k.
+// The fast level's activation quantization (tests/gemm/q8_reference.h, written from
+// docs/formats.md, not from the library's quantizer), dequantized: out[k] = s_c * q_k.
 void dequantized_q8(const float* x, uint32_t k_total, double* out) {
-  for (uint32_t c0 = 0; c0 < k_total; c0 += 32) {
-    const uint32_t c1 = std::min(k_total, c0 + 32);
-    float amax = 0.0f;
-    for (uint32_t k = c0; k < c1; ++k) amax = std::max(amax, std::fabs(x[k]));
-    const float s = amax / 127.0f;
-    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-    for (uint32_t k = c0; k < c1; ++k) {
-      const float q = std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f);
-      out[k] = static_cast<double>(s) * q;
-    }
+  const Q8Reference q = reference_quantize_q8(x, k_total);
+  for (uint32_t k = 0; k < k_total; ++k) {
+    out[k] = static_cast<double>(q.scale[k / 32]) * q.q[k];
   }
 }
 
@@ -138,6 +133,18 @@ MoeReference reference_moe_experts(const MoeOptions& o, const std::vector<const 
                                    const std::vector<int32_t>& ids,
                                    const std::vector<float>& weights, uint32_t k,
                                    const uint8_t* run_mask, const std::vector<float>& y0) {
+  const std::vector<double> exact(weights.begin(), weights.end());
+  const std::vector<double> no_error(weights.size(), 0.0);
+  return reference_moe_weighted(o, fc1, fc2, accuracy, x, m, ids, exact, no_error, k, run_mask, y0);
+}
+
+MoeReference reference_moe_weighted(const MoeOptions& o, const std::vector<const Int4Matrix*>& fc1,
+                                    const std::vector<const Int4Matrix*>& fc2,
+                                    qmoe_accuracy accuracy, const std::vector<float>& x, uint32_t m,
+                                    const std::vector<int32_t>& ids,
+                                    const std::vector<double>& weights,
+                                    const std::vector<double>& weight_error, uint32_t k,
+                                    const uint8_t* run_mask, const std::vector<float>& y0) {
   const uint32_t hidden = o.hidden, inter = o.intermediate;
   const bool fast = accuracy == QMOE_ACCURACY_FAST;
   const bool clamp = std::isfinite(o.limit);
@@ -166,6 +173,7 @@ MoeReference reference_moe_experts(const MoeOptions& o, const std::vector<const 
     for (uint32_t j = 0; j < k; ++j) {
       const int32_t e = ids[size_t{t} * k + j];
       const double w = weights[size_t{t} * k + j];
+      const double dw = weight_error[size_t{t} * k + j];
       if (w == 0 || (run_mask != nullptr && run_mask[e] == 0)) continue;
       const Int4Matrix& w1 = *fc1[e];
       const Int4Matrix& w2 = *fc2[e];
@@ -212,15 +220,68 @@ MoeReference reference_moe_experts(const MoeOptions& o, const std::vector<const 
         y2[n] = s;
         e2[n] = propagated + 1e-5 * abs_sum;
       }
+      // The library's weight is within dw of w (routing from logits in FP32), its expert
+      // output within e2 of y2.
       for (uint32_t n = 0; n < hidden; ++n) {
         y[n] += w * y2[n];
-        tol[n] += std::fabs(w) * e2[n];
-        magnitude[n] += std::fabs(w * y2[n]) + std::fabs(w) * e2[n];
+        tol[n] += std::fabs(w) * e2[n] + dw * (std::fabs(y2[n]) + e2[n]);
+        magnitude[n] += (std::fabs(w) + dw) * (std::fabs(y2[n]) + e2[n]);
       }
     }
     for (uint32_t n = 0; n < hidden; ++n) tol[n] += 1e-6 * magnitude[n] + 1e-30;
   }
   return ref;
+}
+
+Fp64Routing reference_route_topk(const std::vector<float>& logits, uint32_t m, uint32_t experts,
+                                 uint32_t k, bool renormalize) {
+  Fp64Routing r;
+  r.ids.resize(size_t{m} * k);
+  r.weights.resize(size_t{m} * k);
+  r.weight_error.resize(size_t{m} * k);
+  std::vector<int32_t> order(experts);
+  for (uint32_t t = 0; t < m; ++t) {
+    const float* row = logits.data() + size_t{t} * experts;
+    std::iota(order.begin(), order.end(), 0);
+    // Descending logit, lower id first among equal logits (docs/abi.md).
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    const double max = row[order[0]];
+    // The sum: over the k selected, or over every expert.
+    const uint32_t terms = renormalize ? k : experts;
+    double sum = 0, lowest = max;
+    for (uint32_t i = 0; i < terms; ++i) {
+      const double l = row[order[i]];
+      sum += std::exp(l - max);
+      if (std::isfinite(l)) lowest = std::min(lowest, l);
+    }
+    // The library's FP32 weight exp(l - max) * (1 / sum) differs from this one by at most
+    // (2 * spread + terms + 8) * 2^-24 of it: l - max rounded (relative 2^-24 of up to
+    // `spread` = max - the lowest finite logit summed, moving exp by that much), expf within
+    // 2 ulp, terms - 1 rounded additions of positive values, the reciprocal and the product.
+    const double relative = (2 * (max - lowest) + terms + 8) * std::ldexp(1.0, -24);
+    for (uint32_t j = 0; j < k; ++j) {
+      const int32_t e = order[j];
+      const double w = std::exp(static_cast<double>(row[e]) - max) / sum;
+      r.ids[size_t{t} * k + j] = e;
+      r.weights[size_t{t} * k + j] = w;
+      r.weight_error[size_t{t} * k + j] = relative * w + 1e-45;
+    }
+  }
+  return r;
+}
+
+MoeReference reference_moe_routed(const MoeModel& model, qmoe_accuracy accuracy,
+                                  const std::vector<float>& x, uint32_t m,
+                                  const Fp64Routing& routing, uint32_t k,
+                                  const std::vector<float>& y0) {
+  std::vector<const Int4Matrix*> fc1, fc2;
+  for (uint32_t e = 0; e < model.options.experts; ++e) {
+    fc1.push_back(&model.fc1[e]);
+    fc2.push_back(&model.fc2[e]);
+  }
+  return reference_moe_weighted(model.options, fc1, fc2, accuracy, x, m, routing.ids,
+                                routing.weights, routing.weight_error, k, nullptr, y0);
 }
 
 void random_routing(uint32_t m, uint32_t experts, uint32_t k, std::mt19937_64& rng,

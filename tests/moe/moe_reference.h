@@ -74,6 +74,35 @@ MoeReference reference_moe_experts(const MoeOptions& options,
                                    const std::vector<float>& weights, uint32_t k,
                                    const uint8_t* run_mask, const std::vector<float>& y0);
 
+/// reference_moe_experts with FP64 routing weights, each within weight_error[i] of the weight
+/// the library uses (the error enters the bound).
+MoeReference reference_moe_weighted(const MoeOptions& options,
+                                    const std::vector<const Int4Matrix*>& fc1,
+                                    const std::vector<const Int4Matrix*>& fc2,
+                                    qmoe_accuracy accuracy, const std::vector<float>& x, uint32_t m,
+                                    const std::vector<int32_t>& ids,
+                                    const std::vector<double>& weights,
+                                    const std::vector<double>& weight_error, uint32_t k,
+                                    const uint8_t* run_mask, const std::vector<float>& y0);
+
+/// Routing computed in the test, in FP64, from router logits [m][E], as docs/abi.md states it:
+/// the k largest logits in descending order (equal logits: lower id first), weights
+/// exp(l - max) / sum with the sum over the k selected (renormalize) or over all E. Independent
+/// of qmoe_moe_route_topk, against which the MoE tests check the layer's own routing.
+struct Fp64Routing {
+  std::vector<int32_t> ids;          // [m][k]
+  std::vector<double> weights;       // [m][k]
+  std::vector<double> weight_error;  // [m][k]: bound on |the library's FP32 weight - weight|
+};
+Fp64Routing reference_route_topk(const std::vector<float>& logits, uint32_t m, uint32_t experts,
+                                 uint32_t k, bool renormalize);
+
+/// The layer's FP64 reference on that routing (no run mask).
+MoeReference reference_moe_routed(const MoeModel& model, qmoe_accuracy accuracy,
+                                  const std::vector<float>& x, uint32_t m,
+                                  const Fp64Routing& routing, uint32_t k,
+                                  const std::vector<float>& y0);
+
 /// Random routing: k distinct experts per token, weights softmax-like and positive.
 void random_routing(uint32_t m, uint32_t experts, uint32_t k, std::mt19937_64& rng,
                     std::vector<int32_t>* ids, std::vector<float>* weights);

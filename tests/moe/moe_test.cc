@@ -17,6 +17,7 @@
 #include "tests/gemm/int4_reference.h"
 #include "tests/moe/moe_call.h"
 #include "tests/moe/moe_reference.h"
+#include "tests/threaded_runs.h"
 
 namespace qmoe::testing {
 namespace {
@@ -126,12 +127,28 @@ MoeOptions options_for(const Shape& s, qmoe_swiglu_fusion fusion, bool gpt_oss) 
 
 class MoeLayer : public IsaTest {
  protected:
+  // The tier's contexts in every thread configuration (tests/threaded_runs.h), made on first use.
+  ThreadedRuns& runs() {
+    if (runs_ == nullptr) runs_ = std::make_unique<ThreadedRuns>(GetParam());
+    return *runs_;
+  }
+
   // One forward against the reference, with guard words; returns Y.
   std::vector<float> run_checked(qmoe_context* ctx, const MoeModel& model, qmoe_expert_set* set,
                                  qmoe_accuracy level, const std::vector<float>& x, uint32_t m,
                                  const std::vector<int32_t>& ids, const std::vector<float>& w,
                                  uint32_t k, const uint8_t* mask, const std::vector<float>* y0,
                                  const std::string& where) {
+    const MoeReference ref = reference_moe(model, level, x, m, ids, w, k, mask,
+                                           y0 != nullptr ? *y0 : std::vector<float>{});
+    return run_against(ctx, model, set, level, x, m, ids, w, k, mask, y0, ref, where);
+  }
+  // The same against a reference computed once for several runs.
+  std::vector<float> run_against(qmoe_context* ctx, const MoeModel& model, qmoe_expert_set* set,
+                                 qmoe_accuracy level, const std::vector<float>& x, uint32_t m,
+                                 const std::vector<int32_t>& ids, const std::vector<float>& w,
+                                 uint32_t k, const uint8_t* mask, const std::vector<float>* y0,
+                                 const MoeReference& ref, const std::string& where) {
     const uint32_t hidden = model.options.hidden;
     GuardedY y(m, hidden, y0);
     MoeCallOptions opt;
@@ -142,12 +159,13 @@ class MoeLayer : public IsaTest {
               QMOE_STATUS_OK)
         << where << ": " << qmoe_last_error_message();
     EXPECT_EQ(y.guards_changed(), 0) << where;
-    const MoeReference ref = reference_moe(model, level, x, m, ids, w, k, mask,
-                                           y0 != nullptr ? *y0 : std::vector<float>{});
     const std::vector<float> got = y.rows();
     expect_within(got, ref, where);
     return got;
   }
+
+ private:
+  std::unique_ptr<ThreadedRuns> runs_;
 };
 
 TEST_P(MoeLayer, MatchesFp64Reference) {
@@ -173,10 +191,18 @@ TEST_P(MoeLayer, MatchesFp64Reference) {
                                     " " + o.describe() + " m=" + std::to_string(shape.m) +
                                     " k=" + std::to_string(shape.k) +
                                     " seed=" + std::to_string(case_seed);
-          for (uint32_t threads : {1u, 3u}) {
-            ContextPtr ctx = make_context(GetParam(), threads);
-            run_checked(ctx.get(), *model, set.get(), level, x, shape.m, ids, w, shape.k, nullptr,
-                        nullptr, where + " threads=" + std::to_string(threads));
+          // Every thread configuration meets the reference and gives the one-thread bits.
+          const MoeReference ref =
+              reference_moe(*model, level, x, shape.m, ids, w, shape.k, nullptr, {});
+          std::vector<float> first;
+          for (const ThreadedRun& run : runs().runs()) {
+            const std::vector<float> got =
+                run_against(run.ctx, *model, set.get(), level, x, shape.m, ids, w, shape.k, nullptr,
+                            nullptr, ref, where + " on " + run.label);
+            if (first.empty()) first = got;
+            const long i = first_bit_difference(first.data(), got.data(), got.size());
+            EXPECT_LT(i, 0) << where << ": y[" << i << "] on " << run.label
+                            << " differs from one thread's";
           }
         }
         if (gpt_oss) {
@@ -188,41 +214,62 @@ TEST_P(MoeLayer, MatchesFp64Reference) {
     }
   }
   EXPECT_GT(clamped, 0u) << "the gpt-oss cases never reached the clamp limit";
+  EXPECT_GT(runs().pool().split_calls(), 0u) << "no phase was split over threads";
 }
 
-// Routing from logits (softmax, top-k, renormalisation) feeding the layer, against the
-// reference; and the logits entry point equals routing then forward, bit for bit.
+// Routing from logits (softmax, top-k, renormalisation) feeding the layer, against the FP64
+// reference with the routing computed in the test from the logits (tests/moe/moe_reference.h),
+// not by qmoe_moe_route_topk; qmoe_moe_route_topk's ids must be the test's and its weights
+// within their bound; and the logits entry point equals routing then forward, bit for bit, in
+// every thread configuration.
 TEST_P(MoeLayer, ForwardLogitsEqualsRouteThenForward) {
   const uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
   MoeOptions o = options_for({8, 96, 64, 32, 3, 4}, QMOE_SWIGLU_INTERLEAVED, true);
   const auto model = make_moe_model(o, rng);
   SetPtr set = make_set(*model);
-  ContextPtr ctx = make_context(GetParam(), 2);
+  constexpr uint32_t k = 3;
   for (uint32_t m : {1u, 4u}) {
     const std::vector<float> x = moe_activations(m, o.hidden, 4.0f, rng);
     std::normal_distribution<float> logit(0.0f, 2.0f);
     std::vector<float> logits(size_t{m} * o.experts);
     for (float& l : logits) l = logit(rng);
+    if (m == 4) {
+      logits[1 * o.experts + 5] = -INFINITY;                         // a masked expert
+      logits[2 * o.experts + 1] = logits[2 * o.experts + 6] = 9.0f;  // a tie at the top
+    }
     for (int renormalize : {1, 0}) {
+      const Fp64Routing routing = reference_route_topk(logits, m, o.experts, k, renormalize);
+      std::vector<int32_t> ids(size_t{m} * k);
+      std::vector<float> w(size_t{m} * k);
+      ASSERT_EQ(
+          qmoe_moe_route_topk(logits.data(), m, o.experts, k, renormalize, ids.data(), w.data()),
+          QMOE_STATUS_OK);
+      EXPECT_EQ(ids, routing.ids) << "renormalize=" << renormalize << " seed=" << seed;
+      for (size_t i = 0; i < w.size(); ++i) {
+        EXPECT_NEAR(w[i], routing.weights[i], routing.weight_error[i])
+            << "slot " << i << " renormalize=" << renormalize << " seed=" << seed;
+      }
       for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
-        const std::string where = std::string(level_name(level)) + " m=" + std::to_string(m) +
+        const std::string where = std::string(isa_name(GetParam())) + "/" + level_name(level) +
+                                  " m=" + std::to_string(m) +
                                   " renormalize=" + std::to_string(renormalize) +
                                   " seed=" + std::to_string(seed);
-        std::vector<int32_t> ids(size_t{m} * 3);
-        std::vector<float> w(size_t{m} * 3);
-        ASSERT_EQ(
-            qmoe_moe_route_topk(logits.data(), m, o.experts, 3, renormalize, ids.data(), w.data()),
-            QMOE_STATUS_OK);
-        const std::vector<float> routed = run_checked(ctx.get(), *model, set.get(), level, x, m,
-                                                      ids, w, 3, nullptr, nullptr, where);
-        GuardedY y(m, o.hidden);
-        ASSERT_EQ(moe_forward_logits(ctx.get(), set.get(), level, m, x.data(), o.hidden,
-                                     logits.data(), 3, renormalize, y.data(), y.ldy, nullptr),
-                  QMOE_STATUS_OK)
-            << qmoe_last_error_message();
-        EXPECT_EQ(y.guards_changed(), 0) << where;
-        EXPECT_TRUE(bitwise_equal(y.rows(), routed)) << where;
+        const MoeReference ref = reference_moe_routed(*model, level, x, m, routing, k, {});
+        for (const ThreadedRun& run : runs().runs()) {
+          GuardedY routed(m, o.hidden), y(m, o.hidden);
+          ASSERT_EQ(moe_forward(run.ctx, set.get(), level, m, x.data(), o.hidden, ids.data(),
+                                w.data(), k, routed.data(), routed.ldy, nullptr),
+                    QMOE_STATUS_OK)
+              << qmoe_last_error_message();
+          ASSERT_EQ(moe_forward_logits(run.ctx, set.get(), level, m, x.data(), o.hidden,
+                                       logits.data(), k, renormalize, y.data(), y.ldy, nullptr),
+                    QMOE_STATUS_OK)
+              << qmoe_last_error_message();
+          EXPECT_EQ(y.guards_changed(), 0) << where << " on " << run.label;
+          expect_within(y.rows(), ref, where + " on " + run.label);
+          EXPECT_TRUE(bitwise_equal(y.rows(), routed.rows())) << where << " on " << run.label;
+        }
       }
     }
   }
@@ -273,6 +320,12 @@ TEST_P(MoeLayer, ThreadCountDoesNotChangeTheResult) {
                               w.data(), 3, y.data(), y.ldy, nullptr),
                   QMOE_STATUS_OK);
         results.push_back(y.rows());
+        // And the test's own pool, whose workers run tasks concurrently.
+        GuardedY pooled(m, o.hidden);
+        ASSERT_EQ(moe_forward(runs().runs().back().ctx, set.get(), level, m, x.data(), o.hidden,
+                              ids.data(), w.data(), 3, pooled.data(), pooled.ldy, nullptr),
+                  QMOE_STATUS_OK);
+        results.push_back(pooled.rows());
         for (size_t i = 1; i < results.size(); ++i) {
           EXPECT_TRUE(bitwise_equal(results[0], results[i]))
               << level_name(level) << " m=" << m << " run " << i << " seed=" << seed;

@@ -42,7 +42,8 @@ onnxruntime 1.30's QMoE has no accuracy_level attribute: there the ORT level 4 c
 
 Exit status: 0 pass, 1 failure (each failing check printed), 77 skipped (numpy, onnx or
 onnxruntime cannot be imported, or this onnxruntime's QMoE lacks an attribute the layer needs;
-the reason is printed).
+the reason is printed). With CI=true in the environment a missing package is a failure instead:
+CI's parity check must not pass by skipping.
 """
 
 import os
@@ -53,9 +54,11 @@ try:
     import onnx  # noqa: F401  (python/ort_qmoe.py builds the model with it)
     import onnxruntime as ort
 except ImportError as error:
-    print(f"SKIP: onnxruntime_qmoe_test needs numpy, onnx and onnxruntime ({error}); "
-          "python3 -m pip install onnxruntime onnx numpy")
-    sys.exit(77)
+    in_ci = os.environ.get("CI", "").lower() == "true"
+    print(f"{'FAIL' if in_ci else 'SKIP'}: onnxruntime_qmoe_test needs numpy, onnx and "
+          f"onnxruntime ({error}); python3 -m pip install onnxruntime onnx numpy"
+          + (" (CI=true: a skipped parity check is a failure)" if in_ci else ""))
+    sys.exit(1 if in_ci else 77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import libqmoe  # noqa: E402

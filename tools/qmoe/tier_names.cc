@@ -4,14 +4,17 @@
 
 namespace {
 
-// Past the values qmoe.h reserves for tiers (x86 4-15, Arm 16-31, others 32-47).
-constexpr int kTierValueEnd = 48;
+// The enum's last enumerator. qmoe.h reserves values up to 47 for tiers, but C++ cannot form
+// a qmoe_isa past its last enumerator (the enum has no fixed underlying type: the cast is
+// undefined, and the ASan+UBSan suite's enum check stopped `qmoe info` on value 4). A tier the
+// library adds comes with its enumerator in qmoe.h, and with it this bound.
+constexpr int kLastTier = QMOE_ISA_AVX512;
 
 }  // namespace
 
 std::vector<qmoe_isa> known_tiers() {
   std::vector<qmoe_isa> tiers;
-  for (int value = QMOE_ISA_SCALAR; value < kTierValueEnd; ++value) {
+  for (int value = QMOE_ISA_SCALAR; value <= kLastTier; ++value) {
     const auto isa = static_cast<qmoe_isa>(value);
     if (std::strcmp(qmoe_isa_name(isa), "unknown") != 0) tiers.push_back(isa);
   }

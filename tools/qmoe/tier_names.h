@@ -1,5 +1,5 @@
 // The tier names `qmoe` accepts for --isa: the library's own (qmoe_isa_name,
-// qmoe_isa_from_name), so a tier the library adds is accepted without a change here.
+// qmoe_isa_from_name) for every tier qmoe.h's enum has.
 #ifndef QMOE_TOOLS_QMOE_TIER_NAMES_H_
 #define QMOE_TOOLS_QMOE_TIER_NAMES_H_
 
