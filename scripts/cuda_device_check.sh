@@ -8,7 +8,8 @@
 # QMOE_SKIP_BUILD=1 uses an existing BUILD_DIR as it is (for a host without the build's Debian
 # dependencies: GoogleTest, Google Benchmark, cpuinfo, pthreadpool, FP16; scripts/setup.sh).
 # QMOE_CUDA_ARCHS=90 builds one architecture instead of the project's 80 and 90 (a short
-# lease); QMOE_CHECK_NCU=0 leaves out the Nsight Compute step.
+# lease); QMOE_CHECK_NCU=0 leaves out the Nsight Compute step; QMOE_CHECK_BENCH=0 the benchmarks
+# (tests and sanitizers only, for a lease too short for both).
 # Meant to finish in about 4 minutes on an H200 with 16 cores (build excluded): the benchmarks
 # are the decode rows (gpu/), the offload round trip and the prefill GEMM against cuBLAS at the
 # launcher's tile (scripts/cuda_gemm_tc_check.sh sweeps the tiles), and the host-only emulation
@@ -51,6 +52,7 @@ fi
 
 # 3. The decode benchmarks (JSON), before the slower sanitizer steps, then the same layer rows
 # with programmatic dependent launch off (and a GEMV row: the GEMV now launches with it too).
+if [[ ${QMOE_CHECK_BENCH:-1} != 0 ]]; then
 step bench 150 "$bench" --benchmark_filter='^gpu/' --benchmark_out="$out/cuda_bench.json" \
   --benchmark_out_format=json
 step bench_no_pdl 60 env QMOE_CUDA_PDL=0 "$bench" \
@@ -68,12 +70,13 @@ step prefill 90 "$bench" --benchmark_filter='BM_Int4GemmTcVsCublas' \
 # limit still has it) and again at the end (the end of the output is what a remote run returns).
 command -v python3 >/dev/null && python3 "$root/scripts/lib/cuda_bench_table.py" \
   "$out/cuda_bench.json" "$out/cuda_bench_no_pdl.json" >"$out/table.txt" 2>&1
+fi
 
 # 4. Where the time goes: Nsight Compute on a few launches of the GEMV (gpt-oss shape, fast, m 1)
 # and of both MoE kernels (Qwen3 layer, fast, m 1), each run filtered to its own benchmark so the
 # launch counts select the right kernels (clocks left alone; ncu serialises kernels, so
 # dependent launch does not overlap here).
-if [[ ${QMOE_CHECK_NCU:-1} != 0 ]] && command -v ncu >/dev/null; then
+if [[ ${QMOE_CHECK_NCU:-1} != 0 && ${QMOE_CHECK_BENCH:-1} != 0 ]] && command -v ncu >/dev/null; then
   sections=(--section SpeedOfLight --section Occupancy --section LaunchStats
     --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats)
   step ncu_gemv 90 ncu --clock-control none "${sections[@]}" --kernel-name regex:gemv \
