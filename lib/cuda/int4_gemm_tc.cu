@@ -257,6 +257,7 @@ Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_dev
                    ? 0
                    : plane_end_address(w.zero_points, w.n, blocks, w.zero_point_row_stride,
                                        w.zero_point_block_stride, w.zero_point_group_stride, 1);
+  p.tail_ktile = static_cast<uint32_t>(size_t{blocks > 4 ? blocks - 4 : 0} * w.block_size / kTileK);
   return p;
 }
 

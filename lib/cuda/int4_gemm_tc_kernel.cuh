@@ -251,13 +251,15 @@ struct Loader {
     }
     const uint32_t scales_s = x_s + C::kStage.scale_offset;
     const uint32_t zeros_s = x_s + C::kStage.zero_offset;
+    const bool near_end = kt >= p.tail_ktile;  // uniform: only these k-tiles test for the tail
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
       uint32_t b;
       const bool valid = plane_block(p, kt, i, b);
       const uint32_t e = (tid + i * C::kThreads) * 4;  // plane_entry(tid / bn + i * step, column)
       const PlaneWord s = plane_word(scale_src + size_t{b} * p.scale_block_bytes, p.scale_bytes);
-      if (valid && s.word + 4 > p.scale_end) {  // the plane's last word: see load_tail_entry
+      if (near_end && valid &&
+          s.word + 4 > p.scale_end) {  // the plane's last word: see load_tail_entry
         load_tail_entry(stage + C::kStage.scale_offset + e, s, p.scale_bytes);
       } else {
         ptx::cp_async_4(scales_s + e, reinterpret_cast<const void*>(s.word),
@@ -265,7 +267,7 @@ struct Loader {
       }
       if (p.w.zero_points != nullptr) {  // uniform
         const PlaneWord z = plane_word(zero_src + size_t{b} * p.zero_block_bytes, 1);
-        if (valid && z.word + 4 > p.zero_end) {
+        if (near_end && valid && z.word + 4 > p.zero_end) {
           load_tail_entry(stage + C::kStage.zero_offset + e, z, 1);
         } else {
           ptx::cp_async_4(zeros_s + e, reinterpret_cast<const void*>(z.word),

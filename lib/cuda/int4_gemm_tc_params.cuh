@@ -34,6 +34,9 @@ struct Params {
   size_t zero_block_bytes;   // zero_point_block_stride (one byte per zero point)
   uintptr_t scale_end;       // one past the scale plane's last byte (plane_end_address)
   uintptr_t zero_end;        // likewise for the zero points (0 without them)
+  // The first k-tile holding a block >= blocks - 4: an element of an earlier block lies at least
+  // 4 elements before its plane's last, so its word ends inside the plane (block stride >= 1).
+  uint32_t tail_ktile;
 };
 
 // K per pipeline stage: two 32-code chunks.
