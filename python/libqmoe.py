@@ -8,9 +8,12 @@ one place; they mirror qmoe.h field by field (enums are C ints, option structs s
 struct_size), and every struct the library has an *_init function for is checked at load
 time: the size the library writes into struct_size must equal ctypes.sizeof of the mirror.
 
-What: Library(path) loads libqmoe and offers contexts (with num_threads), quant-matrix import
-from ONNX Runtime's INT4 layout, qmoe_gemm, expert sets built from ONNX Runtime QMoE-layout
-weights, routing, qmoe_moe_forward and qmoe_moe_forward on logits. A failing call raises
+What: Library(path) loads libqmoe and offers contexts (with num_threads); quant matrices of
+every weight format (INT4, INT3, MXFP4, NVFP4) from canonical codes and a scale plane
+(Library.matrix), and the code importers (ONNX Runtime INT4, packed INT3, gpt-oss and ggml
+MXFP4, ModelOpt NVFP4); qmoe_gemm; expert sets built from such matrices (Library.expert_set)
+or from ONNX Runtime QMoE-layout INT4 weights; routing, qmoe_moe_forward and qmoe_moe_forward
+on logits. A failing call raises
 QmoeError with the status name and qmoe_last_error_message(). Library.lib is the raw CDLL
 (argtypes set) for timing loops that want one bare ctypes call per iteration.
 """
@@ -25,17 +28,25 @@ import numpy as np
 QMOE_STATUS_OK = 0
 QMOE_ISA_DEFAULT = 0
 QMOE_WEIGHT_FORMAT_INT4 = 1
+QMOE_WEIGHT_FORMAT_INT3 = 2
+QMOE_WEIGHT_FORMAT_MXFP4 = 3
+QMOE_WEIGHT_FORMAT_NVFP4 = 4
 QMOE_DTYPE_F32 = 1
 QMOE_DTYPE_F16 = 2
 QMOE_DTYPE_BF16 = 3
+QMOE_DTYPE_E8M0 = 4      # scales only: uint8 e, 2^(e - 127)
+QMOE_DTYPE_F8_E4M3 = 5   # scales only: OCP FP8 E4M3 bits in uint8
 QMOE_ACCURACY_EXACT = 1
 QMOE_ACCURACY_FAST = 2
 QMOE_SWIGLU_INTERLEAVED = 1
 QMOE_SWIGLU_CONCATENATED = 2
 
 ACCURACY_NAMES = {QMOE_ACCURACY_EXACT: "exact", QMOE_ACCURACY_FAST: "fast"}
+WEIGHT_FORMAT_NAMES = {QMOE_WEIGHT_FORMAT_INT4: "int4", QMOE_WEIGHT_FORMAT_INT3: "int3",
+                       QMOE_WEIGHT_FORMAT_MXFP4: "mxfp4", QMOE_WEIGHT_FORMAT_NVFP4: "nvfp4"}
 _QMOE_DTYPE_NAMES = {QMOE_DTYPE_F32: "QMOE_DTYPE_F32", QMOE_DTYPE_F16: "QMOE_DTYPE_F16",
-                     QMOE_DTYPE_BF16: "QMOE_DTYPE_BF16"}
+                     QMOE_DTYPE_BF16: "QMOE_DTYPE_BF16", QMOE_DTYPE_E8M0: "QMOE_DTYPE_E8M0",
+                     QMOE_DTYPE_F8_E4M3: "QMOE_DTYPE_F8_E4M3"}
 
 
 class ContextOptions(ctypes.Structure):
@@ -168,12 +179,14 @@ def _exact_integer_array(a, dtype, name):
     return np.ascontiguousarray(a, dtype=dtype)
 
 
-# The numpy dtype a scale plane of each qmoe_dtype must have. numpy has no bfloat16: BF16
-# planes are their raw bits, uint16.
+# The numpy dtype a scale plane of each qmoe_dtype must have. numpy has no bfloat16 and no
+# 8-bit floats: BF16 planes are their raw bits, uint16, and E8M0 and E4M3 planes uint8.
 _SCALE_NUMPY_DTYPES = {
     QMOE_DTYPE_F32: np.dtype(np.float32),
     QMOE_DTYPE_F16: np.dtype(np.float16),
     QMOE_DTYPE_BF16: np.dtype(np.uint16),
+    QMOE_DTYPE_E8M0: np.dtype(np.uint8),
+    QMOE_DTYPE_F8_E4M3: np.dtype(np.uint8),
 }
 
 
@@ -188,7 +201,8 @@ def _checked_scale_plane(scales, scale_dtype, n, k, block_size, row_stride, bloc
     scales = np.asarray(scales)
     want = _SCALE_NUMPY_DTYPES.get(scale_dtype)
     if want is None:
-        raise ValueError(f"scale_dtype must be QMOE_DTYPE_F32, _F16 or _BF16, got {scale_dtype}")
+        raise ValueError(f"scale_dtype must be QMOE_DTYPE_F32, _F16, _BF16, _E8M0 or _F8_E4M3, "
+                         f"got {scale_dtype}")
     if scales.dtype != want:
         raise TypeError(f"scales described as {_QMOE_DTYPE_NAMES[scale_dtype]} must be "
                         f"{want.name}, got {scales.dtype}")
@@ -226,6 +240,33 @@ def _c_integer(value, name, low, high, c_type):
     if not low <= value <= high:
         raise ValueError(f"{name} must be a {c_type} in [{low}, {high}], got {value}")
     return value
+
+
+def _weight_format(value, name="weight_format"):
+    """`value` as a Python int, if it is one of qmoe.h's qmoe_weight_format values; TypeError
+    or ValueError otherwise (the wrapper sizes buffers by format, so it must know it)."""
+    value = _c_integer(value, name, -2**31, 2**31 - 1, "int")
+    if value not in WEIGHT_FORMAT_NAMES:
+        raise ValueError(f"{name} must be a QMOE_WEIGHT_FORMAT_* value "
+                         f"{sorted(WEIGHT_FORMAT_NAMES)}, got {value}")
+    return value
+
+
+def _global_scale(value):
+    """`value` as the float32 the struct will hold, if it is a real number that FP32 holds
+    finite and >= 0 (0: none), and not one FP32 rounds to 0; TypeError or ValueError
+    otherwise. Why: ctypes stores a Python float in a c_float field by rounding, silently, so
+    1e39 became infinity and 1e-50 became 0, which means "no global scale"."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                     np.floating)):
+        raise TypeError(f"global_scale must be a real number, got {type(value).__name__} "
+                        f"{value!r}")
+    f32 = np.float32(value) if math.isfinite(float(value)) and abs(float(value)) < 2.0**128 \
+        else np.float32(np.inf)
+    if not np.isfinite(f32) or f32 < 0 or (f32 == 0 and value != 0):
+        raise ValueError(f"global_scale must be 0 (none) or a positive value FP32 holds, got "
+                         f"{value!r} (float32 {f32})")
+    return float(f32)
 
 
 def _u32(value, name):
@@ -271,6 +312,10 @@ _SIGNATURES = {
     "qmoe_context_get_num_threads": (_INT, [_P, ctypes.POINTER(_U32)]),
     "qmoe_quant_matrix_codes_size": (_INT, [_INT, _U32, _U32, ctypes.POINTER(_SZ)]),
     "qmoe_import_int4_onnx": (_INT, [_P, _U32, _U32, _P, _SZ]),
+    "qmoe_import_int3_packed": (_INT, [_P, _U32, _U32, _P, _SZ]),
+    "qmoe_import_mxfp4_gpt_oss": (_INT, [_P, _U32, _U32, _P, _SZ]),
+    "qmoe_import_mxfp4_ggml": (_INT, [_P, _U32, _U32, _P, _SZ, _P, _SZ, _SZ]),
+    "qmoe_import_nvfp4_modelopt": (_INT, [_P, _U32, _U32, _P, _SZ]),
     "qmoe_alloc_weight_memory": (_INT, [_SZ, ctypes.POINTER(_P)]),
     "qmoe_grouped_plane_elements": (_SZ, [_U32, _U32]),
     "qmoe_group_plane": (_INT, [_P, _U32, _U32, _SZ, _SZ, _SZ, _P, _SZ]),
@@ -320,9 +365,9 @@ class Matrix:
 
 
 class ExpertSet:
-    """A qmoe_expert_set built from ONNX Runtime QMoE-layout INT4 weights (see
-    Library.expert_set_from_onnx). `handle` is for raw calls; `nbytes` counts the canonical
-    codes and the scales the set reads."""
+    """A qmoe_expert_set (Library.expert_set from Matrix objects of any format, or
+    Library.expert_set_from_onnx from ONNX Runtime QMoE-layout INT4 weights). `handle` is for
+    raw calls; `nbytes` counts the canonical codes and the scales the set reads."""
 
     def __init__(self, library, handle, keep, nbytes, num_experts, hidden):
         self.library, self.handle, self.keep = library, handle, keep
@@ -422,13 +467,43 @@ class Library:
                        "qmoe_group_plane")
         return out
 
-    def codes_size(self, n, k):
+    def codes_size(self, n, k, weight_format=QMOE_WEIGHT_FORMAT_INT4):
+        """Bytes of canonical codes of an n x k matrix of `weight_format`
+        (qmoe_quant_matrix_codes_size; padding included)."""
         n, k = _u32(n, "n"), _u32(k, "k")
+        weight_format = _weight_format(weight_format)
         size = ctypes.c_size_t()
-        self.check(self.lib.qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k,
+        self.check(self.lib.qmoe_quant_matrix_codes_size(weight_format, n, k,
                                                          ctypes.byref(size)),
                    "qmoe_quant_matrix_codes_size")
         return size.value
+
+    def _codes_out(self, out, size, what):
+        """`out` checked as the destination of `size` canonical bytes, or a new 64-byte
+        aligned array: the library writes `size` bytes from its first element, so it must be a
+        writeable C-contiguous uint8 array of exactly that size (a reversed or strided view
+        would be written past its end or between its elements)."""
+        if out is None:
+            return aligned_empty(size)
+        codes = _checked_array(out, np.uint8, None, f"{what}: out", writeable=True)
+        if codes.nbytes != size:
+            raise ValueError(f"{what}: out has {codes.nbytes} bytes, needs {size}")
+        return codes
+
+    def _import_codes(self, function, src, src_shape, n, k, weight_format, out):
+        """Canonical codes of `weight_format` from `src` (uint8, or integers that all fit in
+        it; exactly prod(src_shape) of them, read as src_shape) through the importer
+        `function` (name in qmoe.h), into `out` or a new array (_codes_out)."""
+        src = _exact_integer_array(src, np.uint8, f"{function}: src")
+        if src.size != math.prod(src_shape):
+            raise ValueError(f"{function}: src has {src.size} bytes, an {n} x {k} matrix is "
+                             f"{list(src_shape)} = {math.prod(src_shape)}")
+        src = src.reshape(src_shape)
+        size = self.codes_size(n, k, weight_format)
+        codes = self._codes_out(out, size, function)
+        self.check(getattr(self.lib, function)(src.ctypes.data, n, k, codes.ctypes.data, size),
+                   function)
+        return codes
 
     def import_onnx_codes(self, onnx_codes, n, k, out=None):
         """Canonical INT4 codes from ONNX Runtime's uint8 [n, k/2] rows (byte j: k = 2j in the
@@ -438,52 +513,124 @@ class Library:
         writes `size` bytes from its first element: a reversed or strided view would be
         written past its end or between its elements)."""
         n, k = _u32(n, "n"), _u32(k, "k")
-        src = _exact_integer_array(onnx_codes, np.uint8, "onnx_codes").reshape(n, k // 2)
-        size = self.codes_size(n, k)
-        if out is None:
-            codes = aligned_empty(size)
-        else:
-            codes = _checked_array(out, np.uint8, None, "import_onnx_codes: out",
-                                   writeable=True)
-            if codes.nbytes != size:
-                raise ValueError(f"import_onnx_codes: out has {codes.nbytes} bytes, needs "
-                                 f"{size}")
-        self.check(self.lib.qmoe_import_int4_onnx(src.ctypes.data, n, k, codes.ctypes.data,
-                                                  size), "qmoe_import_int4_onnx")
-        return codes
+        return self._import_codes("qmoe_import_int4_onnx", onnx_codes, (n, k // 2), n, k,
+                                  QMOE_WEIGHT_FORMAT_INT4, out)
+
+    def import_int3_packed(self, packed, n, k, out=None):
+        """Canonical INT3 codes from upstream runtimes' packed 3-bit rows (qmoe_import_int3_packed:
+        uint8 [n, 3k/8], code k in bits 3k..3k+2 of its row, least significant bit first; k a
+        multiple of 8), into `out` (uint8, codes_size(n, k, QMOE_WEIGHT_FORMAT_INT3) bytes) or
+        a new array; the same checks as import_onnx_codes."""
+        n, k = _u32(n, "n"), _u32(k, "k")
+        if k % 8:
+            raise ValueError(f"import_int3_packed: k must be a multiple of 8 (whole bytes per "
+                             f"row), got {k}")
+        return self._import_codes("qmoe_import_int3_packed", packed, (n, 3 * k // 8), n, k,
+                                  QMOE_WEIGHT_FORMAT_INT3, out)
+
+    def import_mxfp4_gpt_oss(self, blocks, n, k, out=None):
+        """Canonical MXFP4 codes from a gpt-oss checkpoint's "<name>.blocks" tensor (uint8
+        [n, k/32, 16], byte j of block b: k = 32b + 2j low, 32b + 2j + 1 high; k a multiple of
+        32). Its "<name>.scales" tensor [n, k/32] is the E8M0 scale plane as it is (row stride
+        k/32, block stride 1). Same checks as import_onnx_codes."""
+        n, k = _u32(n, "n"), _u32(k, "k")
+        if k % 32:
+            raise ValueError(f"import_mxfp4_gpt_oss: k must be a multiple of 32, got {k}")
+        return self._import_codes("qmoe_import_mxfp4_gpt_oss", blocks, (n, k // 32, 16), n, k,
+                                  QMOE_WEIGHT_FORMAT_MXFP4, out)
+
+    def import_nvfp4_modelopt(self, weight, n, k, out=None):
+        """Canonical NVFP4 codes from a ModelOpt / TensorRT-LLM checkpoint's "weight" (uint8
+        [n, k/2], even k in the low nibble; the library takes k a multiple of 16). Its E4M3
+        "weight_scale" [n, k/16] is the scale plane as it is and "weight_scale_2" the global
+        scale. Same checks as import_onnx_codes."""
+        n, k = _u32(n, "n"), _u32(k, "k")
+        if k % 2:
+            raise ValueError(f"import_nvfp4_modelopt: k must be even, got {k}")
+        return self._import_codes("qmoe_import_nvfp4_modelopt", weight, (n, k // 2), n, k,
+                                  QMOE_WEIGHT_FORMAT_NVFP4, out)
+
+    def import_mxfp4_ggml(self, blocks, n, k, out=None, scales=None):
+        """Canonical MXFP4 codes and their E8M0 scales from ggml block_mxfp4 rows (per 32 k
+        one byte e, then 16 bytes of Q4_0-ordered nibbles; n rows of k/32 blocks, 17 bytes
+        each): returns (codes, scales), scales uint8 [n, k/32] (row stride k/32, block stride
+        1). `out` as for import_onnx_codes; `scales`, when given, a writeable C-contiguous uint8
+        array of shape (n, k/32). A block with e = 0xFF is refused by the library (QmoeError)."""
+        n, k = _u32(n, "n"), _u32(k, "k")
+        if k % 32:
+            raise ValueError(f"import_mxfp4_ggml: k must be a multiple of 32, got {k}")
+        function = "qmoe_import_mxfp4_ggml"
+        src = _exact_integer_array(blocks, np.uint8, f"{function}: src")
+        want = n * (k // 32) * 17
+        if src.size != want:
+            raise ValueError(f"{function}: src has {src.size} bytes, {n} rows of {k // 32} "
+                             f"17-byte blocks are {want}")
+        size = self.codes_size(n, k, QMOE_WEIGHT_FORMAT_MXFP4)
+        codes = self._codes_out(out, size, function)
+        if scales is None:
+            scales = np.zeros((n, k // 32), dtype=np.uint8)
+        scales = _checked_array(scales, np.uint8, (n, k // 32), f"{function}: scales",
+                                writeable=True)
+        self.check(self.lib.qmoe_import_mxfp4_ggml(src.ctypes.data, n, k, codes.ctypes.data,
+                                                   size, scales.ctypes.data, k // 32, 1),
+                   function)
+        return codes, scales
 
     def describe_matrix(self, codes, n, k, block_size, scales, scale_dtype, scale_row_stride,
-                        scale_block_stride, scale_group_stride=0):
-        """A QuantMatrix struct over canonical `codes` and a scale plane at the given strides
-        (group stride 0: the plain plane; no zero points: 8; no bias). The caller keeps
-        `codes` and `scales` alive. codes must be C-contiguous uint8 of at least
-        codes_size(n, k) bytes; scales C-contiguous of scale_dtype's numpy type (F32 float32,
-        F16 float16, BF16 uint16 bits) and holding every element the strides address (both
-        checked: the struct is only pointers, and the library reads whatever lies there)."""
+                        scale_block_stride, scale_group_stride=0,
+                        weight_format=QMOE_WEIGHT_FORMAT_INT4, global_scale=0.0):
+        """A QuantMatrix struct of `weight_format` over canonical `codes` and a scale plane at
+        the given strides (group stride 0: the plain plane; no zero points: the format's
+        default; no bias; global_scale 0: none). The caller keeps `codes` and `scales` alive.
+        codes must be C-contiguous uint8 of at least codes_size(n, k, weight_format) bytes;
+        scales C-contiguous of scale_dtype's numpy type (F32 float32, F16 float16, BF16 uint16
+        bits, E8M0 and F8_E4M3 uint8) and holding every element the strides address (both
+        checked: the struct is only pointers, and the library reads whatever lies there).
+        Which block sizes, scale types and global scales a format takes is the library's to
+        say: qmoe_gemm and qmoe_expert_set_create refuse the others (QmoeError)."""
         n, k, block_size = _u32(n, "n"), _u32(k, "k"), _u32(block_size, "block_size")
+        weight_format = _weight_format(weight_format)
+        global_scale = _global_scale(global_scale)
         scale_row_stride = _size(scale_row_stride, "scale_row_stride")
         scale_block_stride = _size(scale_block_stride, "scale_block_stride")
         scale_group_stride = _size(scale_group_stride, "scale_group_stride")
         codes = _checked_array(codes, np.uint8, None, "codes")
         try:
-            needed = self.codes_size(n, k)
+            needed = self.codes_size(n, k, weight_format)
         except QmoeError:
             needed = 0  # a shape the library refuses: every call with this struct fails first
         if codes.nbytes < needed:
-            raise ValueError(f"codes hold {codes.nbytes} bytes; an {n} x {k} INT4 matrix is "
-                             f"{needed} (codes_size)")
+            raise ValueError(f"codes hold {codes.nbytes} bytes; an {n} x {k} "
+                             f"{WEIGHT_FORMAT_NAMES[weight_format]} matrix is {needed} "
+                             "(codes_size)")
         scales = _checked_scale_plane(scales, scale_dtype, n, k, block_size, scale_row_stride,
                                       scale_block_stride, scale_group_stride)
         w = QuantMatrix()
         w.struct_size = ctypes.sizeof(QuantMatrix)
-        w.format = QMOE_WEIGHT_FORMAT_INT4
+        w.format = weight_format
         w.n, w.k, w.block_size = n, k, block_size
         w.codes = codes.ctypes.data
         w.scale_dtype = scale_dtype
         w.scales = scales.ctypes.data
         w.scale_row_stride, w.scale_block_stride = scale_row_stride, scale_block_stride
         w.scale_group_stride = scale_group_stride
+        w.global_scale = global_scale
         return w
+
+    def matrix(self, weight_format, codes, n, k, block_size, scales, scale_dtype,
+               scale_row_stride, scale_block_stride, scale_group_stride=0, global_scale=0.0):
+        """A Matrix of any format over canonical `codes` (from an importer, or written in the
+        layout of docs/formats.md) and a scale plane used in place at the given strides:
+          INT4, INT3  scales F32 / F16 / BF16 per 16, 32, 64 or 128 k (zero points: 8 and 4);
+          MXFP4       E8M0 scales (uint8) per 32;
+          NVFP4       E4M3 scales (uint8) per 16, and global_scale (> 0; 0 means 1).
+        ([N, K/block] is (K/block, 1), the grouped order (1, 8, 8 * K/block).) The arrays are
+        checked as describe_matrix says and kept alive by the Matrix."""
+        struct = self.describe_matrix(codes, n, k, block_size, scales, scale_dtype,
+                                      scale_row_stride, scale_block_stride, scale_group_stride,
+                                      weight_format, global_scale)
+        codes, scales = np.asarray(codes), np.asarray(scales)
+        return Matrix(struct, (codes, scales), codes.nbytes + scales.nbytes)
 
     def import_onnx_matrix(self, onnx_codes, n, k, block_size, scales, scale_dtype,
                            scale_row_stride, scale_block_stride):
@@ -584,6 +731,38 @@ class Library:
                                                  *strides1, group1))
             structs2.append(self.describe_matrix(c2, hidden, inter, block_size, s2[e], dtype,
                                                  *strides2, group2))
+        nbytes = sum(c.nbytes for c in codes) + s1.nbytes + s2.nbytes
+        return self._create_expert_set(structs1, structs2, hidden, inter, swiglu_fusion, alpha,
+                                       beta, limit, (codes, s1, s2), nbytes)
+
+    def expert_set(self, fc1, fc2, swiglu_fusion=QMOE_SWIGLU_INTERLEAVED, alpha=1.0, beta=0.0,
+                   limit=math.inf):
+        """An ExpertSet from Matrix objects (Library.matrix, import_onnx_matrix), one FC1
+        [2I, H] and one FC2 [H, I] per expert, each projection in any format: H is fc1[0]'s k
+        and I fc2[0]'s k, and the library checks every expert against them
+        (qmoe_expert_set_create; QmoeError naming the expert and field). fc1 and fc2 must be
+        sequences of Matrix of the same nonzero length. The set keeps the matrices (and so
+        their buffers) alive."""
+        fc1, fc2 = list(fc1), list(fc2)
+        for name, matrices in (("fc1", fc1), ("fc2", fc2)):
+            for e, matrix in enumerate(matrices):
+                if not isinstance(matrix, Matrix):
+                    raise TypeError(f"expert_set: {name}[{e}] must be a Matrix, got "
+                                    f"{type(matrix).__name__}")
+        if not fc1 or len(fc1) != len(fc2):
+            raise ValueError(f"expert_set: fc1 and fc2 must hold one Matrix per expert, the "
+                             f"same nonzero number, got {len(fc1)} and {len(fc2)}")
+        swiglu_fusion = _c_int(swiglu_fusion, "swiglu_fusion")
+        hidden, inter = fc1[0].struct.k, fc2[0].struct.k
+        nbytes = sum(m.nbytes for m in fc1 + fc2)
+        return self._create_expert_set([m.struct for m in fc1], [m.struct for m in fc2], hidden,
+                                       inter, swiglu_fusion, alpha, beta, limit, (fc1, fc2),
+                                       nbytes)
+
+    def _create_expert_set(self, structs1, structs2, hidden, inter, swiglu_fusion, alpha, beta,
+                           limit, keep, nbytes):
+        """qmoe_expert_set_create over QuantMatrix structs; `keep` holds what they point at."""
+        e_count = len(structs1)
         p_fc1 = (ctypes.POINTER(QuantMatrix) * e_count)(*[ctypes.pointer(s) for s in structs1])
         p_fc2 = (ctypes.POINTER(QuantMatrix) * e_count)(*[ctypes.pointer(s) for s in structs2])
         desc = ExpertSetDesc()
@@ -595,9 +774,8 @@ class Library:
         handle = ctypes.c_void_p()
         self.check(self.lib.qmoe_expert_set_create(ctypes.byref(desc), ctypes.byref(handle)),
                    "qmoe_expert_set_create")
-        nbytes = sum(c.nbytes for c in codes) + s1.nbytes + s2.nbytes
         # The set copies the descriptions; the codes and scales must outlive it.
-        return ExpertSet(self, handle, (codes, s1, s2), nbytes, e_count, hidden)
+        return ExpertSet(self, handle, keep, nbytes, e_count, hidden)
 
     def route_topk(self, logits, k, renormalize=True):
         """qmoe_moe_route_topk on float32 logits [m, E]: (ids int32 [m, k], weights float32)."""

@@ -35,6 +35,18 @@ python/qmoe_parity.py within its bound, equal bit for bit to qmoe_moe_forward on
 grouped-FP16 expert set, to int64 / int8 ids and int16 / int32 codes converted losslessly, and
 read-only inputs.
 
+Every weight format (issue 21: the wrapper built INT4 only): Library.matrix for INT4, INT3,
+MXFP4 and NVFP4 (scales in place and grouped, between NaN guards; a partial row group; NVFP4's
+half-filled last chunk and global scale), the four importers (their canonical bytes against
+the NumPy encoding of the same codes), and Library.expert_set with all four formats in one
+set. Products are checked at both levels, at M = 1 and 3, against FP64 references that
+tests/python/canonical_formats.py decodes from the bytes as docs/formats.md describes them
+(never through the library), within the documented bounds; canonical_formats.py is itself held
+to the document's worked examples. Each new function has refusals: unknown formats, codes
+sized for another format, scale planes of the wrong type or too short, global scales FP32
+cannot hold or would read as "none", importer sources and outputs of the wrong size, type or
+writeability, and expert sets of non-matrices or unequal lengths.
+
 Usage: python_wrapper_test.py path/to/libqmoe.so
 Exit status: 0 pass, 1 failure (each failing check printed), 77 skipped (numpy cannot be
 imported; the reason is printed).
@@ -52,6 +64,7 @@ except ImportError as error:
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import canonical_formats  # noqa: E402  (tests/python, beside this file)
 import libqmoe  # noqa: E402
 import qmoe_parity  # noqa: E402
 
@@ -462,6 +475,315 @@ def check_moe(library, checks, context, rng):
                       "expert_set_from_onnx, codes int32 / int16 in [0, 255]: the same y")
 
 
+# --- Every weight format ----------------------------------------------------------------------
+
+INT4, INT3 = libqmoe.QMOE_WEIGHT_FORMAT_INT4, libqmoe.QMOE_WEIGHT_FORMAT_INT3
+MXFP4, NVFP4 = libqmoe.QMOE_WEIGHT_FORMAT_MXFP4, libqmoe.QMOE_WEIGHT_FORMAT_NVFP4
+FAST = libqmoe.QMOE_ACCURACY_FAST
+NVFP4_GLOBAL = float(np.float32(0.37))  # the FP32 value the struct holds
+
+
+def random_codes(rng, weight_format, n, k):
+    return rng.integers(0, 8 if weight_format == INT3 else 16, size=(n, k))
+
+
+def random_format_scales(rng, weight_format, n, blocks, moderate=False):
+    """(scale plane [n, blocks] as the library reads it, its qmoe_dtype, its FP64 values):
+    FP16 for INT4 and INT3, E8M0 bytes 2^-9 .. 2^6 for MXFP4, and for NVFP4 any E4M3 byte but
+    the NaNs (zero, subnormals and negatives included). moderate: E8M0 2^-9 .. 2^-4 and E4M3
+    of magnitude at most 1, so that a layer's FP4 weights stay near its INT ones."""
+    if weight_format in (INT4, INT3):
+        plane = random_scales(rng, (n, blocks)).astype(np.float16)
+        return plane, libqmoe.QMOE_DTYPE_F16, plane.astype(np.float64)
+    if weight_format == MXFP4:
+        plane = rng.integers(118, 124 if moderate else 134, size=(n, blocks), dtype=np.uint8)
+        return plane, libqmoe.QMOE_DTYPE_E8M0, canonical_formats.e8m0_values(plane)
+    magnitudes = np.arange(0x39 if moderate else 0x7F)  # 0x38 is 1, 0x7F NaN
+    plane = rng.choice(np.concatenate([magnitudes, magnitudes | 0x80]), size=(n, blocks))
+    plane = plane.astype(np.uint8)
+    return plane, libqmoe.QMOE_DTYPE_F8_E4M3, canonical_formats.e4m3_values(plane)
+
+
+def format_block(weight_format):
+    return 16 if weight_format == NVFP4 else 32
+
+
+def gemm_bound(x, w, accuracy):
+    """Per output, docs/formats.md's bound for qmoe_gemm against y_ref = x W^T in FP64, for
+    every format (the INT bounds are the FP4 ones without the 2^-23 |y_ref| output term):
+      exact  1e-5 sum_k |x_k w_k| + 2^-23 |y_ref|
+      fast   sum_c e_c sum_{k in c} |w_k| + 1e-5 (sum_k |x_k w_k| + that) + 2^-23 |y_ref|,
+             e_c = s_c / 2 with s_c = max|x| / 127 over the 32 k of chunk c, rounded to FP32.
+    Returns (y_ref, bound)."""
+    x64 = x.astype(np.float64)
+    want = x64 @ w.T
+    magnitude = np.abs(x64) @ np.abs(w).T
+    extra = np.zeros_like(want)
+    if accuracy == FAST:
+        k = x.shape[1]
+        for start in range(0, k, 32):
+            amax = np.abs(x[:, start:start + 32]).max(axis=1).astype(np.float32)
+            step = (amax / np.float32(127.0)).astype(np.float64)
+            e = np.where(amax < np.float32(2.0**-119), amax.astype(np.float64), step / 2)
+            extra += e[:, None] * np.abs(w[:, start:start + 32]).sum(axis=1)[None, :]
+    bound = extra + 1e-5 * (magnitude + extra) + 2.0**-23 * np.abs(want) + 1e-30
+    return want, bound
+
+
+def check_gemm_against_reference(library, checks, context, rng, what, matrix, w):
+    """qmoe_gemm at both levels, M = 1 (GEMV) and M = 3, into guarded y, within gemm_bound
+    of the FP64 product with the reference's W; y finite (a NaN from a scale guard fails)."""
+    n, k = w.shape
+    for m in (1, 3):
+        x = rng.uniform(-1.0, 1.0, size=(m, k)).astype(np.float32)
+        for accuracy in (EXACT, FAST):
+            want, bound = gemm_bound(x, w, accuracy)
+            y = Guarded((m, n), np.float32)
+            got = library.gemm(context, matrix, accuracy, x, y.payload)
+            error = np.abs(got.astype(np.float64) - want)
+            worst = float((error / bound).max()) if np.isfinite(got).all() else float("inf")
+            checks.expect(np.shares_memory(got, y.payload) and worst <= 1.0 and
+                          y.guards_intact(),
+                          f"qmoe_gemm {what}, {libqmoe.ACCURACY_NAMES[accuracy]}, M = {m}: "
+                          f"worst error / bound {worst:.2g} (<= 1) against FP64 from the "
+                          "decoded codes, y's guards intact")
+
+
+def check_format_reference(checks):
+    """The NumPy reference itself against docs/formats.md's worked examples."""
+    failures = canonical_formats.check_against_the_docs()
+    for failure in failures:
+        checks.expect(False, f"tests/python/canonical_formats.py: {failure}")
+    checks.expect(not failures, "canonical_formats.py encodes and decodes docs/formats.md's "
+                  "examples byte for byte")
+
+
+def check_format_gemv(library, checks, context, rng):
+    """Library.matrix for every format, scale planes in place ([N, K/block]) and grouped,
+    between NaN guards (all-ones bytes are NaN in every scale type); N = 20 has a partial
+    row group and NVFP4's K = 48 a half-filled last chunk."""
+    cases = ((INT4, 20, 64, "grouped"), (INT3, 20, 64, "plain"), (INT3, 20, 96, "grouped"),
+             (MXFP4, 20, 96, "plain"), (MXFP4, 20, 64, "grouped"), (NVFP4, 20, 48, "grouped"),
+             (NVFP4, 12, 64, "plain"))
+    for weight_format, n, k, order in cases:
+        name = libqmoe.WEIGHT_FORMAT_NAMES[weight_format]
+        block = format_block(weight_format)
+        blocks = k // block
+        codes = canonical_formats.encode_codes(weight_format,
+                                               random_codes(rng, weight_format, n, k))
+        values_plane, scale_dtype, scale_values = random_format_scales(rng, weight_format, n,
+                                                                       blocks)
+        if order == "grouped":
+            values_plane = canonical_formats.to_grouped(values_plane)
+            strides = (1, 8, 8 * blocks)
+        else:
+            strides = (blocks, 1, 0)
+        plane = Guarded(values_plane.shape, values_plane.dtype, fill=NAN_FILL)
+        plane.payload[...] = values_plane
+        global_scale = NVFP4_GLOBAL if weight_format == NVFP4 else 0.0
+        matrix = library.matrix(weight_format, codes, n, k, block, plane.payload, scale_dtype,
+                                *strides, global_scale=global_scale)
+        w = canonical_formats.dense(weight_format, codes, n, k, block, scale_values,
+                                    global_scale)
+        check_gemm_against_reference(library, checks, context, rng,
+                                     f"{name} {n} x {k}, scales {order}", matrix, w)
+    checks.expect(library.codes_size(20, 64, INT3) == canonical_formats.canonical_size(
+                  INT3, 20, 64) and library.codes_size(20, 48, NVFP4) ==
+                  canonical_formats.canonical_size(NVFP4, 20, 48),
+                  "codes_size of INT3 and NVFP4: 96 and 128 bytes a tile")
+
+
+def check_format_importers(library, checks, context, rng):
+    """Each importer on a source built from random codes: the canonical bytes equal the NumPy
+    encoding of the same codes, and a product on them matches FP64."""
+    n = 20
+    codes = random_codes(rng, INT3, n, 64)
+    want = canonical_formats.encode_int3(codes)
+    out = Guarded((want.size,), np.uint8)
+    got = library.import_int3_packed(canonical_formats.pack_int3_stream(codes), n, 64,
+                                     out.payload)
+    checks.expect(np.array_equal(got, want) and np.shares_memory(got, out.payload) and
+                  out.guards_intact(), "import_int3_packed into a guarded out: the NumPy "
+                  "encoding of the codes, guards intact")
+    plane, dtype, values = random_format_scales(rng, INT3, n, 2)
+    check_gemm_against_reference(library, checks, context, rng, "int3 from import_int3_packed",
+                                 library.matrix(INT3, got, n, 64, 32, plane, dtype, 2, 1),
+                                 canonical_formats.dense(INT3, want, n, 64, 32, values))
+
+    codes = random_codes(rng, MXFP4, n, 64)
+    want = canonical_formats.encode_nibbles(codes)
+    blocks = canonical_formats.pack_even_low(codes).reshape(n, 2, 16)
+    got = library.import_mxfp4_gpt_oss(blocks, n, 64)
+    checks.expect(np.array_equal(got, want), "import_mxfp4_gpt_oss: the NumPy encoding")
+    plane, dtype, values = random_format_scales(rng, MXFP4, n, 2)
+    check_gemm_against_reference(library, checks, context, rng,
+                                 "mxfp4 from import_mxfp4_gpt_oss",
+                                 library.matrix(MXFP4, got, n, 64, 32, plane, dtype, 2, 1),
+                                 canonical_formats.dense(MXFP4, want, n, 64, 32, values))
+
+    rows = canonical_formats.ggml_mxfp4_rows(codes, plane)
+    got, scales = library.import_mxfp4_ggml(rows, n, 64)
+    checks.expect(np.array_equal(got, want) and np.array_equal(scales, plane),
+                  "import_mxfp4_ggml: the NumPy encoding, and e as the E8M0 plane")
+    check_gemm_against_reference(library, checks, context, rng, "mxfp4 from import_mxfp4_ggml",
+                                 library.matrix(MXFP4, got, n, 64, 32, scales, dtype, 2, 1),
+                                 canonical_formats.dense(MXFP4, want, n, 64, 32, values))
+
+    codes = random_codes(rng, NVFP4, n, 48)
+    want = canonical_formats.encode_nibbles(codes)
+    got = library.import_nvfp4_modelopt(canonical_formats.pack_even_low(codes), n, 48)
+    checks.expect(np.array_equal(got, want), "import_nvfp4_modelopt (K = 48): the NumPy "
+                  "encoding, padding zero")
+    plane, dtype, values = random_format_scales(rng, NVFP4, n, 3)
+    check_gemm_against_reference(library, checks, context, rng,
+                                 "nvfp4 from import_nvfp4_modelopt",
+                                 library.matrix(NVFP4, got, n, 48, 16, plane, dtype, 3, 1,
+                                                global_scale=NVFP4_GLOBAL),
+                                 canonical_formats.dense(NVFP4, want, n, 48, 16, values,
+                                                         NVFP4_GLOBAL))
+
+
+def check_format_refusals(library, checks, rng):
+    """A bad input per new function, refused by the wrapper before the library is called."""
+    n, k = 16, 64
+    codes3 = canonical_formats.encode_int3(random_codes(rng, INT3, n, k))
+    codes4 = canonical_formats.encode_nibbles(random_codes(rng, MXFP4, n, k))
+    f16 = random_scales(rng, (n, 2)).astype(np.float16)
+    e8m0 = rng.integers(118, 134, size=(n, 2), dtype=np.uint8)
+    e4m3 = np.full((n, 4), 0x38, dtype=np.uint8)
+    refusals = (
+        ("codes_size, weight format 9", lambda: library.codes_size(n, k, 9)),
+        ("codes_size, weight format True", lambda: library.codes_size(n, k, True)),
+        ("matrix, weight format 0", lambda: library.matrix(0, codes4, n, k, 32, e8m0,
+                                                           libqmoe.QMOE_DTYPE_E8M0, 2, 1)),
+        ("matrix, INT3 codes described as INT4 (short of INT4's codes_size)",
+         lambda: library.matrix(INT4, codes3, n, k, 32, f16, libqmoe.QMOE_DTYPE_F16, 2, 1)),
+        ("matrix, INT3 codes one byte short",
+         lambda: library.matrix(INT3, codes3[:-1].copy(), n, k, 32, f16,
+                                libqmoe.QMOE_DTYPE_F16, 2, 1)),
+        ("matrix, E8M0 scales as uint16",
+         lambda: library.matrix(MXFP4, codes4, n, k, 32, e8m0.astype(np.uint16),
+                                libqmoe.QMOE_DTYPE_E8M0, 2, 1)),
+        ("matrix, E4M3 scales [N, K/32] for NVFP4's block 16",
+         lambda: library.matrix(NVFP4, codes4, n, k, 16, e4m3[:, :2].copy(),
+                                libqmoe.QMOE_DTYPE_F8_E4M3, 4, 1)),
+        ("matrix, global_scale 1e39 (infinite in FP32)",
+         lambda: library.matrix(NVFP4, codes4, n, k, 16, e4m3, libqmoe.QMOE_DTYPE_F8_E4M3, 4,
+                                1, global_scale=1e39)),
+        ("matrix, global_scale 1e-50 (0, 'none', in FP32)",
+         lambda: library.matrix(NVFP4, codes4, n, k, 16, e4m3, libqmoe.QMOE_DTYPE_F8_E4M3, 4,
+                                1, global_scale=1e-50)),
+        ("matrix, global_scale NaN",
+         lambda: library.matrix(NVFP4, codes4, n, k, 16, e4m3, libqmoe.QMOE_DTYPE_F8_E4M3, 4,
+                                1, global_scale=float("nan"))),
+        ("matrix, global_scale '0.5'",
+         lambda: library.matrix(NVFP4, codes4, n, k, 16, e4m3, libqmoe.QMOE_DTYPE_F8_E4M3, 4,
+                                1, global_scale="0.5")),
+        ("import_int3_packed, src one byte short",
+         lambda: library.import_int3_packed(np.zeros(n * 24 - 1, dtype=np.uint8), n, k)),
+        ("import_int3_packed, k 60 (not whole bytes)",
+         lambda: library.import_int3_packed(np.zeros(n * 23, dtype=np.uint8), n, 60)),
+        ("import_mxfp4_gpt_oss, blocks int64 holding 300",
+         lambda: library.import_mxfp4_gpt_oss(np.full((n, 2, 16), 300), n, k)),
+        ("import_mxfp4_gpt_oss, blocks float64",
+         lambda: library.import_mxfp4_gpt_oss(np.zeros((n, 2, 16)), n, k)),
+        ("import_mxfp4_ggml, src one byte short",
+         lambda: library.import_mxfp4_ggml(np.zeros(n * 34 - 1, dtype=np.uint8), n, k)),
+        ("import_nvfp4_modelopt, weight float32",
+         lambda: library.import_nvfp4_modelopt(np.zeros((n, k // 2), np.float32), n, k)),
+    )
+    for what, call in refusals:
+        checks.refused(what, call)
+    size3 = library.codes_size(n, k, INT3)
+    reversed_out = Guarded((size3,), np.uint8)
+    checks.refused("import_int3_packed, out reversed",
+                   lambda: library.import_int3_packed(np.zeros(n * 24, dtype=np.uint8), n, k,
+                                                      reversed_out.payload[::-1]), reversed_out)
+    short_out = Guarded((library.codes_size(n, k, NVFP4) - 1,), np.uint8)
+    checks.refused("import_nvfp4_modelopt, out one byte short",
+                   lambda: library.import_nvfp4_modelopt(np.zeros((n, k // 2), np.uint8), n, k,
+                                                         short_out.payload), short_out)
+    scales_out = Guarded((n, 3), np.uint8)
+    checks.refused("import_mxfp4_ggml, scales [N, K/32 + 1]",
+                   lambda: library.import_mxfp4_ggml(np.zeros(n * 34, dtype=np.uint8), n, k,
+                                                     scales=scales_out.payload), scales_out)
+    read_only = Guarded((n, 2), np.uint8, read_only=True)
+    checks.refused("import_mxfp4_ggml, scales over an immutable bytes object",
+                   lambda: library.import_mxfp4_ggml(np.zeros(n * 34, dtype=np.uint8), n, k,
+                                                     scales=read_only.payload), read_only)
+    matrix = library.matrix(MXFP4, codes4, n, k, 32, e8m0, libqmoe.QMOE_DTYPE_E8M0, 2, 1)
+    checks.refused("expert_set, an fc1 entry that is a bare QuantMatrix",
+                   lambda: library.expert_set([matrix.struct], [matrix]))
+    checks.refused("expert_set, 2 fc1 and 1 fc2", lambda: library.expert_set([matrix] * 2,
+                                                                              [matrix]))
+    checks.refused("expert_set, no experts", lambda: library.expert_set([], []))
+
+
+class DenseLayer:
+    """What qmoe_parity.reference reads of a layer: each expert's dense FC1 and FC2 in FP64."""
+
+    def __init__(self, fc1, fc2):
+        self.fc1, self.fc2 = fc1, fc2
+
+    def dense_fc1(self, e):
+        return self.fc1[e]
+
+    def dense_fc2(self, e):
+        return self.fc2[e]
+
+
+def mixed_format_set(library, rng):
+    """An ExpertSet of EXPERTS experts whose projections cycle through the four formats
+    (expert e: FC1 in format e % 4, FC2 in format (e + 1) % 4), from matrices that only the
+    set holds once this returns; and the DenseLayer of the same weights."""
+    formats = (INT4, INT3, MXFP4, NVFP4)
+    fc1, fc2, dense1, dense2 = [], [], [], []
+    for e in range(EXPERTS):
+        for matrices, dense_list, weight_format, n, k in (
+                (fc1, dense1, formats[e % 4], 2 * INTER, HIDDEN),
+                (fc2, dense2, formats[(e + 1) % 4], HIDDEN, INTER)):
+            block = format_block(weight_format)
+            codes = canonical_formats.encode_codes(weight_format,
+                                                   random_codes(rng, weight_format, n, k))
+            plane, dtype, values = random_format_scales(rng, weight_format, n, k // block,
+                                                        moderate=True)
+            global_scale = NVFP4_GLOBAL if weight_format == NVFP4 else 0.0
+            matrices.append(library.matrix(weight_format, codes, n, k, block, plane, dtype,
+                                           k // block, 1, global_scale=global_scale))
+            dense_list.append(canonical_formats.dense(weight_format, codes, n, k, block, values,
+                                                      global_scale))
+    alpha, beta, limit = QWEN3_SWIGLU
+    return (library.expert_set(fc1, fc2, alpha=alpha, beta=beta, limit=limit),
+            DenseLayer(dense1, dense2))
+
+
+def check_format_experts(library, checks, context, rng):
+    """Library.expert_set from matrices of all four formats in one set, against
+    qmoe_parity's FP64 layer reference (its bounds are INT4's; FP4's extra 2^-23 |y_ref| per
+    GEMM is at most 1.2% of the 1e-5 sum |x w| term, so the bound is widened by 2%), after a
+    collection that would free weights the set did not keep."""
+    expert_set, layer = mixed_format_set(library, rng)
+    for _ in range(3):
+        gc.collect()
+        scratch = [np.full(4096, 1e30, dtype=np.float32) for _ in range(64)]
+    del scratch
+    m = 4
+    x = rng.uniform(-1.0, 1.0, size=(m, HIDDEN)).astype(np.float32)
+    logits = qmoe_parity.draw_logits(rng, m, EXPERTS, TOP_K)
+    with expert_set:
+        checks.expect(expert_set.num_experts == EXPERTS and expert_set.hidden == HIDDEN,
+                      "expert_set: E and H from the matrices")
+        ids, weights = library.route_topk(logits, TOP_K)
+        for accuracy, model in ((EXACT, "fp32"), (FAST, "qmoe_fast")):
+            y = Guarded((m, HIDDEN), np.float32)
+            got = library.moe_forward(context, expert_set, accuracy, x, ids, weights, y.payload)
+            ref = qmoe_parity.reference(layer, QWEN3_SWIGLU, x, logits, TOP_K, model)
+            ratio = qmoe_parity.worst_ratio(got, ref.y, 1.02 * ref.tol)
+            checks.expect(ratio <= 1.0 and y.guards_intact(),
+                          f"qmoe_moe_forward, {libqmoe.ACCURACY_NAMES[accuracy]}, experts in "
+                          f"all four formats: worst error / bound {ratio:.2g} (<= 1)")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__.split("Usage: ")[1].split("\n")[0])
@@ -474,7 +796,12 @@ def main():
                       lambda: check_scales(library, checks, context, rng),
                       lambda: check_moe(library, checks, context, rng),
                       lambda: check_integer_arguments(library, checks, context, rng),
-                      lambda: check_parity_logits(checks, rng)):
+                      lambda: check_parity_logits(checks, rng),
+                      lambda: check_format_reference(checks),
+                      lambda: check_format_gemv(library, checks, context, rng),
+                      lambda: check_format_importers(library, checks, context, rng),
+                      lambda: check_format_refusals(library, checks, rng),
+                      lambda: check_format_experts(library, checks, context, rng)):
             # A valid form that raises is a failure too; the other groups still run.
             try:
                 group()

@@ -1,5 +1,6 @@
 #include "run_context.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "qmoe/qmoe_experimental.h"
@@ -21,8 +22,15 @@ int open_run_context(const RunOptions& options, RunContext* run) {
   QMOE_CHECK(qmoe_context_get_isa(context, &run->tier));
   QMOE_CHECK(qmoe_context_get_num_threads(context, &run->threads));
   int available = 0;
-  QMOE_CHECK(qmoe_gemm_kernel_available(context, QMOE_WEIGHT_FORMAT_INT4, 32, options.accuracy,
+  const RunFormat& format = run_format(options.shape.format);
+  QMOE_CHECK(qmoe_gemm_kernel_available(context, format.format, format.block_size, options.accuracy,
                                         &available, &run->gemm_kernel));
+  if (!available) {
+    std::fprintf(stderr, "qmoe run: the %s tier has no %s GEMM for %s block %u weights\n",
+                 qmoe_isa_name(run->tier), accuracy_name(options.accuracy), format.name,
+                 format.block_size);
+    return 1;
+  }
   uint32_t count = 0;
   QMOE_CHECK(qmoe_context_get_kernel_count(context, &count));
   for (uint32_t i = 0; i < count; ++i) {

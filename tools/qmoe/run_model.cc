@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -13,13 +14,37 @@
 
 namespace {
 
-// 256 FP16 scales in [0.01, 0.02], from which the generator draws one per block.
-int make_scale_table(qmoe_context* context, std::vector<uint16_t>* table) {
-  std::vector<float> values(256);
-  for (int i = 0; i < 256; ++i) values[i] = 0.01f + 0.01f * static_cast<float>(i) / 255.0f;
-  table->resize(256);
-  QMOE_CHECK(qmoe_convert_f32_to_f16(context, values.data(), table->data(), 256));
-  return 0;
+// 256 scales of `format`'s scale type (raw bytes), from which the generator draws one per
+// block. The weights of every format spread about alike (RMS about 0.07, against the unit-RMS
+// hidden state), so that a decode's numbers differ by format in what it reads, not in what it
+// computes on:
+//   INT4   FP16 in [0.01, 0.02] times code - 8 in [-8, 7]   (RMS 0.0708);
+//   INT3   FP16 in [0.02, 0.04] times code - 4 in [-4, 3]   (0.0717);
+//   MXFP4  E8M0 2^-6 or 2^-5 times E2M1 in [-6, 6]          (0.0723);
+//   NVFP4  E4M3 128 to 448 times E2M1, times the global scale 1.375 * 2^-14 (0.0687).
+int make_scale_table(qmoe_context* context, const RunFormat& format,
+                     std::vector<unsigned char>* table) {
+  table->assign(256 * format.scale_bytes, 0);
+  switch (format.scale_dtype) {
+    case QMOE_DTYPE_F16: {
+      const float low = format.format == QMOE_WEIGHT_FORMAT_INT3 ? 0.02f : 0.01f;
+      std::vector<float> values(256);
+      for (int i = 0; i < 256; ++i) values[i] = low + low * static_cast<float>(i) / 255.0f;
+      std::vector<uint16_t> bits(256);
+      QMOE_CHECK(qmoe_convert_f32_to_f16(context, values.data(), bits.data(), 256));
+      std::memcpy(table->data(), bits.data(), table->size());
+      return 0;
+    }
+    case QMOE_DTYPE_E8M0:  // 2^(e - 127): e = 121 and 122, alternately
+      for (int i = 0; i < 256; ++i) (*table)[i] = static_cast<unsigned char>(121 + (i & 1));
+      return 0;
+    case QMOE_DTYPE_F8_E4M3:  // 0x70 (128) to 0x7E (448, the largest; 0x7F is NaN), evenly
+      for (int i = 0; i < 256; ++i) (*table)[i] = static_cast<unsigned char>(0x70 + i * 15 / 256);
+      return 0;
+    default:
+      std::fprintf(stderr, "qmoe run: no scale table for %s weights\n", format.name);
+      return 1;
+  }
 }
 
 // The workspace grows with --batch (gigabytes at 65536 tokens) and needs an expert set to be
@@ -72,8 +97,11 @@ int size_run_model(const ModelShape& shape, RunModel* model) {
 
 int generate_run_model(const RunOptions& options, qmoe_context* context, RunModel* model) {
   const ModelShape& shape = options.shape;
-  std::vector<uint16_t> scale_table;
-  if (const int code = make_scale_table(context, &scale_table); code != 0) return code;
+  std::vector<unsigned char> scale_table;
+  if (const int code = make_scale_table(context, run_format(shape.format), &scale_table);
+      code != 0) {
+    return code;
+  }
 
   const auto start = Clock::now();
   model->generate_threads = std::max(1u, std::thread::hardware_concurrency());

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tier_names.h"
+#include "weight_formats.h"
 
 namespace {
 
@@ -64,6 +65,17 @@ bool parse_isa(const char* value, qmoe_isa* isa, std::string* complaint) {
   return false;
 }
 
+// A format name of the table in weight_formats.h; false, with the complaint naming them, for
+// anything else.
+bool parse_format(const char* value, qmoe_weight_format* format, std::string* complaint) {
+  if (const RunFormat* row = find_run_format(value)) {
+    *format = row->format;
+    return true;
+  }
+  *complaint = "takes " + run_format_names(", ");
+  return false;
+}
+
 bool asks_for_help(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
@@ -74,20 +86,31 @@ bool asks_for_help(int argc, char** argv) {
 }  // namespace
 
 void print_run_usage(std::FILE* out) {
+  std::string formats;  // one line per format: how the synthetic model stores it
+  size_t count = 0;
+  const RunFormat* rows = run_formats(&count);
+  for (size_t i = 0; i < count; ++i) {
+    char line[160];
+    std::snprintf(line, sizeof line, "                          %-6s block %u, %s scales%s\n",
+                  rows[i].name, rows[i].block_size, rows[i].scale_title,
+                  rows[i].global_scale != 0.0f ? " and an FP32 global scale" : "");
+    formats += line;
+  }
   std::fprintf(
       out,
       "usage: qmoe run [options]\n"
       "\n"
       "Decode with a synthetic MoE model of the Qwen3-30B-A3B shape (128 experts a layer,\n"
-      "top-8, hidden 2048, expert intermediate 768, INT4 block 32 with FP16 scales), weights\n"
-      "generated from --seed, router logits drawn per token. Each of the --tokens steps runs\n"
-      "--batch tokens through every layer: x += moe(x), then x is rescaled to unit RMS.\n"
+      "top-8, hidden 2048, expert intermediate 768, weights in --format), weights generated\n"
+      "from --seed, router logits drawn per token. Each of the --tokens steps runs --batch\n"
+      "tokens through every layer: x += moe(x), then x is rescaled to unit RMS.\n"
       "\n"
       "options:\n"
-      "  --layers N            MoE layers (default 4; 48 is the full depth, ~16 GB)\n"
+      "  --layers N            MoE layers (default 4; 48 is the full depth, ~16 GB in int4)\n"
       "  --tokens T            decode steps (default 64)\n"
       "  --batch M             tokens per step (default 1)\n"
-      "  --format int4         weight format (only int4)\n"
+      "  --format %s  weight format (default %s):\n"
+      "%s"
       "  --accuracy exact|fast dequant-GEMM level (default fast)\n"
       "  --activations f32|f16|bf16  type of the hidden state each layer reads and writes\n"
       "                        (default f32)\n"
@@ -96,7 +119,7 @@ void print_run_usage(std::FILE* out) {
       "  --seed S              seed of weights and router logits (default 1)\n"
       "  --json                JSON summary on stdout, human report on stderr\n"
       "  --help                this text\n",
-      tier_name_list("|").c_str());
+      run_format_names("|").c_str(), rows[0].name, formats.c_str(), tier_name_list("|").c_str());
 }
 
 // --help anywhere wins over the other arguments, whatever their order; an option given twice
@@ -134,7 +157,8 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
     } else if (std::strcmp(arg, "--seed") == 0) {
       if (!parse_u64(value, &o->seed)) return bad("takes an unsigned integer");
     } else if (std::strcmp(arg, "--format") == 0) {
-      if (value == nullptr || std::strcmp(value, "int4") != 0) return bad("takes int4");
+      std::string complaint;
+      if (!parse_format(value, &o->shape.format, &complaint)) return bad(complaint.c_str());
     } else if (std::strcmp(arg, "--accuracy") == 0) {
       if (!parse_accuracy(value, &o->accuracy)) return bad("takes exact or fast");
     } else if (std::strcmp(arg, "--activations") == 0) {

@@ -9,7 +9,7 @@
 #include "synthetic_model.h"
 
 struct RunOptions {
-  ModelShape shape;      // --layers; the rest is the Qwen3-30B-A3B shape
+  ModelShape shape;      // --layers and --format; the rest is the Qwen3-30B-A3B shape
   uint32_t tokens = 64;  // timed decode steps
   uint32_t batch = 1;    // tokens per step
   qmoe_accuracy accuracy = QMOE_ACCURACY_FAST;

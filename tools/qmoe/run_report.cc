@@ -145,9 +145,18 @@ std::string json_escape(const char* text) {
   return out;
 }
 
+// The global scale as a JSON value: the number, or null for a format without one.
+std::string global_scale_json(const RunFormat& format) {
+  if (format.global_scale == 0.0f) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(format.global_scale));
+  return text;
+}
+
 void print_json(const RunRecord& r, const RunMetrics& m) {
   const RunOptions& o = r.options;
   const ModelShape& shape = o.shape;
+  const RunFormat& format = run_format(shape.format);
   const RunContext& run = r.run;
   const RunBandwidth& bw = r.bandwidth;
   const DecodeResult& d = r.decode;
@@ -157,8 +166,8 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
       " \"accuracy\": \"%s\", \"activations\": \"%s\", \"gemm_kernel\": \"%s\", "
       "\"quantize_kernel\": \"%s\",\n"
       " \"model\": {\"layers\": %u, \"experts\": %u, \"top_k\": %u, \"hidden\": %u, "
-      "\"intermediate\": %u, \"format\": \"int4\", \"block_size\": %u, \"scale_dtype\": "
-      "\"f16\", \"bytes_per_expert\": %zu, \"weight_bytes_total\": %.0f, "
+      "\"intermediate\": %u, \"format\": \"%s\", \"block_size\": %u, \"scale_dtype\": "
+      "\"%s\", \"global_scale\": %s, \"bytes_per_expert\": %zu, \"weight_bytes_total\": %.0f, "
       "\"weight_bytes_on_huge_pages\": %.0f},\n"
       " \"decode\": {\"steps\": %u, \"batch\": %u, \"seed\": %" PRIu64
       ", \"warmup_steps\": 1},\n"
@@ -180,11 +189,12 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
       qmoe_version_string(), json_escape(run.host.cpu_brand).c_str(), qmoe_isa_name(run.tier),
       run.threads, accuracy_name(o.accuracy), activations_name(o.activations), run.gemm_kernel,
       run.quantize_kernel, shape.layers, shape.experts, shape.top_k, shape.hidden,
-      shape.intermediate, shape.block_size, r.model.expert_bytes.total(),
-      r.model.weight_bytes_total, m.huge_page_bytes, o.tokens, o.batch, o.seed, bw.buffer_bytes,
-      bw.one_thread * 1e-9, bw.all_threads * 1e-9, bw.reference * 1e-9, bw.weights * 1e-9,
-      bw.weights_bytes, r.model.generate_s, bw.seconds, d.decode_s, d.moe_s, d.route_s, d.tool_s,
-      m.other_s, d.decode_s * 1e3 / o.tokens, m.step_min_ms, m.step_median_ms, m.step_max_ms,
+      shape.intermediate, format.name, format.block_size, format.scale_name,
+      global_scale_json(format).c_str(), r.model.expert_bytes.total(), r.model.weight_bytes_total,
+      m.huge_page_bytes, o.tokens, o.batch, o.seed, bw.buffer_bytes, bw.one_thread * 1e-9,
+      bw.all_threads * 1e-9, bw.reference * 1e-9, bw.weights * 1e-9, bw.weights_bytes,
+      r.model.generate_s, bw.seconds, d.decode_s, d.moe_s, d.route_s, d.tool_s, m.other_s,
+      d.decode_s * 1e3 / o.tokens, m.step_min_ms, m.step_median_ms, m.step_max_ms,
       d.decode_s * 1e3 / m.token_count, d.moe_s * 1e3 / m.layer_calls, r.total_s,
       d.experts_computed, m.experts_per_token, m.experts_per_layer_step, m.bytes_read,
       m.bytes_per_token, m.achieved * 1e-9, m.achieved_end_to_end * 1e-9, m.ratio, m.ratio_weights,
@@ -210,12 +220,18 @@ void print_run_header(std::FILE* out, const RunOptions& options, const RunContex
     std::fprintf(out, "  %-24s %s\n", "activation quantizer", run.quantize_kernel);
   std::fprintf(out, "  %-24s %s hidden state in and out of each layer\n", "activations",
                activations_name(options.activations));
+  const RunFormat& format = run_format(shape.format);
+  std::string global;
+  if (format.global_scale != 0.0f) {
+    global = " and global scale " + global_scale_json(format);
+  }
   std::fprintf(out,
                "  %-24s %u layers x %u experts (top-%u), hidden %u, intermediate %u\n"
-               "  %-24s INT4 block %u, FP16 scales in the grouped order (K/%u x 8 per row "
-               "group), no zero points, swiglu interleaved\n",
+               "  %-24s %s block %u, %s scales in the grouped order (K/%u x 8 per row "
+               "group)%s, no zero points, swiglu interleaved\n",
                "model", shape.layers, shape.experts, shape.top_k, shape.hidden, shape.intermediate,
-               "weights", shape.block_size, shape.block_size);
+               "weights", format.title, format.block_size, format.scale_title, format.block_size,
+               global.c_str());
   std::fprintf(out, "  %-24s %.2f MB (fc1 %zu + %zu, fc2 %zu + %zu bytes of codes + scales)\n",
                "bytes per expert", eb.total() * 1e-6, eb.fc1_codes, eb.fc1_scales, eb.fc2_codes,
                eb.fc2_scales);

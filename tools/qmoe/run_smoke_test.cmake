@@ -7,7 +7,10 @@
 # exits 0 with a finite hidden state, the activation type it was asked for, 8 distinct experts
 # per layer for each token at most and a read bandwidth measured over the weights; each type
 # gives the same checksum on both thread counts (the MoE layer's result does not depend on
-# them), and BF16 not FP32's (the hidden state is rounded at each layer).
+# them), and BF16 not FP32's (the hidden state is rounded at each layer). Every --format (one
+# layer, two steps) runs, reports its format, block size, scale type, global scale, GEMM
+# kernel and bytes per expert, counts bytes read as experts computed times those bytes, and
+# gives a checksum of its own; a format name the tool does not have is refused with exit 2.
 if(NOT QMOE)
   message(FATAL_ERROR "pass -DQMOE=<path of the qmoe tool>")
 endif()
@@ -28,9 +31,12 @@ endforeach()
 
 # An option given twice is refused, not the last one silently winning; `version` takes no
 # options (it once dropped --json and printed text); --threads past the library's cap is a
-# usage error (exit 2) at parse time; --help anywhere prints the usage and exits 0, whatever
+# usage error (exit 2) at parse time, and so is a --format the tool does not have (names are
+# lower case), or none; --help anywhere prints the usage and exits 0, whatever
 # comes before it.
 foreach(bad "run;--layers;1;--tokens;1;--layers;2" "run;--json;--json;--layers;1"
+            "run;--format;int5;--layers;1" "run;--format;INT4;--layers;1" "run;--layers;1;--format"
+            "run;--format;int4;--format;int3;--layers;1"
             "info;--isa;scalar;--isa;avx2" "version;--json" "run;--threads;1025;--layers;1")
   execute_process(COMMAND ${QMOE} ${bad} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
   if(NOT rc EQUAL 2)
@@ -117,4 +123,79 @@ check_decode(bf16 bf16_checksum)
 if(bf16_checksum STREQUAL f32_checksum)
   message(FATAL_ERROR "the bf16 run gave the FP32 run's checksum ${f32_checksum}")
 endif()
-message(STATUS "qmoe run smoke test passed (checksum ${f32_checksum}, bf16 ${bf16_checksum})")
+# Runs one layer, two steps of `format` and checks its JSON against the expected block size,
+# scale type, global scale (its JSON type: NULL for none) and bytes per expert, and its report
+# for the weights line; sets `out_checksum`.
+function(check_format format block scale global_type bytes_per_expert out_checksum)
+  execute_process(
+    COMMAND ${QMOE} run --format ${format} --layers 1 --tokens 2 --batch 2 --threads 2 --json
+    RESULT_VARIABLE rc OUTPUT_VARIABLE json ERROR_VARIABLE report)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "qmoe run --format ${format} exited ${rc}:\n${report}")
+  endif()
+  string(JSON finite GET "${json}" finite)
+  string(JSON got_format GET "${json}" model format)
+  string(JSON got_block GET "${json}" model block_size)
+  string(JSON got_scale GET "${json}" model scale_dtype)
+  string(JSON got_global_type TYPE "${json}" model global_scale)
+  string(JSON got_bytes GET "${json}" model bytes_per_expert)
+  string(JSON total GET "${json}" model weight_bytes_total)
+  string(JSON kernel GET "${json}" gemm_kernel)
+  string(JSON experts GET "${json}" experts_computed)
+  string(JSON read GET "${json}" weight_bytes_read)
+  string(JSON checksum GET "${json}" checksum)
+  if(NOT finite STREQUAL "ON" AND NOT finite STREQUAL "true")
+    message(FATAL_ERROR "hidden state not finite with --format ${format}:\n${json}")
+  endif()
+  if(NOT got_format STREQUAL format OR NOT got_block EQUAL block OR NOT got_scale STREQUAL scale
+     OR NOT got_global_type STREQUAL global_type)
+    message(FATAL_ERROR "--format ${format}: reported format '${got_format}', block "
+                        "${got_block}, scales '${got_scale}', global scale ${got_global_type}; "
+                        "expected ${format}, ${block}, ${scale}, ${global_type}")
+  endif()
+  if(NOT kernel MATCHES "^qmoe_gemm_${format}_fast_")
+    message(FATAL_ERROR "--format ${format} ran the GEMM kernel '${kernel}'")
+  endif()
+  if(NOT got_bytes EQUAL bytes_per_expert)
+    message(FATAL_ERROR "--format ${format}: ${got_bytes} bytes per expert, expected "
+                        "${bytes_per_expert}")
+  endif()
+  # The memory check and the bandwidth figure count the format's bytes: the layer is 128
+  # experts of them, and the bytes read are the experts computed times one expert's.
+  math(EXPR want_total "128 * ${bytes_per_expert}")
+  math(EXPR want_read "${experts} * ${bytes_per_expert}")
+  if(NOT total EQUAL want_total OR NOT read EQUAL want_read OR experts LESS 1)
+    message(FATAL_ERROR "--format ${format}: weight_bytes_total ${total} (expected "
+                        "${want_total}), weight_bytes_read ${read} for ${experts} experts "
+                        "(expected ${want_read})")
+  endif()
+  string(TOUPPER "${format}" title)
+  if(NOT report MATCHES "weights +${title} block ${block}, ")
+    message(FATAL_ERROR "--format ${format}: the report does not name the weights:\n${report}")
+  endif()
+  set(${out_checksum} "${checksum}" PARENT_SCOPE)
+endfunction()
+
+# Bytes per expert, FC1 [1536, 2048] and FC2 [2048, 768] (docs/formats.md): 4718592 weights,
+# at 4 bits 2359296 bytes of codes (INT3, 3 bits: 1769472), and one scale per block, 147456 of
+# them at block 32 (294912 at block 16), 2 bytes in FP16, 1 in E8M0 and E4M3.
+check_format(int4 32 f16 NULL 2654208 int4_checksum)      # 2359296 + 2 * 147456
+check_format(int3 32 f16 NULL 2064384 int3_checksum)      # 1769472 + 2 * 147456
+check_format(mxfp4 32 e8m0 NULL 2506752 mxfp4_checksum)   # 2359296 + 147456
+check_format(nvfp4 16 e4m3 NUMBER 2654208 nvfp4_checksum) # 2359296 + 294912
+# --format int4 is the default: the same weights, so the checksum of the FP32 runs above
+# (same seed, layers, steps and batch). Each other format's weights, and checksum, differ.
+if(NOT int4_checksum STREQUAL f32_checksum)
+  message(FATAL_ERROR "--format int4 gave ${int4_checksum}, the default ${f32_checksum}")
+endif()
+set(seen "${int4_checksum}")
+foreach(format int3 mxfp4 nvfp4)
+  list(FIND seen "${${format}_checksum}" index)  # IN_LIST needs a policy -P scripts lack
+  if(NOT index EQUAL -1)
+    message(FATAL_ERROR "--format ${format} gave a checksum another format gave: "
+                        "${${format}_checksum}")
+  endif()
+  list(APPEND seen "${${format}_checksum}")
+endforeach()
+message(STATUS "qmoe run smoke test passed (checksum ${f32_checksum}, bf16 ${bf16_checksum}, "
+               "formats ${seen})")

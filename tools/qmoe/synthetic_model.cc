@@ -22,6 +22,9 @@ uint64_t expert_seed(uint64_t seed, uint32_t layer, uint32_t expert) {
   return mix.next() ^ 0x5DEECE66Dull;
 }
 
+// Random bytes are valid codes in every format: each 4-bit nibble is an INT4 code or an E2M1
+// value (E2M1 has no NaN), and every bit of an INT3 tile belongs to exactly one 3-bit code
+// (docs/formats.md). The model's N and K are multiples of 8 and 32, so no byte is padding.
 void fill_codes(SplitMix64& rng, unsigned char* dst, size_t bytes) {
   size_t i = 0;
   for (; i + 8 <= bytes; i += 8) {
@@ -34,25 +37,41 @@ void fill_codes(SplitMix64& rng, unsigned char* dst, size_t bytes) {
   }
 }
 
-void fill_scales(SplitMix64& rng, const uint16_t* table, unsigned char* dst, size_t bytes) {
-  const size_t count = bytes / sizeof(uint16_t);
-  uint16_t* scales = reinterpret_cast<uint16_t*>(dst);
+// One table entry per scale, indexed by a byte of a random word (eight scales a word, whatever
+// their size, so the INT4 model's weights are those it had before other formats came).
+template <typename Scale>
+void fill_scales_of(SplitMix64& rng, const unsigned char* table_bytes, unsigned char* dst,
+                    size_t bytes) {
+  const size_t count = bytes / sizeof(Scale);
+  Scale table[256];
+  std::memcpy(table, table_bytes, sizeof table);
+  Scale* scales = reinterpret_cast<Scale*>(dst);
   for (size_t i = 0; i < count; i += 8) {
     uint64_t word = rng.next();
     for (size_t j = i; j < i + 8 && j < count; ++j, word >>= 8) scales[j] = table[word & 0xFF];
   }
 }
 
-void describe(qmoe_quant_matrix* m, uint32_t n, uint32_t k, uint32_t block_size, const void* codes,
-              const void* scales) {
+void fill_scales(SplitMix64& rng, size_t scale_bytes, const unsigned char* table,
+                 unsigned char* dst, size_t bytes) {
+  if (scale_bytes == 2) {
+    fill_scales_of<uint16_t>(rng, table, dst, bytes);
+  } else {
+    fill_scales_of<uint8_t>(rng, table, dst, bytes);
+  }
+}
+
+void describe(qmoe_quant_matrix* m, const RunFormat& format, uint32_t n, uint32_t k,
+              const void* codes, const void* scales) {
+  const uint32_t block_size = format.block_size;
   std::memset(m, 0, sizeof(*m));
   m->struct_size = sizeof(*m);
-  m->format = QMOE_WEIGHT_FORMAT_INT4;
+  m->format = format.format;
   m->n = n;
   m->k = k;
   m->block_size = block_size;
   m->codes = codes;
-  m->scale_dtype = QMOE_DTYPE_F16;
+  m->scale_dtype = format.scale_dtype;
   m->scales = scales;
   // The grouped order (docs/formats.md): per 8-row group of the codes, its K / block x 8
   // scales in a row, so the scales stream alongside the codes.
@@ -60,24 +79,26 @@ void describe(qmoe_quant_matrix* m, uint32_t n, uint32_t k, uint32_t block_size,
   m->scale_block_stride = 8;
   m->scale_group_stride = size_t{8} * (k / block_size);
   m->bias_dtype = QMOE_DTYPE_F32;
+  m->global_scale = format.global_scale;
 }
 
 }  // namespace
 
 bool expert_bytes(const ModelShape& shape, ExpertBytes* bytes, std::string* error) {
-  if (qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, 2 * shape.intermediate, shape.hidden,
+  if (qmoe_quant_matrix_codes_size(shape.format, 2 * shape.intermediate, shape.hidden,
                                    &bytes->fc1_codes) != QMOE_STATUS_OK ||
-      qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, shape.hidden, shape.intermediate,
+      qmoe_quant_matrix_codes_size(shape.format, shape.hidden, shape.intermediate,
                                    &bytes->fc2_codes) != QMOE_STATUS_OK) {
     *error = qmoe_last_error_message();
     return false;
   }
   // Grouped planes cover whole 8-row groups.
+  const RunFormat& format = run_format(shape.format);
   const auto padded = [](uint32_t n) { return (size_t{n} + 7) / 8 * 8; };
   bytes->fc1_scales =
-      padded(2 * shape.intermediate) * (shape.hidden / shape.block_size) * sizeof(uint16_t);
+      padded(2 * shape.intermediate) * (shape.hidden / format.block_size) * format.scale_bytes;
   bytes->fc2_scales =
-      padded(shape.hidden) * (shape.intermediate / shape.block_size) * sizeof(uint16_t);
+      padded(shape.hidden) * (shape.intermediate / format.block_size) * format.scale_bytes;
   return true;
 }
 
@@ -87,9 +108,10 @@ SyntheticLayer::~SyntheticLayer() {
 }
 
 bool SyntheticLayer::generate(const ModelShape& shape, const ExpertBytes& bytes, uint64_t seed,
-                              uint32_t layer, const uint16_t* fp16_scales, unsigned threads,
+                              uint32_t layer, const unsigned char* scale_table, unsigned threads,
                               const std::function<void(uint32_t)>& on_expert_done,
                               std::string* error) {
+  const RunFormat& format = run_format(shape.format);
   // Per expert, 64-byte aligned: FC1 codes, FC1 scales, FC2 codes, FC2 scales.
   const size_t off_fc1_scales = round_up(bytes.fc1_codes, kAlign);
   const size_t off_fc2_codes = off_fc1_scales + round_up(bytes.fc1_scales, kAlign);
@@ -118,9 +140,9 @@ bool SyntheticLayer::generate(const ModelShape& shape, const ExpertBytes& bytes,
       SplitMix64 rng(expert_seed(seed, layer, e));
       unsigned char* base = data_ + stride * e;
       fill_codes(rng, base, bytes.fc1_codes);
-      fill_scales(rng, fp16_scales, base + off_fc1_scales, bytes.fc1_scales);
+      fill_scales(rng, format.scale_bytes, scale_table, base + off_fc1_scales, bytes.fc1_scales);
       fill_codes(rng, base + off_fc2_codes, bytes.fc2_codes);
-      fill_scales(rng, fp16_scales, base + off_fc2_scales, bytes.fc2_scales);
+      fill_scales(rng, format.scale_bytes, scale_table, base + off_fc2_scales, bytes.fc2_scales);
       const uint32_t finished = done.fetch_add(1) + 1;
       if (report) on_expert_done(finished);
     }
@@ -136,9 +158,8 @@ bool SyntheticLayer::generate(const ModelShape& shape, const ExpertBytes& bytes,
   std::vector<const qmoe_quant_matrix*> fc1_ptrs(shape.experts), fc2_ptrs(shape.experts);
   for (uint32_t e = 0; e < shape.experts; ++e) {
     unsigned char* base = data_ + stride * e;
-    describe(&fc1_[e], 2 * shape.intermediate, shape.hidden, shape.block_size, base,
-             base + off_fc1_scales);
-    describe(&fc2_[e], shape.hidden, shape.intermediate, shape.block_size, base + off_fc2_codes,
+    describe(&fc1_[e], format, 2 * shape.intermediate, shape.hidden, base, base + off_fc1_scales);
+    describe(&fc2_[e], format, shape.hidden, shape.intermediate, base + off_fc2_codes,
              base + off_fc2_scales);
     fc1_ptrs[e] = &fc1_[e];
     fc2_ptrs[e] = &fc2_[e];

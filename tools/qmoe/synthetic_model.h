@@ -1,5 +1,6 @@
-// A synthetic MoE model of the Qwen3-30B-A3B shape for `qmoe run`: INT4 weights in the
-// canonical layout, generated deterministically from a seed, one allocation per layer.
+// A synthetic MoE model of the Qwen3-30B-A3B shape for `qmoe run`: weights of one format
+// (weight_formats.h) in the canonical layout, generated deterministically from a seed, one
+// allocation per layer.
 #ifndef QMOE_TOOLS_QMOE_SYNTHETIC_MODEL_H_
 #define QMOE_TOOLS_QMOE_SYNTHETIC_MODEL_H_
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "qmoe/qmoe.h"
+#include "weight_formats.h"
 
 // splitmix64: small, fast, and good enough for synthetic weights and router logits.
 class SplitMix64 {
@@ -39,10 +41,12 @@ struct ModelShape {
   uint32_t top_k = 8;
   uint32_t hidden = 2048;
   uint32_t intermediate = 768;
-  uint32_t block_size = 32;
+  qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4;  // --format; run_format() has the rest
 };
 
-// Byte sizes of one expert's planes (FP16 scales, no zero points, no bias).
+// Byte sizes of one expert's planes in the shape's format (codes as
+// qmoe_quant_matrix_codes_size gives them, scales in the format's scale type and the grouped
+// order; no zero points, no bias): what one expert call reads.
 struct ExpertBytes {
   size_t fc1_codes = 0, fc1_scales = 0, fc2_codes = 0, fc2_scales = 0;
   size_t total() const { return fc1_codes + fc1_scales + fc2_codes + fc2_scales; }
@@ -61,10 +65,11 @@ class SyntheticLayer {
 
   // Allocates and fills the layer's weights from (seed, layer index) on `threads` threads
   // (the result does not depend on the thread count), then creates the expert set.
-  // `fp16_scales` holds 256 FP16 bit patterns drawn from per block. `on_expert_done` is
-  // called on the calling thread with the number of experts generated so far.
+  // `scale_table` holds 256 scales of the format's scale type (its raw bytes, 256 *
+  // scale_bytes of them), one drawn per block. `on_expert_done` is called on the calling
+  // thread with the number of experts generated so far.
   bool generate(const ModelShape& shape, const ExpertBytes& bytes, uint64_t seed, uint32_t layer,
-                const uint16_t* fp16_scales, unsigned threads,
+                const unsigned char* scale_table, unsigned threads,
                 const std::function<void(uint32_t)>& on_expert_done, std::string* error);
 
   const qmoe_expert_set* set() const { return set_; }
