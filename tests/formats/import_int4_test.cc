@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qmoe/qmoe.h"
+#include "tests/formats/q4_0_matrix.h"
 
 namespace {
 
@@ -100,23 +101,9 @@ TEST(ImportInt4Q4_0, MultiplyMatchesGgmlSemantics) {
     // FP16 -> float by hand for these normal values: exponent and mantissa fields.
     d_values[i] = std::ldexp(1.0f + (d & 0x3FF) / 1024.0f, ((d >> 10) & 0x1F) - 15);
   }
-  size_t bytes = 0;
-  ASSERT_EQ(qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k, &bytes), QMOE_STATUS_OK);
-  std::vector<uint8_t> codes(bytes);
-  std::vector<uint16_t> scales(n * blocks);
-  ASSERT_EQ(qmoe_import_int4_q4_0(q40.data(), n, k, codes.data(), bytes, scales.data(), 1, n),
-            QMOE_STATUS_OK);
-  qmoe_quant_matrix w{};
-  w.struct_size = sizeof w;
-  w.format = QMOE_WEIGHT_FORMAT_INT4;
-  w.n = n;
-  w.k = k;
-  w.block_size = 32;
-  w.codes = codes.data();
-  w.scale_dtype = QMOE_DTYPE_F16;
-  w.scales = scales.data();
-  w.scale_row_stride = 1;
-  w.scale_block_stride = n;
+  qmoe::testing::ImportedQ4_0 imported;
+  ASSERT_EQ(qmoe::testing::import_q4_0_matrix(q40, n, k, &imported), QMOE_STATUS_OK);
+  const qmoe_quant_matrix& w = imported.matrix;
   std::vector<float> x(k);
   for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 50.0f;
   qmoe_context* ctx = nullptr;

@@ -18,6 +18,7 @@
 
 #include "qmoe/qmoe.h"
 #include "tests/cpu/isa_test_util.h"
+#include "tests/formats/q4_0_matrix.h"
 #include "tests/gemm/int4_reference.h"
 #include "tests/threaded_runs.h"
 
@@ -102,23 +103,9 @@ TEST_P(ImportQ4_0Gemm, MultiplyMatchesTheGgmlBytes) {
        {std::tuple<uint32_t, uint32_t, uint32_t>{13, 4, 1}, {40, 7, 3}, {64, 16, 2}}) {
     const uint32_t k = blocks * 32;
     const std::vector<uint8_t> q40 = distinct_blocks(n, blocks, rng);
-    size_t bytes = 0;
-    ASSERT_EQ(qmoe_quant_matrix_codes_size(QMOE_WEIGHT_FORMAT_INT4, n, k, &bytes), QMOE_STATUS_OK);
-    std::vector<uint8_t> codes(bytes);
-    std::vector<uint16_t> scales(size_t{n} * blocks);
-    ASSERT_EQ(qmoe_import_int4_q4_0(q40.data(), n, k, codes.data(), bytes, scales.data(), 1, n),
-              QMOE_STATUS_OK);
-    qmoe_quant_matrix w{};
-    w.struct_size = sizeof w;
-    w.format = QMOE_WEIGHT_FORMAT_INT4;
-    w.n = n;
-    w.k = k;
-    w.block_size = 32;
-    w.codes = codes.data();
-    w.scale_dtype = QMOE_DTYPE_F16;
-    w.scales = scales.data();
-    w.scale_row_stride = 1;
-    w.scale_block_stride = n;
+    ImportedQ4_0 imported;
+    ASSERT_EQ(import_q4_0_matrix(q40, n, k, &imported), QMOE_STATUS_OK);
+    const qmoe_quant_matrix& w = imported.matrix;
     const std::vector<float> x = random_activations(m, k, rng);
     const std::string where = std::string(isa_name(GetParam())) + " n=" + std::to_string(n) +
                               " blocks=" + std::to_string(blocks) + " m=" + std::to_string(m) +
