@@ -71,8 +71,12 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
     a.x = acts.x + first * acts.x_stride;
     a.ldx = m > 1 ? acts.x_stride : 0;
   } else {
-    a.xq = Q8Activations{acts.q + first * acts.q_stride, acts.scale + first * acts.chunks,
-                         acts.sum_q + first * acts.chunks, acts.q_stride, acts.chunks};
+    a.xq = Q8Activations{acts.q + first * acts.q_stride,
+                         acts.scale + first * acts.chunks,
+                         acts.sum_q + first * acts.chunks,
+                         acts.q_stride,
+                         acts.chunks,
+                         acts.sum_q_low + first * acts.chunks};
   }
 
   const size_t panel = panel_elements(plan);

@@ -16,7 +16,9 @@ namespace qmoe {
 
 // Activations of one GEMM call quantized for the fast level, per row m and chunk c:
 //   x[m, 32c + i] ~= scale[m, c] * q[m, 32c + i],  q in [-127, 127], zero past K;
-//   sum_q[m, c] = sum_i q[m, 32c + i] (exact as float: |sum| <= 32 * 127).
+//   sum_q[m, c] = sum_i q[m, 32c + i] (exact as float: |sum| <= 32 * 127);
+//   sum_q_low[m, c] = sum_{i < 16} q[m, 32c + i], the first half's (formats with 16-k blocks
+//   need both halves' sums: once per call here instead of once per weight group in a kernel).
 // A chunk whose max|x| is below kQ8FlushBelow (zero included) quantizes to q = 0, scale 0:
 // from there down 127 / max|x| overflows (below ~2^-121) or max|x| / 127 is subnormal and no
 // longer within 2^-24 of its value, so the documented bound could not hold. Above it both
@@ -28,7 +30,8 @@ struct Q8Activations {
   const float* scale;  // m * chunks
   const float* sum_q;  // m * chunks
   size_t q_stride;
-  size_t chunk_stride;  // = chunks
+  size_t chunk_stride;     // = chunks
+  const float* sum_q_low;  // m * chunks
 };
 
 // One kernel call: the outputs of rows [row_begin, row_end) of one 8-row group for all M

@@ -91,6 +91,13 @@ std::vector<float> run(GemmGroupFn kernel, const Group& g, qmoe_accuracy level, 
                                                 q.data() + i * stride, scale.data() + i * g.chunks,
                                                 sum_q.data() + i * g.chunks);
   }
+  // The first half's sum of q per chunk (Q8Activations::sum_q_low), added up here.
+  std::vector<float> sum_q_low(size_t{m} * g.chunks);
+  for (size_t c = 0; c < sum_q_low.size(); ++c) {
+    int32_t sum = 0;
+    for (size_t j = 0; j < 16; ++j) sum += q[c * 32 + j];
+    sum_q_low[c] = static_cast<float>(sum);
+  }
   GemmGroupArgs a{};
   a.codes = g.codes.data();
   a.chunks = g.chunks;
@@ -109,7 +116,7 @@ std::vector<float> run(GemmGroupFn kernel, const Group& g, qmoe_accuracy level, 
   a.m = m;
   a.x = x.data();
   a.ldx = stride;
-  a.xq = Q8Activations{q.data(), scale.data(), sum_q.data(), stride, g.chunks};
+  a.xq = Q8Activations{q.data(), scale.data(), sum_q.data(), stride, g.chunks, sum_q_low.data()};
   std::vector<float> y(size_t{m} * 8, kPoison);
   a.y = y.data();
   a.ldy = 8;

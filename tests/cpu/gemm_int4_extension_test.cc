@@ -326,8 +326,8 @@ struct Group {
     a.zero_point_block_stride = zero_stride;
     a.bias = bias ? bias_values.data() : nullptr;
     a.m = m;
-    a.xq =
-        Q8Activations{q.data(), x_scale.data(), x_sum.data(), size_t{chunks} * kChunkCodes, chunks};
+    a.xq = Q8Activations{q.data(), x_scale.data(), x_sum.data(), size_t{chunks} * kChunkCodes,
+                         chunks,   nullptr};  // sum_q_low: read by 16-k block formats only
     a.y = y;
     a.ldy = ldy;
     a.row_begin = row_begin;

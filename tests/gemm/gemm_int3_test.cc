@@ -426,7 +426,8 @@ struct RandomGroup {
     a.m = m;
     a.x = x.data();
     a.ldx = k;
-    a.xq = Q8Activations{q.data(), x_scale.data(), x_sum.data(), k, chunks};
+    a.xq = Q8Activations{q.data(), x_scale.data(), x_sum.data(), k,
+                         chunks,   nullptr};  // sum_q_low: read by 16-k block formats only
     a.y = y.data() + kGuard;
     a.ldy = kLdy;
     a.row_begin = row_begin;
