@@ -34,35 +34,11 @@
 namespace qmoe::avx2 {
 namespace {
 
+#include "lib/cpu/avx2/exact_pairs_avx2.inc"
 #include "lib/cpu/common/int3_unpack_ymm.inc"
 #include "lib/cpu/common/int4_scales_ymm.inc"
 
 constexpr float kShiftedUnscale = 0x1p-24f;
-
-// Bytes 4q..4q+3 of each 128-bit lane, each to byte `at` of a dword; the other bytes zero
-// (selector byte 0x80). Constant-folded: q and at are constants at every call.
-inline __m256i dword_selector(int q, int at) {
-  const auto b = [q, at](int i) {
-    return static_cast<char>((i & 3) == at ? 4 * q + ((i & 15) >> 2) : -128);
-  };
-  return _mm256_setr_epi8(b(0), b(1), b(2), b(3), b(4), b(5), b(6), b(7), b(8), b(9), b(10), b(11),
-                          b(12), b(13), b(14), b(15), b(16), b(17), b(18), b(19), b(20), b(21),
-                          b(22), b(23), b(24), b(25), b(26), b(27), b(28), b(29), b(30), b(31));
-}
-
-// [z_{2p} x4 | z_{2p+1} x4] as int32 from a block's eight zero points (bytes 0-7 of `zeros`).
-inline __m256i pair_zero_dwords(__m256i zeros, int p) {
-  const char r0 = static_cast<char>(2 * p), r1 = static_cast<char>(2 * p + 1), z = -128;
-  return _mm256_shuffle_epi8(
-      zeros, _mm256_setr_epi8(r0, z, z, z, r0, z, z, z, r0, z, z, z, r0, z, z, z, r1, z, z, z, r1,
-                              z, z, z, r1, z, z, z, r1, z, z, z));
-}
-
-inline __m256i load_zero_bytes(const uint8_t* base, size_t index) {
-  int64_t eight;
-  __builtin_memcpy(&eight, base + index, 8);
-  return _mm256_set1_epi64x(eight);
-}
 
 // One chunk's codes in pair form, and the zero points of its block(s) (bytes 0-7 of zeros_a
 // for k 0-15, zeros_b for k 16-31; unused in the shifted form).
@@ -89,9 +65,9 @@ struct ChunkCodes {
   __m256 weights(int p, int h, int q) const {
     const __m256i bytes = h == 0 ? lo[p] : hi[p];
     if constexpr (kShifted) {
-      return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(bytes, dword_selector(q, 3)));
+      return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(bytes, byte_to_dword_selector(q, 3)));
     } else {
-      const __m256i codes = _mm256_shuffle_epi8(bytes, dword_selector(q, 0));
+      const __m256i codes = _mm256_shuffle_epi8(bytes, byte_to_dword_selector(q, 0));
       return _mm256_cvtepi32_ps(
           _mm256_sub_epi32(codes, pair_zero_dwords(h == 0 ? zeros_a : zeros_b, p)));
     }
@@ -115,22 +91,6 @@ struct ChunkTile {
   const float* at(int p, int h, int q) const { return w + 8 * ((2 * p + h) * 4 + q); }
   __m256 weights(int p, int h, int q) const { return _mm256_load_ps(at(p, h, q)); }
 };
-
-// In-lane reduction: per 128-bit lane,
-//   interleave_add(a, b) = [a0+a2, b0+b2, a1+a3, b1+b3]
-//   qwords_add(u, v)     = [u0+u2, u1+u3, v0+v2, v1+v3]
-inline __m256 interleave_add(__m256 a, __m256 b) {
-  return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
-}
-inline __m256 qwords_add(__m256 u, __m256 v) {
-  const __m256d du = _mm256_castps_pd(u), dv = _mm256_castps_pd(v);
-  return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(du, dv)),
-                       _mm256_castpd_ps(_mm256_unpackhi_pd(du, dv)));
-}
-// Four pairs' partials [2p: 4 | 2p+1: 4] -> the eight row sums in the order [0 2 4 6 | 1 3 5 7].
-inline __m256 reduce_pairs(const __m256 t[4]) {
-  return qwords_add(interleave_add(t[0], t[1]), interleave_add(t[2], t[3]));
-}
 
 // The unreduced partials of one chunk for one activation row x (its 32 values): per pair, lo[p]
 // (k 0-31, or k 0-15 for block 16) and hi[p] (k 16-31, block 16 only). Each half is an FMA
@@ -189,20 +149,6 @@ inline void for_each_chunk(const GemmGroupArgs& a, ChunkBody&& chunk_body) {
     }
     codes.load(tile, zeros_a, zeros_b);
     chunk_body(c, codes, block_a);
-  }
-}
-
-// Row sums in reduced order -> y[row_begin, row_end) of one activation row, plus the bias.
-inline void store_group_row(const GemmGroupArgs& a, __m256 acc, float* y) {
-  const __m256i to_natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
-  const __m256 out = _mm256_add_ps(_mm256_permutevar8x32_ps(acc, to_natural), bias);
-  if (a.row_begin == 0 && a.row_end == kGroupRows) {
-    _mm256_storeu_ps(y, out);
-  } else {
-    alignas(32) float lanes[kGroupRows];
-    _mm256_store_ps(lanes, out);
-    for (uint32_t r = a.row_begin; r < a.row_end; ++r) y[r] = lanes[r];
   }
 }
 

@@ -37,13 +37,8 @@
 namespace qmoe::avx2 {
 namespace {
 
+#include "lib/cpu/avx2/exact_pairs_avx2.inc"
 #include "lib/cpu/common/int4_scales_ymm.inc"
-
-inline __m256i load_zero_bytes(const uint8_t* base, size_t index) {
-  int64_t eight;
-  __builtin_memcpy(&eight, base + index, 8);
-  return _mm256_set1_epi64x(eight);
-}
 
 // The zero points of the chunk's block(s) as bytes 0-7 of *zeros_a (first 16 k) and *zeros_b
 // (last 16 k; the same block unless the block size is 16); all 8 without a zero-point plane.
@@ -57,44 +52,6 @@ inline void chunk_zero_points(const GemmGroupArgs& a, uint32_t block_a, __m256i*
     *zeros_b = kBlock16 ? load_zero_bytes(a.zero_points, (block_a + 1) * a.zero_point_block_stride)
                         : *zeros_a;
   }
-}
-
-// The in-lane reduction levels shared by both paths. Per 128-bit lane:
-//   interleave_add(a, b) = [a0+a2, b0+b2, a1+a3, b1+b3]
-//   qwords_add(u, v)     = [u0+u2, u1+u3, v0+v2, v1+v3]
-// so qwords_add(interleave_add(a, b), interleave_add(c, d)) = the lane sums of [a, b, c, d].
-inline __m256 interleave_add(__m256 a, __m256 b) {
-  return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
-}
-inline __m256 qwords_add(__m256 u, __m256 v) {
-  const __m256d du = _mm256_castps_pd(u), dv = _mm256_castps_pd(v);
-  return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(du, dv)),
-                       _mm256_castpd_ps(_mm256_unpackhi_pd(du, dv)));
-}
-
-// Bytes 4q..4q+3 of each 128-bit lane, each to byte `at` of a dword; the other bytes zero
-// (selector byte 0x80). Constant-folded: q and at are constants at every call.
-inline __m256i byte_to_dword_selector(int q, int at) {
-  const auto b = [q, at](int i) {
-    return static_cast<char>((i & 3) == at ? 4 * q + ((i & 15) >> 2) : -128);
-  };
-  return _mm256_setr_epi8(b(0), b(1), b(2), b(3), b(4), b(5), b(6), b(7), b(8), b(9), b(10), b(11),
-                          b(12), b(13), b(14), b(15), b(16), b(17), b(18), b(19), b(20), b(21),
-                          b(22), b(23), b(24), b(25), b(26), b(27), b(28), b(29), b(30), b(31));
-}
-
-// [z_{2p} x4 | z_{2p+1} x4] as int32 from a block's eight zero points (bytes 0-7 of `zeros`).
-inline __m256i pair_zero_dwords(__m256i zeros, int p) {
-  const char r0 = static_cast<char>(2 * p), r1 = static_cast<char>(2 * p + 1), z = -128;
-  return _mm256_shuffle_epi8(
-      zeros, _mm256_setr_epi8(r0, z, z, z, r0, z, z, z, r0, z, z, z, r0, z, z, z, r1, z, z, z, r1,
-                              z, z, z, r1, z, z, z, r1, z, z, z));
-}
-
-// Four pairs' 8-lane float partials [2p: 4 | 2p+1: 4] -> the eight row sums in the order
-// [0 2 4 6 | 1 3 5 7].
-inline __m256 reduce_pairs(const __m256 t[4]) {
-  return qwords_add(interleave_add(t[0], t[1]), interleave_add(t[2], t[3]));
 }
 
 // Pair p of a chunk, converted on demand: the codes of k 0-15 (`lo`) and k 16-31 (`hi`) as
@@ -270,20 +227,6 @@ inline __m256 add_scaled(const GemmGroupArgs& a, uint32_t block_a, ChunkSums sum
     acc = _mm256_fmadd_ps(sums.hi, scale_b, acc);
   }
   return acc;
-}
-
-// Row sums in reduced order -> y[row_begin, row_end) of one activation row, plus the bias.
-inline void store_group_row(const GemmGroupArgs& a, __m256 acc, float* y) {
-  const __m256i to_natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
-  const __m256 out = _mm256_add_ps(_mm256_permutevar8x32_ps(acc, to_natural), bias);
-  if (a.row_begin == 0 && a.row_end == kGroupRows) {
-    _mm256_storeu_ps(y, out);
-  } else {
-    alignas(32) float lanes[kGroupRows];
-    _mm256_store_ps(lanes, out);
-    for (uint32_t r = a.row_begin; r < a.row_end; ++r) y[r] = lanes[r];
-  }
 }
 
 // The eight row sums of activation row x, in reduced order: each pair converted in registers

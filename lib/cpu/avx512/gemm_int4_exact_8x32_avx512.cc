@@ -32,76 +32,7 @@
 namespace qmoe::avx512 {
 namespace {
 
-// The block's eight scales as FP32, stored to `out`.
-template <qmoe_dtype kScale>
-inline void store_scales(const void* base, size_t index, float out[kGroupRows]) {
-  if constexpr (kScale == QMOE_DTYPE_F32) {
-    _mm256_store_ps(out, _mm256_loadu_ps(static_cast<const float*>(base) + index));
-  } else {
-    const __m128i h = _mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
-    __m512 s;
-    if constexpr (kScale == QMOE_DTYPE_F16) {
-      s = _mm512_cvtph_ps(_mm256_zextsi128_si256(h));
-    } else {
-      s = _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_zextsi128_si256(h)), 16));
-    }
-    _mm256_store_ps(out, _mm512_castps512_ps256(s));
-  }
-}
-
-// lut[r][c] = (c - z_r) * s_r for the eight rows of block `block` (z_r = 8 without zero points).
-// Returns true when some |s_r| >= 2^124 (Inf included): an entry could overflow.
-template <qmoe_dtype kScale, bool kZeros>
-inline bool build_tables(const GemmGroupArgs& a, uint32_t block, __m512 lut[kGroupRows]) {
-  alignas(32) float scale[kGroupRows];
-  store_scales<kScale>(a.scales, block * a.scale_block_stride, scale);
-  const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_load_ps(scale));
-  const bool huge = _mm256_cmp_ps_mask(magnitude, _mm256_set1_ps(0x1p124f), _CMP_GE_OQ) != 0;
-  const __m512 code = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  if constexpr (kZeros) {
-    alignas(32) float zero[kGroupRows];
-    const __m128i bytes = _mm_loadl_epi64(
-        reinterpret_cast<const __m128i*>(a.zero_points + block * a.zero_point_block_stride));
-    _mm256_store_ps(zero, _mm512_castps512_ps256(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))));
-    for (uint32_t r = 0; r < kGroupRows; ++r) {
-      lut[r] =
-          _mm512_mul_ps(_mm512_sub_ps(code, _mm512_set1_ps(zero[r])), _mm512_set1_ps(scale[r]));
-    }
-  } else {
-    const __m512 centred =
-        _mm512_sub_ps(code, _mm512_set1_ps(static_cast<float>(kInt4DefaultZeroPoint)));
-    for (uint32_t r = 0; r < kGroupRows; ++r) {
-      lut[r] = _mm512_mul_ps(centred, _mm512_set1_ps(scale[r]));
-    }
-  }
-  return huge;
-}
-
-// Eight 16-lane row accumulators -> the eight row sums in natural order.
-inline __m256 reduce_rows(const __m512 acc[kGroupRows]) {
-  // Fold 512 -> 256 per pair of rows: [r(L0+L2), r(L1+L3), r'(L0+L2), r'(L1+L3)].
-  __m512 pair[4];
-  for (int p = 0; p < 4; ++p) {
-    const __m512 u = acc[2 * p], v = acc[2 * p + 1];
-    pair[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(1, 0, 1, 0)),
-                            _mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  // 128-bit lane i of quad[h] holds four partials of row 4h + i.
-  __m512 quad[2];
-  for (int h = 0; h < 2; ++h) {
-    const __m512 u = pair[2 * h], v = pair[2 * h + 1];
-    quad[h] = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_f32x4(u, v, _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  // Within each 128-bit lane: [i, i+4, i, i+4] partials, then full sums in elements 0 and 1.
-  __m512 s =
-      _mm512_add_ps(_mm512_unpacklo_ps(quad[0], quad[1]), _mm512_unpackhi_ps(quad[0], quad[1]));
-  s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  const __m512i natural = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_castps512_ps256(_mm512_permutexvar_ps(natural, s));
-}
+#include "lib/cpu/avx512/exact_rows_avx512.inc"
 
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16, int kM>
 void exact_tile(const GemmGroupArgs& a, uint32_t m0) {
@@ -128,8 +59,10 @@ void exact_tile(const GemmGroupArgs& a, uint32_t m0) {
     if (block_a != table_block) {
       // The scale stream's lines ahead (lib/cpu/common/int4_prefetch.h says which and why).
       prefetch_int4_scales(a.scales, sizeof_scale<kScale>(), block_a, a.scale_block_stride);
-      huge_scales |= build_tables<kScale, kZeros>(a, block_a, lut_a);
-      if constexpr (kBlock16) huge_scales |= build_tables<kScale, kZeros>(a, block_a + 1, lut_b);
+      huge_scales |= build_tables<kScale, kZeros, 16, kInt4DefaultZeroPoint>(a, block_a, lut_a);
+      if constexpr (kBlock16)
+        huge_scales |=
+            build_tables<kScale, kZeros, 16, kInt4DefaultZeroPoint>(a, block_a + 1, lut_b);
       table_block = block_a;
     }
 
