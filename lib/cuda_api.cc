@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <vector>
@@ -27,6 +28,7 @@ struct qmoe_cuda_expert_set {
   void* set = nullptr;       // the backend's object
   uint32_t num_experts = 0;  // E, for the forward's checks
   uint32_t hidden = 0;       // H
+  uint32_t num_slots = 0;    // for the residency update's checks
 };
 
 namespace qmoe {
@@ -71,18 +73,85 @@ qmoe_status check_gpu_format(const qmoe_quant_matrix& w, const char* function, c
   return QMOE_STATUS_OK;
 }
 
-qmoe_status create(const qmoe_cuda_expert_set_desc* desc, qmoe_cuda_expert_set** set,
+// Distinct ids in [0, e_count).
+qmoe_status check_resident_ids(const uint32_t* ids, uint32_t count, uint32_t e_count,
+                               const char* function) {
+  std::vector<bool> seen;
+  try {
+    seen.assign(e_count, false);
+  } catch (const std::bad_alloc&) {
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating %u flags failed", e_count);
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t e = ids[i];
+    if (e >= e_count || seen[e]) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                  "resident[%u] = %u is outside [0, %u) or given twice", i, e, e_count);
+    }
+    seen[e] = true;
+  }
+  return QMOE_STATUS_OK;
+}
+
+// A host set's experts as the upload reads them (every format checked for GPU kernels), with the
+// set's shape; upload's device, residency and copy mode are the caller's to fill.
+qmoe_status describe_host_set(const ExpertSet& host, const char* function,
+                              std::vector<qmoe_quant_matrix>* fc1,
+                              std::vector<qmoe_quant_matrix>* fc2, CudaExpertUpload* upload) {
+  const uint32_t e_count = host.num_experts;
+  try {
+    fc1->resize(e_count);
+    fc2->resize(e_count);
+  } catch (const std::bad_alloc&) {
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating %u descriptions failed", e_count);
+  }
+  for (uint32_t e = 0; e < e_count; ++e) {
+    (*fc1)[e] = host.fc1[e].w;
+    (*fc2)[e] = host.fc2[e].w;
+    if (qmoe_status s = check_gpu_format((*fc1)[e], function, "an expert's fc1");
+        s != QMOE_STATUS_OK) {
+      return s;
+    }
+    if (qmoe_status s = check_gpu_format((*fc2)[e], function, "an expert's fc2");
+        s != QMOE_STATUS_OK) {
+      return s;
+    }
+  }
+  *upload = CudaExpertUpload{};
+  upload->num_experts = e_count;
+  upload->hidden = host.hidden;
+  upload->intermediate = host.intermediate;
+  upload->interleaved = host.interleaved;
+  upload->alpha = host.alpha;
+  upload->beta = host.beta;
+  upload->limit = host.clamp ? host.limit : INFINITY;
+  upload->fc1 = fc1->data();
+  upload->fc2 = fc2->data();
+  return QMOE_STATUS_OK;
+}
+
+const FieldSpan kExpertSetDescFields[] = {
+    QMOE_FIELD(qmoe_cuda_expert_set_desc, num_slots),
+};
+
+qmoe_status create(const qmoe_cuda_expert_set_desc* desc_in, qmoe_cuda_expert_set** set,
                    const char* function) {
   if (set == nullptr)
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "set out-pointer is NULL");
   *set = nullptr;
-  if (desc == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "desc is NULL");
-  if (!struct_size_ok(desc->struct_size, sizeof(qmoe_cuda_expert_set_desc))) {
+  if (desc_in == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "desc is NULL");
+  // The first version ended at copy_mode; fields past the caller's struct take their defaults.
+  if (!struct_size_ok(desc_in->struct_size, offsetof(qmoe_cuda_expert_set_desc, num_slots),
+                      kExpertSetDescFields)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "desc->struct_size is %zu, not the size of any version of the struct; set it to "
                 "sizeof(qmoe_cuda_expert_set_desc) (%zu)",
-                desc->struct_size, sizeof(qmoe_cuda_expert_set_desc));
+                desc_in->struct_size, sizeof(qmoe_cuda_expert_set_desc));
   }
+  qmoe_cuda_expert_set_desc desc_copy;
+  qmoe_cuda_expert_set_desc_init(&desc_copy);
+  std::memcpy(&desc_copy, desc_in, std::min(desc_in->struct_size, sizeof desc_copy));
+  const qmoe_cuda_expert_set_desc* desc = &desc_copy;
   const ExpertSet* host = nullptr;
   if (qmoe_status s = resolve_expert_set(desc->experts, function, &host); s != QMOE_STATUS_OK) {
     return s;
@@ -96,60 +165,36 @@ qmoe_status create(const qmoe_cuda_expert_set_desc* desc, qmoe_cuda_expert_set**
                 mode);
   }
   const uint32_t e_count = host->num_experts;
+  const uint32_t resident_count = desc->resident != nullptr ? desc->num_resident : e_count;
+  const uint32_t slots = desc->num_slots != 0 ? desc->num_slots : resident_count;
   if (desc->resident != nullptr) {
-    if (desc->num_resident == 0 || desc->num_resident > e_count) {
-      return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "num_resident = %u must be in [1, %u]",
+    if (desc->num_resident > e_count || (desc->num_resident == 0 && desc->num_slots == 0)) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                  "num_resident = %u must be in [1, %u] (0 only with num_slots set)",
                   desc->num_resident, e_count);
     }
-    std::vector<bool> seen;
-    try {
-      seen.assign(e_count, false);
-    } catch (const std::bad_alloc&) {
-      return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating %u flags failed", e_count);
+    if (qmoe_status s = check_resident_ids(desc->resident, desc->num_resident, e_count, function);
+        s != QMOE_STATUS_OK) {
+      return s;
     }
-    for (uint32_t i = 0; i < desc->num_resident; ++i) {
-      const uint32_t e = desc->resident[i];
-      if (e >= e_count || seen[e]) {
-        return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                    "resident[%u] = %u is outside [0, %u) or given twice", i, e, e_count);
-      }
-      seen[e] = true;
-    }
+  }
+  if (slots < resident_count || slots > e_count) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "num_slots = %u must be in [%u, %u] (the resident experts to E)", desc->num_slots,
+                resident_count, e_count);
   }
   std::vector<qmoe_quant_matrix> fc1, fc2;
-  try {
-    fc1.resize(e_count);
-    fc2.resize(e_count);
-  } catch (const std::bad_alloc&) {
-    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating %u descriptions failed", e_count);
-  }
-  for (uint32_t e = 0; e < e_count; ++e) {
-    fc1[e] = host->fc1[e].w;
-    fc2[e] = host->fc2[e].w;
-    if (qmoe_status s = check_gpu_format(fc1[e], function, "an expert's fc1");
-        s != QMOE_STATUS_OK) {
-      return s;
-    }
-    if (qmoe_status s = check_gpu_format(fc2[e], function, "an expert's fc2");
-        s != QMOE_STATUS_OK) {
-      return s;
-    }
+  CudaExpertUpload upload{};
+  if (qmoe_status s = describe_host_set(*host, function, &fc1, &fc2, &upload);
+      s != QMOE_STATUS_OK) {
+    return s;
   }
   const CudaBackend* backend = backend_or_fail(function);
   if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
-  CudaExpertUpload upload{};
   upload.device = desc->device;
-  upload.num_experts = e_count;
-  upload.hidden = host->hidden;
-  upload.intermediate = host->intermediate;
-  upload.interleaved = host->interleaved;
-  upload.alpha = host->alpha;
-  upload.beta = host->beta;
-  upload.limit = host->clamp ? host->limit : INFINITY;
-  upload.fc1 = fc1.data();
-  upload.fc2 = fc2.data();
   upload.resident = desc->resident;
-  upload.num_resident = desc->resident != nullptr ? desc->num_resident : e_count;
+  upload.num_resident = resident_count;
+  upload.num_slots = slots;
   upload.batched = mode == QMOE_CUDA_COPY_BATCHED;
   void* impl = nullptr;
   if (qmoe_status s = backend->create_expert_set(function, upload, &impl); s != QMOE_STATUS_OK) {
@@ -163,6 +208,7 @@ qmoe_status create(const qmoe_cuda_expert_set_desc* desc, qmoe_cuda_expert_set**
   shell->set = impl;
   shell->num_experts = e_count;
   shell->hidden = host->hidden;
+  shell->num_slots = slots;
   shell->magic.store(kLiveMagic, std::memory_order_release);
   *set = shell;
   return QMOE_STATUS_OK;
@@ -325,6 +371,50 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_residency(const qmoe_cuda_expert_set* 
   if (qmoe_status s = resolve(set, __func__); s != QMOE_STATUS_OK) return s;
   if (device_map == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "device_map is NULL");
   *device_map = cuda_backend()->residency(set->set);
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_cuda_expert_set_update_residency(
+    qmoe_cuda_expert_set* set, const qmoe_expert_set* experts, const uint32_t* resident,
+    uint32_t num_resident, qmoe_cuda_stream stream, uint32_t* experts_copied) {
+  using namespace qmoe;
+  if (qmoe_status s = resolve(set, __func__); s != QMOE_STATUS_OK) return s;
+  const ExpertSet* host = nullptr;
+  if (qmoe_status s = resolve_expert_set(experts, __func__, &host); s != QMOE_STATUS_OK) return s;
+  if (host->num_experts != set->num_experts || host->hidden != set->hidden) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "the host set has E = %u and H = %u, the set %u and %u",
+              host->num_experts, host->hidden, set->num_experts, set->hidden);
+  }
+  if (num_resident > set->num_slots) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "num_resident = %u exceeds the set's %u slots",
+              num_resident, set->num_slots);
+  }
+  if (resident == nullptr && num_resident != 0) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "resident is NULL with num_resident = %u",
+              num_resident);
+  }
+  if (qmoe_status s = check_resident_ids(resident, num_resident, set->num_experts, __func__);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  std::vector<qmoe_quant_matrix> fc1, fc2;
+  CudaExpertUpload upload{};
+  if (qmoe_status s = describe_host_set(*host, __func__, &fc1, &fc2, &upload);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  // A non-null pointer for an empty list, so the upload never means "every expert".
+  static const uint32_t kNone = 0;
+  upload.resident = resident != nullptr ? resident : &kNone;
+  upload.num_resident = num_resident;
+  upload.num_slots = set->num_slots;
+  upload.batched = true;
+  uint32_t copied = 0;
+  if (qmoe_status s = cuda_backend()->update_residency(__func__, set->set, upload, stream, &copied);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  if (experts_copied != nullptr) *experts_copied = copied;
   return QMOE_STATUS_OK;
 }
 

@@ -36,7 +36,8 @@ struct CudaExpertUpload {
   const qmoe_quant_matrix* fc2;
   const uint32_t* resident;  // nullptr: every expert, expert e in slot e
   uint32_t num_resident;
-  bool batched;  // one cudaMemcpyBatchAsync where the runtime has it
+  uint32_t num_slots;  // >= the resident count (E when resident is nullptr); creation only
+  bool batched;        // one cudaMemcpyBatchAsync where the runtime has it
 };
 
 /// One qmoe_cuda_gemm call (w validated; pointers the caller's).
@@ -105,6 +106,11 @@ struct CudaBackend {
   void (*destroy_expert_set)(void* set);
   /// The set's device residency map (E int32).
   const int32_t* (*residency)(const void* set);
+  /// Make upload.resident the set's resident experts on `stream` (upload: the host set's
+  /// descriptions, checked to have the set's E, H, intermediate size and SwiGLU; the ids
+  /// distinct, in range and at most the set's slots); *copied = experts copied.
+  qmoe_status (*update_residency)(const char* function, void* set, const CudaExpertUpload& upload,
+                                  void* stream, uint32_t* copied);
   /// Workspace bytes of a forward; 0 when the sizes are out of the kernels' range.
   size_t (*moe_workspace_size)(const void* set, uint32_t m_capacity, uint32_t k);
   qmoe_status (*moe_forward)(const char* function, const void* set, const CudaMoeCall& call);

@@ -279,7 +279,8 @@ static void cuda_documented_refusals(void) {
   memset(&sd, 0xFF, sizeof sd);
   qmoe_cuda_expert_set_desc_init(&sd);
   CHECK(sd.struct_size == sizeof sd && sd.device == 0 && sd.experts == NULL &&
-        sd.resident == NULL && sd.num_resident == 0 && sd.copy_mode == QMOE_CUDA_COPY_BATCHED);
+        sd.resident == NULL && sd.num_resident == 0 && sd.copy_mode == QMOE_CUDA_COPY_BATCHED &&
+        sd.num_slots == 0);
   EXPECT_STATUS(qmoe_cuda_expert_set_create(NULL, &cset), QMOE_STATUS_INVALID_ARGUMENT);
   CHECK(cset == NULL);
   EXPECT_STATUS(qmoe_cuda_expert_set_create(&sd, NULL), QMOE_STATUS_INVALID_ARGUMENT);
@@ -305,6 +306,11 @@ static void cuda_documented_refusals(void) {
                 QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(qmoe_cuda_expert_set_residency(NULL, &map), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(qmoe_cuda_expert_set_residency(foreign_cset, &map), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(qmoe_cuda_expert_set_update_residency(NULL, live_set, NULL, 0, NULL, NULL),
+                QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(qmoe_cuda_expert_set_update_residency((qmoe_cuda_expert_set*)(void*)foreign,
+                                                      live_set, NULL, 0, NULL, NULL),
+                QMOE_STATUS_INVALID_ARGUMENT);
 
   memset(&mp, 0xFF, sizeof mp);
   qmoe_cuda_moe_params_init(&mp);

@@ -68,15 +68,23 @@ typedef struct qmoe_cuda_expert_set_desc {
   /** The experts: shapes, SwiGLU and each expert's weight descriptions. The host set may be
    * destroyed after the call; its weights are copied. */
   const qmoe_expert_set* experts;
-  /** NULL: every expert, expert e in slot e. Otherwise num_resident distinct expert ids; the
-   * i-th is placed in slot i and the others are not resident. */
+  /** NULL: every expert, expert e in slot e. Otherwise num_resident distinct expert ids (0
+   * only with num_slots set: a set that starts empty); the i-th is placed in slot i and the
+   * others are not resident. */
   const uint32_t* resident;
   uint32_t num_resident;
   qmoe_cuda_copy_mode copy_mode;
+  /** The slots the set has: 0 (default) for as many as resident experts (E when resident is
+   * NULL); otherwise at least that many. Each slot has room for any expert of `experts` (the
+   * largest of each buffer), so qmoe_cuda_expert_set_update_residency can place any of them;
+   * device memory is num_slots times that. Added after the first version: a caller whose
+   * struct_size ends before it gets the default. */
+  uint32_t num_slots;
 } qmoe_cuda_expert_set_desc;
 
 /** The resident experts of one layer on one device: an opaque handle; forwards on it may run
- * on any streams of its device at once. */
+ * on any streams of its device at once (a residency update is ordered with them by the
+ * caller). */
 typedef struct qmoe_cuda_expert_set qmoe_cuda_expert_set;
 
 /// Fill `desc` with the defaults: struct_size set, device 0, every expert, batched copies.
@@ -99,6 +107,26 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_destroy(qmoe_cuda_expert_set* set);
 /// until the set is destroyed (every forward reads it when it runs).
 QMOE_API qmoe_status qmoe_cuda_expert_set_residency(const qmoe_cuda_expert_set* set,
                                                     const int32_t** device_map);
+
+/// Make resident[0, num_resident) (distinct expert ids, at most the set's slots; 0 leaves none
+/// resident) the set's resident experts, enqueued on `stream` (of the set's device), between
+/// steps. Experts already resident keep their slots and are not copied; each other one takes a
+/// slot no longer needed, its canonical buffers copied from `experts` (a host set with the
+/// set's E, H, intermediate size and SwiGLU, whose buffers fit the slots; it and its weight
+/// buffers must stay valid and unchanged until the stream has run the copies). Then the slot
+/// descriptions and the residency map are rewritten. Stream-ordered: forwards enqueued on
+/// `stream` before the call use the old residency, those after it the new; a forward on another
+/// stream must be ordered with the update by the caller (events), as must a CUDA graph that
+/// holds forwards of the set (it reads the map when it runs, so a replay after the update uses
+/// the new residency). One update of a set at a time. Not capturable: INVALID_ARGUMENT on a
+/// capturing stream. The host blocks only while an earlier update's copies have not yet run.
+/// *experts_copied (may be NULL) = the experts copied. INVALID_ARGUMENT for a NULL or destroyed
+/// handle or host set, an id outside [0, E) or given twice, more ids than slots, a host set of
+/// another shape or larger buffers, a stream of another device. After a CUDA error the set's
+/// residency is undefined until an update succeeds (which then copies every expert).
+QMOE_API qmoe_status qmoe_cuda_expert_set_update_residency(
+    qmoe_cuda_expert_set* set, const qmoe_expert_set* experts, const uint32_t* resident,
+    uint32_t num_resident, qmoe_cuda_stream stream, uint32_t* experts_copied);
 
 /* ---------------------------------------------------------------------------------------------
  * The resident MoE layer

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "lib/cuda/cuda_status.h"
@@ -18,6 +19,13 @@ namespace qmoe {
 namespace {
 
 using cuda::DeviceExpertSet;
+
+bool same_bits(float a, float b) {
+  uint32_t x = 0, y = 0;
+  std::memcpy(&x, &a, sizeof x);
+  std::memcpy(&y, &b, sizeof y);
+  return x == y;
+}
 
 qmoe_status get_device_count(const char* function, int* device_count) {
   int count = 0;
@@ -72,6 +80,39 @@ qmoe_status check_stream(const char* function, void* stream, int device) {
                 stream_device, device);
   }
   return QMOE_STATUS_OK;
+}
+
+qmoe_status update_residency(const char* function, void* set, const CudaExpertUpload& upload,
+                             void* stream, uint32_t* copied) {
+  auto* s = static_cast<DeviceExpertSet*>(set);
+  if (upload.num_experts != s->num_experts || upload.hidden != s->hidden ||
+      upload.intermediate != s->intermediate || upload.interleaved != s->interleaved ||
+      !same_bits(upload.alpha, s->alpha) || !same_bits(upload.beta, s->beta) ||
+      !same_bits(upload.limit, s->limit)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "the host set's shape or SwiGLU differs from the set's (E %u, H %u, I %u)",
+                s->num_experts, s->hidden, s->intermediate);
+  }
+  if (upload.num_resident > s->num_slots) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "num_resident = %u exceeds the set's %u slots", upload.num_resident, s->num_slots);
+  }
+  cuda::DeviceScope scope(s->device);
+  if (scope.status() != cudaSuccess) {
+    return cuda::status_from_cuda(static_cast<cudaError_t>(scope.status()), function,
+                                  "cudaSetDevice");
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess) {
+    cudaGetLastError();
+  }
+  if (capture != cudaStreamCaptureStatusNone) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "the stream is being captured: a residency update is not capturable");
+  }
+  if (qmoe_status st = check_stream(function, stream, s->device); st != QMOE_STATUS_OK) return st;
+  return cuda::update_device_expert_set(function, s, upload, static_cast<cudaStream_t>(stream),
+                                        copied);
 }
 
 qmoe_status moe_forward(const char* function, const void* set, const CudaMoeCall& c) {
@@ -337,6 +378,7 @@ constexpr CudaBackend kCudaBackend = {
     /*create_expert_set=*/&create_expert_set,
     /*destroy_expert_set=*/&destroy_expert_set,
     /*residency=*/&residency,
+    /*update_residency=*/&update_residency,
     /*moe_workspace_size=*/&moe_workspace_size,
     /*moe_forward=*/&moe_forward,
     /*moe_check=*/&moe_check,

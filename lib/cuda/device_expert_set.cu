@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -19,57 +21,76 @@ size_t align_up(size_t v) {
   return (v + kAlign - 1) & ~(kAlign - 1);
 }
 
-// Where one projection's spans go in the allocation: offsets of codes, scales, zero points
-// and bias (the last two 0 when absent).
-struct Placement {
-  size_t codes, scales, zero_points, bias;
-};
-
-// One copy of the upload.
+// One copy of an upload.
 struct Copy {
   void* dst;
   const void* src;
   size_t bytes;
 };
 
-// Reserve the matrix's spans at `at`, record their copies (dst filled once the base is known).
-Placement place(const qmoe_quant_matrix& w, size_t* at, std::vector<Copy>* copies,
-                std::vector<size_t>* offsets) {
+// A validated matrix's spans by kind: codes, scales, zero points, bias (bytes 0 when absent).
+void projection_spans(const qmoe_quant_matrix& w, MemorySpan out[4]) {
   MemorySpan spans[4];
   const size_t count = matrix_spans(w, spans);  // validated: never 0
-  size_t off[4] = {};
-  for (size_t i = 0; i < count; ++i) {
-    off[i] = *at;
-    *at += align_up(spans[i].bytes);
-    copies->push_back({nullptr, spans[i].data, spans[i].bytes});
-    offsets->push_back(off[i]);
-  }
-  Placement p{off[0], off[1], 0, 0};
+  for (int i = 0; i < 4; ++i) out[i] = MemorySpan{nullptr, 0};
+  out[0] = spans[0];
+  out[1] = spans[1];
   size_t next = 2;
-  if (w.zero_points != nullptr) p.zero_points = off[next++];
-  if (w.bias != nullptr) p.bias = off[next];
-  return p;
+  if (w.zero_points != nullptr && next < count) out[2] = spans[next++];
+  if (w.bias != nullptr && next < count) out[3] = spans[next];
 }
 
-DeviceQuantMatrix device_matrix(const qmoe_quant_matrix& w, const Placement& p,
-                                unsigned char* base) {
+// Widen `room` to hold w's spans.
+void widen_room(const qmoe_quant_matrix& w, ProjectionRoom* room) {
+  MemorySpan spans[4];
+  projection_spans(w, spans);
+  for (int i = 0; i < 4; ++i) room->bytes[i] = std::max(room->bytes[i], spans[i].bytes);
+}
+
+// Lay the four spans out from `*at` (each 256-byte aligned) and advance it.
+void place_room(ProjectionRoom* room, size_t* at) {
+  for (int i = 0; i < 4; ++i) {
+    room->offset[i] = *at;
+    *at += align_up(room->bytes[i]);
+  }
+}
+
+// Whether w's spans fit `room`.
+bool fits(const qmoe_quant_matrix& w, const ProjectionRoom& room) {
+  MemorySpan spans[4];
+  projection_spans(w, spans);
+  for (int i = 0; i < 4; ++i) {
+    if (spans[i].bytes > room.bytes[i]) return false;
+  }
+  return true;
+}
+
+// Record the copies of w's spans into the slot at `slot_base` and return its description there.
+DeviceQuantMatrix place_projection(const qmoe_quant_matrix& w, const ProjectionRoom& room,
+                                   unsigned char* slot_base, std::vector<Copy>* copies) {
+  MemorySpan spans[4];
+  projection_spans(w, spans);
+  for (int i = 0; i < 4; ++i) {
+    if (spans[i].bytes != 0)
+      copies->push_back({slot_base + room.offset[i], spans[i].data, spans[i].bytes});
+  }
   DeviceQuantMatrix d{};
   d.n = w.n;
   d.k = w.k;
   d.block_size = w.block_size;
   d.chunks = (w.k + kChunkCodes - 1) / kChunkCodes;
-  d.codes = base + p.codes;
+  d.codes = slot_base + room.offset[0];
   d.scale_dtype = w.scale_dtype;
-  d.scales = base + p.scales;
+  d.scales = slot_base + room.offset[1];
   d.scale_row_stride = w.scale_row_stride;
   d.scale_block_stride = w.scale_block_stride;
   d.scale_group_stride = w.scale_group_stride;
-  d.zero_points = w.zero_points != nullptr ? base + p.zero_points : nullptr;
+  d.zero_points = w.zero_points != nullptr ? slot_base + room.offset[2] : nullptr;
   d.zero_point_row_stride = w.zero_point_row_stride;
   d.zero_point_block_stride = w.zero_point_block_stride;
   d.zero_point_group_stride = w.zero_point_group_stride;
   d.bias_dtype = w.bias_dtype;
-  d.bias = w.bias != nullptr ? base + p.bias : nullptr;
+  d.bias = w.bias != nullptr ? slot_base + room.offset[3] : nullptr;
   return d;
 }
 
@@ -138,6 +159,23 @@ qmoe_status check_device_pointer(const char* function, const char* what, const v
   return QMOE_STATUS_OK;
 }
 
+namespace {
+
+void free_set(DeviceExpertSet* set) {
+  if (set->staging_read != nullptr) cudaEventDestroy(set->staging_read);
+  if (set->staging != nullptr) cudaFreeHost(set->staging);
+  if (set->memory != nullptr) cudaFree(set->memory);
+  cudaGetLastError();
+  delete set;
+}
+
+size_t staging_bytes(const DeviceExpertSet& set) {
+  return 2 * size_t{set.num_slots} * sizeof(DeviceQuantMatrix) +
+         size_t{set.num_experts} * sizeof(int32_t);
+}
+
+}  // namespace
+
 qmoe_status create_device_expert_set(const char* function, const CudaExpertUpload& upload,
                                      DeviceExpertSet** out) {
   int count = 0;
@@ -153,88 +191,176 @@ qmoe_status create_device_expert_set(const char* function, const CudaExpertUploa
   if (scope.status() != cudaSuccess) {
     return status_from_cuda(static_cast<cudaError_t>(scope.status()), function, "cudaSetDevice");
   }
-  const uint32_t slots = upload.num_resident;
-  std::vector<Copy> copies;
-  std::vector<size_t> offsets;
-  std::vector<Placement> fc1_at, fc2_at;
-  size_t at = 0;
-  try {
-    copies.reserve(size_t{slots} * 8 + 3);
-    fc1_at.reserve(slots);
-    fc2_at.reserve(slots);
-    for (uint32_t s = 0; s < slots; ++s) {
-      const uint32_t e = upload.resident != nullptr ? upload.resident[s] : s;
-      fc1_at.push_back(place(upload.fc1[e], &at, &copies, &offsets));
-      fc2_at.push_back(place(upload.fc2[e], &at, &copies, &offsets));
-    }
-  } catch (const std::bad_alloc&) {
-    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the copy list failed");
-  }
-  const size_t desc_bytes = size_t{slots} * sizeof(DeviceQuantMatrix);
-  const size_t fc1_off = at;
-  const size_t fc2_off = fc1_off + align_up(desc_bytes);
-  const size_t map_off = fc2_off + align_up(desc_bytes);
-  const size_t total = map_off + align_up(size_t{upload.num_experts} * sizeof(int32_t));
-
   auto* set = new (std::nothrow) DeviceExpertSet{};
   if (set == nullptr) return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the set failed");
-  if (const cudaError_t e = cudaMalloc(&set->memory, total); e != cudaSuccess) {
-    delete set;
-    cudaGetLastError();
-    return status_from_cuda(e, function, "cudaMalloc of the experts");
-  }
-  auto* base = static_cast<unsigned char*>(set->memory);
-  for (size_t i = 0; i < copies.size(); ++i) copies[i].dst = base + offsets[i];
-
-  // The descriptions and the map, built on the host and copied with the weights.
-  std::vector<DeviceQuantMatrix> fc1, fc2;
-  std::vector<int32_t> map;
-  try {
-    fc1.resize(slots);
-    fc2.resize(slots);
-    map.assign(upload.num_experts, -1);
-  } catch (const std::bad_alloc&) {
-    cudaFree(set->memory);
-    delete set;
-    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the descriptions failed");
-  }
-  for (uint32_t s = 0; s < slots; ++s) {
-    const uint32_t e = upload.resident != nullptr ? upload.resident[s] : s;
-    fc1[s] = device_matrix(upload.fc1[e], fc1_at[s], base);
-    fc2[s] = device_matrix(upload.fc2[e], fc2_at[s], base);
-    map[e] = static_cast<int32_t>(s);
-  }
-  copies.push_back({base + fc1_off, fc1.data(), desc_bytes});
-  copies.push_back({base + fc2_off, fc2.data(), desc_bytes});
-  copies.push_back({base + map_off, map.data(), map.size() * sizeof(int32_t)});
-
-  cudaStream_t stream = nullptr;
-  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (e == cudaSuccess) {
-    e = copy_all(copies, upload.batched, stream);
-    const cudaError_t sync = cudaStreamSynchronize(stream);
-    if (e == cudaSuccess) e = sync;
-    cudaStreamDestroy(stream);
-  }
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    cudaFree(set->memory);
-    delete set;
-    return status_from_cuda(e, function, "copying the experts");
-  }
   set->device = upload.device;
   set->num_experts = upload.num_experts;
   set->hidden = upload.hidden;
   set->intermediate = upload.intermediate;
-  set->num_slots = slots;
+  set->num_slots = upload.num_slots;
   set->interleaved = upload.interleaved;
   set->alpha = upload.alpha;
   set->beta = upload.beta;
   set->limit = upload.limit;
+  try {
+    set->slot_expert.assign(set->num_slots, -1);
+    set->map.assign(set->num_experts, -1);
+    set->fc1_host.assign(set->num_slots, DeviceQuantMatrix{});
+    set->fc2_host.assign(set->num_slots, DeviceQuantMatrix{});
+  } catch (const std::bad_alloc&) {
+    delete set;
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the host mirrors failed");
+  }
+  // Every slot has room for any expert of the set, so any of them can be placed later.
+  for (uint32_t e = 0; e < upload.num_experts; ++e) {
+    widen_room(upload.fc1[e], &set->fc1_room);
+    widen_room(upload.fc2[e], &set->fc2_room);
+  }
+  size_t at = 0;
+  place_room(&set->fc1_room, &at);
+  place_room(&set->fc2_room, &at);
+  set->slot_bytes = at;
+  const size_t desc_bytes = size_t{set->num_slots} * sizeof(DeviceQuantMatrix);
+  const size_t fc1_off = size_t{set->num_slots} * set->slot_bytes;
+  const size_t fc2_off = fc1_off + align_up(desc_bytes);
+  const size_t map_off = fc2_off + align_up(desc_bytes);
+  const size_t total = map_off + align_up(size_t{upload.num_experts} * sizeof(int32_t));
+  cudaError_t e = cudaMalloc(&set->memory, total);
+  const char* step = "cudaMalloc of the experts";
+  if (e == cudaSuccess) {
+    step = "cudaHostAlloc of the staging image";
+    e = cudaHostAlloc(reinterpret_cast<void**>(&set->staging), staging_bytes(*set),
+                      cudaHostAllocDefault);
+  }
+  if (e == cudaSuccess) {
+    step = "cudaEventCreateWithFlags";
+    e = cudaEventCreateWithFlags(&set->staging_read, cudaEventDisableTiming);
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    free_set(set);
+    return status_from_cuda(e, function, step);
+  }
+  auto* base = static_cast<unsigned char*>(set->memory);
   set->fc1 = reinterpret_cast<DeviceQuantMatrix*>(base + fc1_off);
   set->fc2 = reinterpret_cast<DeviceQuantMatrix*>(base + fc2_off);
   set->residency = reinterpret_cast<int32_t*>(base + map_off);
+  // The free slots' descriptions are zero (never read: no map entry names them).
+  cudaStream_t stream = nullptr;
+  e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    free_set(set);
+    return status_from_cuda(e, function, "cudaStreamCreateWithFlags");
+  }
+  uint32_t copied = 0;
+  qmoe_status status = update_device_expert_set(function, set, upload, stream, &copied);
+  e = cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  if (status == QMOE_STATUS_OK && e != cudaSuccess) {
+    cudaGetLastError();
+    status = status_from_cuda(e, function, "copying the experts");
+  }
+  if (status != QMOE_STATUS_OK) {
+    free_set(set);
+    return status;
+  }
   *out = set;
+  return QMOE_STATUS_OK;
+}
+
+qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
+                                     const CudaExpertUpload& upload, cudaStream_t stream,
+                                     uint32_t* copied) {
+  DeviceScope scope(set->device);
+  if (scope.status() != cudaSuccess) {
+    return status_from_cuda(static_cast<cudaError_t>(scope.status()), function, "cudaSetDevice");
+  }
+  const uint32_t count = upload.resident != nullptr ? upload.num_resident : upload.num_experts;
+  const auto expert_at = [&](uint32_t i) {
+    return upload.resident != nullptr ? upload.resident[i] : i;
+  };
+  // Every new expert's buffers must fit a slot (checked before anything changes).
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t e = expert_at(i);
+    if (set->map[e] < 0 &&
+        (!fits(upload.fc1[e], set->fc1_room) || !fits(upload.fc2[e], set->fc2_room))) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                  "expert %u's buffers are larger than the slots the set was created with", e);
+    }
+  }
+  std::vector<int32_t> map, slot_expert;
+  std::vector<Copy> copies;
+  try {
+    map.assign(set->num_experts, -1);
+    slot_expert.assign(set->num_slots, -1);
+    copies.reserve(size_t{count} * 8);
+  } catch (const std::bad_alloc&) {
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the new map failed");
+  }
+  // Experts that stay keep their slots; the others take the free slots in ascending order.
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t e = expert_at(i);
+    if (set->map[e] >= 0) {
+      map[e] = set->map[e];
+      slot_expert[static_cast<size_t>(set->map[e])] = static_cast<int32_t>(e);
+    }
+  }
+  auto* base = static_cast<unsigned char*>(set->memory);
+  uint32_t next_free = 0, placed = 0;
+  std::vector<DeviceQuantMatrix> fc1_host = set->fc1_host, fc2_host = set->fc2_host;
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t e = expert_at(i);
+    if (map[e] >= 0) continue;
+    while (slot_expert[next_free] >= 0) ++next_free;  // count <= num_slots: one is free
+    const uint32_t slot = next_free;
+    unsigned char* slot_base = base + size_t{slot} * set->slot_bytes;
+    fc1_host[slot] = place_projection(upload.fc1[e], set->fc1_room, slot_base, &copies);
+    fc2_host[slot] = place_projection(upload.fc2[e], set->fc2_room, slot_base, &copies);
+    map[e] = static_cast<int32_t>(slot);
+    slot_expert[slot] = static_cast<int32_t>(e);
+    ++placed;
+  }
+  // The staging image may still be the source of the last update's copies.
+  cudaError_t err = cudaEventSynchronize(set->staging_read);
+  const char* step = "waiting for the last update's copies";
+  if (err == cudaSuccess) {
+    step = "copying the experts";
+    err = copy_all(copies, upload.batched, stream);
+  }
+  if (err == cudaSuccess) {
+    const size_t desc_bytes = size_t{set->num_slots} * sizeof(DeviceQuantMatrix);
+    unsigned char* stage = set->staging;
+    std::memcpy(stage, fc1_host.data(), desc_bytes);
+    std::memcpy(stage + desc_bytes, fc2_host.data(), desc_bytes);
+    std::memcpy(stage + 2 * desc_bytes, map.data(), map.size() * sizeof(int32_t));
+    // Descriptions before the map: a forward that reads the new map reads the new slots.
+    step = "copying the slot descriptions and the residency map";
+    err = cudaMemcpyAsync(set->fc1, stage, desc_bytes, cudaMemcpyHostToDevice, stream);
+    if (err == cudaSuccess) {
+      err =
+          cudaMemcpyAsync(set->fc2, stage + desc_bytes, desc_bytes, cudaMemcpyHostToDevice, stream);
+    }
+    if (err == cudaSuccess) {
+      err = cudaMemcpyAsync(set->residency, stage + 2 * desc_bytes, map.size() * sizeof(int32_t),
+                            cudaMemcpyHostToDevice, stream);
+    }
+    if (err == cudaSuccess) err = cudaEventRecord(set->staging_read, stream);
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    // What was enqueued may have run in part (a leaving expert's slot may hold part of its
+    // successor), so the device's residency is unknown: the mirrors forget every slot, and the
+    // next successful update copies every resident expert and rewrites the whole map.
+    std::fill(set->map.begin(), set->map.end(), -1);
+    std::fill(set->slot_expert.begin(), set->slot_expert.end(), -1);
+    return status_from_cuda(err, function, step);
+  }
+  set->map.swap(map);
+  set->slot_expert.swap(slot_expert);
+  set->fc1_host.swap(fc1_host);
+  set->fc2_host.swap(fc2_host);
+  *copied = placed;
   return QMOE_STATUS_OK;
 }
 
@@ -242,9 +368,7 @@ void destroy_device_expert_set(DeviceExpertSet* set) {
   DeviceScope scope(set->device);
   // Kernels of any stream may still read the weights: the device's work ends first.
   cudaDeviceSynchronize();
-  cudaFree(set->memory);
-  cudaGetLastError();
-  delete set;
+  free_set(set);
 }
 
 }  // namespace qmoe::cuda

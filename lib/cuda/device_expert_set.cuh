@@ -1,21 +1,39 @@
-// Resident experts on one device: their canonical buffers copied as they are, the device
-// descriptions the kernels read, and the residency map (qmoe_cuda_expert_set_create).
+// Resident experts on one device: a pool of slots holding experts' canonical buffers copied as
+// they are, the device descriptions the kernels read, and the residency map
+// (qmoe_cuda_expert_set_create, qmoe_cuda_expert_set_update_residency).
 //
-// One device allocation holds, each piece 256-byte aligned: for every slot, the spans its FC1 and
-// FC2 read on the host (codes, scale plane, zero-point plane, bias; lib/formats/quant_matrix.h's
-// matrix_spans), byte for byte, so the device descriptions keep the host's strides; then the
-// slots' FC1 and FC2 DeviceQuantMatrix arrays; then the residency map, E int32 (expert -> slot,
-// -1 when not resident).
+// One device allocation holds, each piece 256-byte aligned: num_slots slots of slot_bytes each
+// (a slot: the spans FC1 and FC2 read on the host, i.e. codes, scale plane, zero-point plane and
+// bias of lib/formats/quant_matrix.h's matrix_spans, byte for byte, so the device descriptions
+// keep the host's strides; every span's room is the largest of that span over the host set's
+// experts, so any expert fits any slot); then the slots' FC1 and FC2 DeviceQuantMatrix arrays;
+// then the residency map, E int32 (expert -> slot, -1 when not resident).
+//
+// Who writes what. The host owns the mirrors below (slot_expert, map, the descriptions) and is
+// the only writer of the device copies, by stream-ordered copies from a pinned staging image:
+// first an expert's buffers into its slot, then the descriptions, then the map. The kernels only
+// read them. A slot is rewritten only when the map no longer names it, and the copies are
+// ordered after the forwards enqueued before them on the same stream.
 #ifndef QMOE_LIB_CUDA_DEVICE_EXPERT_SET_CUH_
 #define QMOE_LIB_CUDA_DEVICE_EXPERT_SET_CUH_
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
+#include <vector>
 
 #include "lib/cuda/device_quant_matrix.cuh"
 #include "lib/cuda_backend.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe::cuda {
+
+// Offsets in a slot of one projection's four spans (codes, scales, zero points, bias) and the
+// room each has (0 where no expert of the set has the span).
+struct ProjectionRoom {
+  size_t offset[4];
+  size_t bytes[4];
+};
 
 struct DeviceExpertSet {
   int device;
@@ -26,11 +44,26 @@ struct DeviceExpertSet {
   DeviceQuantMatrix* fc1;  // device, [num_slots]
   DeviceQuantMatrix* fc2;
   int32_t* residency;  // device, [num_experts]
+  // Host side.
+  ProjectionRoom fc1_room, fc2_room;
+  size_t slot_bytes;
+  std::vector<int32_t> slot_expert;         // slot -> expert, -1 when free
+  std::vector<int32_t> map;                 // expert -> slot, -1: the device map's mirror
+  std::vector<DeviceQuantMatrix> fc1_host;  // the device descriptions' mirrors
+  std::vector<DeviceQuantMatrix> fc2_host;
+  unsigned char* staging;    // pinned: [fc1 descriptions][fc2 descriptions][map]
+  cudaEvent_t staging_read;  // recorded after the last copies out of `staging`
 };
 
 /// Upload as lib/cuda_backend.h's create_expert_set describes; *set is new'd.
 qmoe_status create_device_expert_set(const char* function, const CudaExpertUpload& upload,
                                      DeviceExpertSet** set);
+
+/// Make upload.resident[0, num_resident) the resident experts, as lib/cuda_backend.h's
+/// update_residency describes, enqueued on `stream`; *copied = the experts copied.
+qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
+                                     const CudaExpertUpload& upload, cudaStream_t stream,
+                                     uint32_t* copied);
 
 /// Wait for the device, free the allocation and the object.
 void destroy_device_expert_set(DeviceExpertSet* set);

@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -211,6 +213,113 @@ TEST_F(CudaAbiLayer, CapturedGraphReplaysWithNewRoutingAsEager) {
     EXPECT_EQ(std::memcmp(replayed.data(), eager.data(), eager.size() * sizeof(float)), 0)
         << "replay " << replay << " seed " << seed;
   }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// Residency updates between calls, eager and in a captured graph: after each update a forward
+// gives the bits of a set created with that residency, experts that stay keep their slots and
+// are not copied, and a graph captured before the updates uses the new residency when replayed.
+TEST_F(CudaAbiLayer, ResidencyUpdatesActLikeASetCreatedWithTheNewResidency) {
+  qmoe_cuda_expert_set_desc d;
+  qmoe_cuda_expert_set_desc_init(&d);
+  d.experts = host.get();
+  const std::vector<uint32_t> first = {4, 1, 3};
+  d.resident = first.data();
+  d.num_resident = static_cast<uint32_t>(first.size());
+  d.num_slots = 4;
+  qmoe_cuda_expert_set* raw = nullptr;
+  ASSERT_EQ(qmoe_cuda_expert_set_create(&d, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  CudaSet set(raw);
+  cudaStream_t stream = nullptr;
+  QMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  LayerCall call(set.get(), o, 3, 3, rng);
+  for (size_t i = 0; i < call.ids.size(); ++i) call.ids[i] = static_cast<int32_t>(i % o.experts);
+  call.upload_routing();
+  QMOE_CUDA_OK(cudaDeviceSynchronize());
+  const int32_t* map = nullptr;
+  ASSERT_EQ(qmoe_cuda_expert_set_residency(set.get(), &map), QMOE_STATUS_OK);
+  auto read_map = [&] {
+    std::vector<int32_t> m(o.experts);
+    EXPECT_EQ(cudaMemcpy(m.data(), map, m.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return m;
+  };
+  // Updates are refused on a capturing stream; the graph is captured around a plain forward.
+  cudaGraph_t graph = nullptr;
+  QMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const qmoe_status in_capture = qmoe_cuda_expert_set_update_residency(
+      set.get(), host.get(), first.data(), 3, stream, nullptr);
+  const qmoe_status captured = qmoe_cuda_moe_forward(set.get(), &call.params, stream);
+  QMOE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  EXPECT_EQ(in_capture, QMOE_STATUS_INVALID_ARGUMENT);
+  ASSERT_EQ(captured, QMOE_STATUS_OK) << qmoe_last_error_message();
+  cudaGraphExec_t exec = nullptr;
+  QMOE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+  std::vector<uint32_t> before = first;
+  std::vector<int32_t> map_before = read_map();
+  const std::vector<std::vector<uint32_t>> steps = {{1, 3, 5},    {0, 2, 4, 5}, {},
+                                                    {5, 4, 3, 2}, {2, 0, 1},    {0, 1, 2, 3}};
+  for (size_t step = 0; step < steps.size(); ++step) {
+    const std::vector<uint32_t>& now = steps[step];
+    const std::string at = "step " + std::to_string(step) + " " + where();
+    uint32_t copied = 99;
+    ASSERT_EQ(
+        qmoe_cuda_expert_set_update_residency(set.get(), host.get(), now.data(),
+                                              static_cast<uint32_t>(now.size()), stream, &copied),
+        QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    uint32_t joined = 0;
+    for (uint32_t e : now) {
+      joined += std::find(before.begin(), before.end(), e) == before.end() ? 1 : 0;
+    }
+    EXPECT_EQ(copied, joined) << at;
+    ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, stream), QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+    const std::vector<float> eager = call.y();
+    // The map: the resident experts in distinct slots below 4, those that stayed in theirs.
+    const std::vector<int32_t> m = read_map();
+    std::vector<bool> used(4, false);
+    for (uint32_t e = 0; e < o.experts; ++e) {
+      const bool resident = std::find(now.begin(), now.end(), e) != now.end();
+      if (!resident) {
+        EXPECT_EQ(m[e], -1) << "expert " << e << " " << at;
+        continue;
+      }
+      ASSERT_GE(m[e], 0) << "expert " << e << " " << at;
+      ASSERT_LT(m[e], 4) << "expert " << e << " " << at;
+      EXPECT_FALSE(used[m[e]]) << "slot " << m[e] << " twice " << at;
+      used[m[e]] = true;
+      if (map_before[e] >= 0) EXPECT_EQ(m[e], map_before[e]) << "expert " << e << " moved " << at;
+    }
+    // A set created with this residency gives the same bits.
+    if (!now.empty()) {
+      CudaSet fresh = make_cuda_set(host.get(), QMOE_CUDA_COPY_LOOP, now);
+      ASSERT_TRUE(fresh);
+      ASSERT_EQ(qmoe_cuda_moe_forward(fresh.get(), &call.params, stream), QMOE_STATUS_OK);
+      QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+      const std::vector<float> expected = call.y();
+      EXPECT_EQ(std::memcmp(eager.data(), expected.data(), eager.size() * sizeof(float)), 0) << at;
+    }
+    std::vector<uint8_t> mask(o.experts, 0);
+    for (uint32_t e : now) mask[e] = 1;
+    const MoeReference ref = reference_moe(*model, QMOE_ACCURACY_FAST, call.x, call.m, call.ids,
+                                           call.weights, call.k, mask.data(), {});
+    expect_near_reference(eager, ref, at);
+    // The graph captured before any update reads the new residency.
+    QMOE_CUDA_OK(cudaMemsetAsync(call.d_y.data(), 0xFF, call.d_y.bytes(), stream));
+    QMOE_CUDA_OK(cudaGraphLaunch(exec, stream));
+    QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+    const std::vector<float> replayed = call.y();
+    EXPECT_EQ(std::memcmp(eager.data(), replayed.data(), eager.size() * sizeof(float)), 0) << at;
+    before = now;
+    map_before = m;
+  }
+  ASSERT_EQ(qmoe_cuda_moe_check(call.workspace.data(), stream), QMOE_STATUS_OK)
+      << qmoe_last_error_message();
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -91,6 +92,7 @@ TEST(CudaApiChecks, ExpertSetCreationRefusesBadDescriptions) {
   EXPECT_EQ(good.experts, nullptr);
   EXPECT_EQ(good.resident, nullptr);
   EXPECT_EQ(good.copy_mode, QMOE_CUDA_COPY_BATCHED);
+  EXPECT_EQ(good.num_slots, 0u);
   good.experts = host.get();
   auto create = [](const qmoe_cuda_expert_set_desc* d) {
     qmoe_cuda_expert_set* set = reinterpret_cast<qmoe_cuda_expert_set*>(0x1);
@@ -131,6 +133,20 @@ TEST(CudaApiChecks, ExpertSetCreationRefusesBadDescriptions) {
               d.num_resident = 0;
             }),
             QMOE_STATUS_INVALID_ARGUMENT);
+  // Slots: at least the resident experts, at most E; a set may start empty only with slots.
+  const uint32_t two[] = {3, 1};
+  EXPECT_EQ(with([&](auto& d) {
+              d.resident = two;
+              d.num_resident = 2;
+              d.num_slots = 1;
+            }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(with([&](auto& d) { d.num_slots = 3; }), QMOE_STATUS_INVALID_ARGUMENT);  // all 4
+  EXPECT_EQ(with([&](auto& d) { d.num_slots = 5; }), QMOE_STATUS_INVALID_ARGUMENT);
+  // A struct_size ending inside num_slots is no version of the struct.
+  EXPECT_EQ(
+      with([](auto& d) { d.struct_size = offsetof(qmoe_cuda_expert_set_desc, num_slots) + 2; }),
+      QMOE_STATUS_INVALID_ARGUMENT);
   // A destroyed host set.
   qmoe_expert_set* gone = nullptr;
   ASSERT_EQ(qmoe_expert_set_create(&model->desc, &gone), QMOE_STATUS_OK);
@@ -139,6 +155,79 @@ TEST(CudaApiChecks, ExpertSetCreationRefusesBadDescriptions) {
   // A good description: a set where a device is usable, CUDA_UNAVAILABLE elsewhere.
   EXPECT_EQ(create(&good), device_usable() ? QMOE_STATUS_OK : QMOE_STATUS_CUDA_UNAVAILABLE)
       << qmoe_last_error_message();
+  // So do the first version of the struct (no num_slots: the default), an empty start with
+  // slots, and spare slots.
+  const qmoe_status reached = device_usable() ? QMOE_STATUS_OK : QMOE_STATUS_CUDA_UNAVAILABLE;
+  EXPECT_EQ(with([](auto& d) {
+              d.struct_size = offsetof(qmoe_cuda_expert_set_desc, num_slots);
+              d.num_slots = 1;  // past the caller's struct: never read
+            }),
+            reached)
+      << qmoe_last_error_message();
+  EXPECT_EQ(with([&](auto& d) {
+              d.resident = twice;
+              d.num_resident = 0;
+              d.num_slots = 2;
+            }),
+            reached)
+      << qmoe_last_error_message();
+  EXPECT_EQ(with([&](auto& d) {
+              d.resident = two;
+              d.num_resident = 2;
+              d.num_slots = 3;
+            }),
+            reached)
+      << qmoe_last_error_message();
+}
+
+TEST(CudaApiChecks, ResidencyUpdateRefusesBadHandlesBeforeCuda) {
+  std::mt19937_64 rng(5);
+  MoeOptions o;
+  o.experts = 4;
+  o.hidden = 64;
+  o.intermediate = 32;
+  const auto model = make_moe_model(o, rng);
+  qmoe_expert_set* raw_host = nullptr;
+  ASSERT_EQ(qmoe_expert_set_create(&model->desc, &raw_host), QMOE_STATUS_OK);
+  std::unique_ptr<qmoe_expert_set, HostSetDeleter> host(raw_host);
+  const uint32_t ids[] = {0, 2};
+  uint32_t copied = 7;
+  EXPECT_EQ(qmoe_cuda_expert_set_update_residency(nullptr, host.get(), ids, 2, nullptr, &copied),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  uint64_t junk[8] = {};
+  auto* not_a_set = reinterpret_cast<qmoe_cuda_expert_set*>(junk);
+  EXPECT_EQ(qmoe_cuda_expert_set_update_residency(not_a_set, host.get(), ids, 2, nullptr, &copied),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(copied, 7u);
+  if (!device_usable()) GTEST_SKIP() << "no usable CUDA device: the set-dependent checks need one";
+  qmoe_cuda_expert_set_desc d;
+  qmoe_cuda_expert_set_desc_init(&d);
+  d.experts = host.get();
+  d.resident = ids;
+  d.num_resident = 2;
+  qmoe_cuda_expert_set* set = nullptr;
+  ASSERT_EQ(qmoe_cuda_expert_set_create(&d, &set), QMOE_STATUS_OK) << qmoe_last_error_message();
+  const uint32_t out_of_range[] = {4}, twice[] = {1, 1}, three[] = {0, 1, 2};
+  auto update = [&](const qmoe_expert_set* h, const uint32_t* r, uint32_t n) {
+    return qmoe_cuda_expert_set_update_residency(set, h, r, n, nullptr, &copied);
+  };
+  EXPECT_EQ(update(nullptr, ids, 2), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(update(host.get(), out_of_range, 1), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(update(host.get(), twice, 2), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(update(host.get(), three, 3), QMOE_STATUS_INVALID_ARGUMENT);  // 2 slots
+  EXPECT_EQ(update(host.get(), nullptr, 1), QMOE_STATUS_INVALID_ARGUMENT);
+  // A host set of another shape.
+  MoeOptions wider = o;
+  wider.hidden = 128;
+  const auto other = make_moe_model(wider, rng);
+  qmoe_expert_set* raw_other = nullptr;
+  ASSERT_EQ(qmoe_expert_set_create(&other->desc, &raw_other), QMOE_STATUS_OK);
+  std::unique_ptr<qmoe_expert_set, HostSetDeleter> other_host(raw_other);
+  EXPECT_EQ(update(other_host.get(), ids, 2), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(update(host.get(), nullptr, 0), QMOE_STATUS_OK) << qmoe_last_error_message();
+  EXPECT_EQ(copied, 0u);
+  EXPECT_EQ(qmoe_cuda_expert_set_destroy(set), QMOE_STATUS_OK);
+  EXPECT_EQ(update(host.get(), ids, 2), QMOE_STATUS_INVALID_ARGUMENT);  // destroyed
 }
 
 TEST(CudaApiChecks, LayerCallsRefuseBadHandlesAndParams) {
