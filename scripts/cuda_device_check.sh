@@ -30,7 +30,7 @@ if [[ ${QMOE_SKIP_BUILD:-0} != 1 ]]; then
 archs=()
 [[ -n ${QMOE_CUDA_ARCHS:-} ]] && archs=(-DCMAKE_CUDA_ARCHITECTURES="$QMOE_CUDA_ARCHS")
 step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQMOE_CUDA=ON \
-  "${archs[@]}" -DQMOE_BUILD_TESTS=ON -DQMOE_BUILD_BENCHMARKS=ON -DQMOE_BUILD_TOOLS=OFF || {
+  "${archs[@]}" -DQMOE_BUILD_TESTS=ON -DQMOE_BUILD_BENCHMARKS=ON -DQMOE_BUILD_TOOLS=ON || {
   echo "configure failed; see $out/configure.log" >&2
   exit 1
 }

@@ -398,13 +398,13 @@ TEST(Offload, NoColdLayerLeavesTheStagingMemoryUntouched) {
   expect_conservation(t);
 }
 
-// 8 chained layers (layer l reads layer l-1's y) captured once; 5 replays with new routing each
+// 48 chained layers (layer l reads layer l-1's y) captured once; 5 replays with new routing each
 // equal eager runs of the same routing, layer by layer, bit for bit.
 TEST(Offload, GraphReplayWithNewRoutingEqualsEager) {
   QMOE_SKIP_WITHOUT_CUDA();
   const uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
-  const uint32_t layers = 8, hidden = layer_options().hidden, experts = layer_options().experts;
+  const uint32_t layers = 48, hidden = layer_options().hidden, experts = layer_options().experts;
   std::vector<std::vector<uint32_t>> resident;
   for (uint32_t l = 0; l < layers; ++l) resident.push_back({l % experts, (l + 3) % experts});
   Model model(rng, resident);

@@ -1,13 +1,19 @@
-// `qmoe run`: a MoE decode end to end on the CPU with a synthetic model of the Qwen3-30B-A3B
-// shape, through the public C ABI only. Prints what a performance engineer wants to see.
+// `qmoe run`: a MoE decode end to end with a synthetic model of the Qwen3-30B-A3B shape, on the
+// CPU, or with --gpu the hybrid CPU/GPU decode (run_gpu.h), through the public C ABI only.
+// Prints what a performance engineer wants to see.
 
 #include <cstdio>
 
 #include "commands.h"
+#include "qmoe/qmoe_cuda.h"
 #include "run_bandwidth.h"
+#include "run_check.h"
 #include "run_clock.h"
 #include "run_context.h"
 #include "run_decode.h"
+#ifdef QMOE_TOOL_WITH_CUDA
+#include "run_gpu.h"
+#endif
 #include "run_model.h"
 #include "run_options.h"
 #include "run_report.h"
@@ -21,6 +27,23 @@ int run_run_command(int argc, char** argv) {
     print_run_usage(stdout);
     return 0;
   }
+#ifndef QMOE_TOOL_WITH_CUDA
+  if (options.gpu) {
+    std::fprintf(stderr, "qmoe run: --gpu needs a qmoe built with CUDA (QMOE_CUDA=ON)\n");
+    return 2;
+  }
+#else
+  if (options.gpu) {  // before the weights are generated: no GPU, no run
+    int devices = 0;
+    const qmoe_status status = qmoe_cuda_get_device_count(&devices);
+    if (status != QMOE_STATUS_OK) return report_failed_call(status);
+    if (devices <= options.device) {
+      std::fprintf(stderr, "qmoe run: --gpu: no CUDA device %d (%d visible)\n", options.device,
+                   devices);
+      return 1;
+    }
+  }
+#endif
   std::FILE* out = options.json ? stderr : stdout;  // the human report
   const auto run_start = Clock::now();
 
@@ -38,6 +61,23 @@ int run_run_command(int argc, char** argv) {
     return code;
   }
   if (const int code = measure_weights_bandwidth(run, model, &bandwidth); code != 0) return code;
+
+  if (options.gpu) {
+#ifdef QMOE_TOOL_WITH_CUDA
+    GpuDecodeResult gpu;
+    if (const int code = run_gpu_decode(options, run.context.get(), model, &gpu); code != 0) {
+      return code;
+    }
+    print_gpu_report(out, options, run, model, bandwidth, gpu, seconds_since(run_start));
+    if (!gpu.conserved || !gpu.finite) {
+      std::fprintf(stderr, "qmoe run: %s\n",
+                   !gpu.conserved ? "the offload telemetry is not conserved"
+                                  : "the hidden state is not finite");
+      return 1;
+    }
+    return 0;
+#endif
+  }
 
   DecodeResult decode;
   if (const int code = run_decode(options, run.context.get(), model, &decode); code != 0) {

@@ -7,6 +7,7 @@
 #include "progress.h"
 #include "run_check.h"
 #include "run_clock.h"
+#include "run_routing.h"
 
 namespace {
 
@@ -106,8 +107,9 @@ class Router {
         ids_(size_t{tokens} * top_k),
         seen_(experts) {}
 
-  void draw_logits(SplitMix64& rng) {
-    for (float& v : logits_) v = rng.normalish();
+  // Each token's logits: unit noise plus the layer's per-expert bias (run_routing.h).
+  void draw_logits(SplitMix64& rng, const std::vector<float>& bias) {
+    for (size_t i = 0; i < logits_.size(); ++i) logits_[i] = rng.normalish() + bias[i % experts_];
   }
   qmoe_status route() {
     return qmoe_moe_route_topk(logits_.data(), tokens_, experts_, top_k_, 1, ids_.data(),
@@ -142,10 +144,10 @@ struct LayerTimes {
 
 // One layer of one step: router logits, routing, the layer, the rescale and the expert count,
 // each timed.
-int decode_layer(const SyntheticLayer& layer, SplitMix64& rng, Router& router, HiddenState& state,
-                 MoeLayerCall& call, LayerTimes* times) {
+int decode_layer(const SyntheticLayer& layer, const std::vector<float>& bias, SplitMix64& rng,
+                 Router& router, HiddenState& state, MoeLayerCall& call, LayerTimes* times) {
   const auto t0 = Clock::now();
-  router.draw_logits(rng);
+  router.draw_logits(rng, bias);
   const auto t1 = Clock::now();
   QMOE_CHECK(router.route());
   const auto t2 = Clock::now();
@@ -170,6 +172,10 @@ int run_decode(const RunOptions& options, qmoe_context* context, const RunModel&
   HiddenState state(context, options.activations, options.batch, shape.hidden);
   QMOE_CHECK(state.init(rng));
   Router router(options.batch, shape.experts, shape.top_k);
+  std::vector<std::vector<float>> bias;
+  for (uint32_t l = 0; l < shape.layers; ++l) {
+    bias.push_back(routing_bias(options.routing, popularity_order(shape.experts, options.seed, l)));
+  }
   std::vector<unsigned char> workspace(std::max<size_t>(model.workspace_bytes, 1));
   MoeLayerCall call;
   call.context = context;
@@ -197,7 +203,7 @@ int run_decode(const RunOptions& options, qmoe_context* context, const RunModel&
     uint64_t step_experts = 0;
     for (uint32_t l = 0; l < shape.layers; ++l) {
       LayerTimes times;
-      const int code = decode_layer(*model.layers[l], rng, router, state, call, &times);
+      const int code = decode_layer(*model.layers[l], bias[l], rng, router, state, call, &times);
       if (code != 0) return code;
       if (!timed) continue;
       result->route_s += times.route_s;

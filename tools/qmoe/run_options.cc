@@ -76,6 +76,37 @@ bool parse_format(const char* value, qmoe_weight_format* format, std::string* co
   return false;
 }
 
+// A fraction in [0, 1], written as a decimal (0.25, 1, .5): no sign, no exponent.
+bool parse_fraction(const char* text, double* value) {
+  if (text == nullptr || *text == '\0') return false;
+  int dots = 0, digits = 0;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c == '.') {
+      ++dots;
+    } else if (*c >= '0' && *c <= '9') {
+      ++digits;
+    } else {
+      return false;
+    }
+  }
+  if (dots > 1 || digits == 0) return false;
+  char* end = nullptr;
+  const double parsed = std::strtod(text, &end);
+  if (*end != '\0' || !(parsed >= 0.0 && parsed <= 1.0)) return false;
+  *value = parsed;
+  return true;
+}
+
+bool parse_routing(const char* value, RoutingKind* kind) {
+  for (RoutingKind k : {RoutingKind::kUniform, RoutingKind::kZipf}) {
+    if (value != nullptr && std::strcmp(value, routing_name(k)) == 0) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool asks_for_help(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
@@ -117,6 +148,14 @@ void print_run_usage(std::FILE* out) {
       "  --isa %s  highest tier (default: the process default)\n"
       "  --threads N           threads, at most 1024 (default 0 = one per physical core)\n"
       "  --seed S              seed of weights and router logits (default 1)\n"
+      "  --routing uniform|zipf  router logits: every expert alike (default), or each layer's\n"
+      "                        experts ranked, rank r's logit biased by -ln(1 + r)\n"
+      "  --gpu                 hybrid decode on GPU 0 (a build with CUDA): each layer's resident\n"
+      "                        experts on the GPU, the others on the CPU, joined through the\n"
+      "                        offload ring, every step one CUDA graph of all layers; f32\n"
+      "                        activations\n"
+      "  --residency F         with --gpu: the fraction of each layer's experts resident, its\n"
+      "                        most popular ones (default 1; 0.25, 0.5, 0.75 are typical)\n"
       "  --json                JSON summary on stdout, human report on stderr\n"
       "  --help                this text\n",
       run_format_names("|").c_str(), rows[0].name, formats.c_str(), tier_name_list("|").c_str());
@@ -143,6 +182,10 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
       o->json = true;
       continue;
     }
+    if (std::strcmp(arg, "--gpu") == 0) {
+      o->gpu = true;
+      continue;
+    }
     if (std::strcmp(arg, "--layers") == 0) {
       if (!parse_u32(value, 1, 100000, &o->shape.layers)) return bad("takes a count >= 1");
     } else if (std::strcmp(arg, "--tokens") == 0) {
@@ -163,6 +206,10 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
       if (!parse_accuracy(value, &o->accuracy)) return bad("takes exact or fast");
     } else if (std::strcmp(arg, "--activations") == 0) {
       if (!parse_activations(value, &o->activations)) return bad("takes f32, f16 or bf16");
+    } else if (std::strcmp(arg, "--routing") == 0) {
+      if (!parse_routing(value, &o->routing)) return bad("takes uniform or zipf");
+    } else if (std::strcmp(arg, "--residency") == 0) {
+      if (!parse_fraction(value, &o->residency)) return bad("takes a fraction in [0, 1]");
     } else if (std::strcmp(arg, "--isa") == 0) {
       std::string complaint;
       if (!parse_isa(value, &o->isa, &complaint)) return bad(complaint.c_str());
@@ -172,6 +219,15 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
       return 2;
     }
     ++i;  // the option's value
+  }
+  auto refuse = [](const char* why) {
+    std::fprintf(stderr, "qmoe run: %s\n\n", why);
+    print_run_usage(stderr);
+    return 2;
+  };
+  if (seen.count("--residency") != 0 && !o->gpu) return refuse("--residency needs --gpu");
+  if (o->gpu && o->activations != QMOE_DTYPE_F32) {
+    return refuse("--gpu runs f32 activations (--activations f32)");
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "qmoe/qmoe.h"
+#include "run_routing.h"
 #include "synthetic_model.h"
 
 struct RunOptions {
@@ -18,6 +19,12 @@ struct RunOptions {
   uint32_t threads = 0;                     // 0: one per physical core
   uint64_t seed = 1;                        // of the weights and the router logits
   bool json = false;                        // JSON summary on stdout, the human report on stderr
+  RoutingKind routing = RoutingKind::kUniform;  // --routing
+  // --gpu: the hybrid decode (tools/qmoe/run_gpu.h), each layer's `residency` fraction of its
+  // experts (the most popular) resident on GPU `device`, the rest on the CPU.
+  bool gpu = false;
+  double residency = 1.0;
+  int device = 0;
 };
 
 void print_run_usage(std::FILE* out);

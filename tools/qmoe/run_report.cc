@@ -136,15 +136,6 @@ void print_time_split(std::FILE* out, const RunRecord& r, const RunMetrics& m) {
   std::fprintf(out, "  %-24s %.2f s\n", "total", r.total_s);
 }
 
-std::string json_escape(const char* text) {
-  std::string out;
-  for (const char* p = text; *p; ++p) {
-    if (*p == '"' || *p == '\\') out += '\\';
-    if (static_cast<unsigned char>(*p) >= 0x20) out += *p;
-  }
-  return out;
-}
-
 // The global scale as a JSON value: the number, or null for a format without one.
 std::string global_scale_json(const RunFormat& format) {
   if (format.global_scale == 0.0f) return "null";
@@ -170,7 +161,7 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
       "\"%s\", \"global_scale\": %s, \"bytes_per_expert\": %zu, \"weight_bytes_total\": %.0f, "
       "\"weight_bytes_on_huge_pages\": %.0f},\n"
       " \"decode\": {\"steps\": %u, \"batch\": %u, \"seed\": %" PRIu64
-      ", \"warmup_steps\": 1},\n"
+      ", \"routing\": \"%s\", \"warmup_steps\": 1},\n"
       " \"bandwidth\": {\"buffer_bytes\": %zu, \"one_thread_gbps\": %.3f, "
       "\"all_threads_gbps\": %.3f, \"reference_gbps\": %.3f, \"weights_gbps\": %.3f, "
       "\"weights_bytes_measured\": %zu},\n"
@@ -191,10 +182,10 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
       run.quantize_kernel, shape.layers, shape.experts, shape.top_k, shape.hidden,
       shape.intermediate, format.name, format.block_size, format.scale_name,
       global_scale_json(format).c_str(), r.model.expert_bytes.total(), r.model.weight_bytes_total,
-      m.huge_page_bytes, o.tokens, o.batch, o.seed, bw.buffer_bytes, bw.one_thread * 1e-9,
-      bw.all_threads * 1e-9, bw.reference * 1e-9, bw.weights * 1e-9, bw.weights_bytes,
-      r.model.generate_s, bw.seconds, d.decode_s, d.moe_s, d.route_s, d.tool_s, m.other_s,
-      d.decode_s * 1e3 / o.tokens, m.step_min_ms, m.step_median_ms, m.step_max_ms,
+      m.huge_page_bytes, o.tokens, o.batch, o.seed, routing_name(o.routing), bw.buffer_bytes,
+      bw.one_thread * 1e-9, bw.all_threads * 1e-9, bw.reference * 1e-9, bw.weights * 1e-9,
+      bw.weights_bytes, r.model.generate_s, bw.seconds, d.decode_s, d.moe_s, d.route_s, d.tool_s,
+      m.other_s, d.decode_s * 1e3 / o.tokens, m.step_min_ms, m.step_median_ms, m.step_max_ms,
       d.decode_s * 1e3 / m.token_count, d.moe_s * 1e3 / m.layer_calls, r.total_s,
       d.experts_computed, m.experts_per_token, m.experts_per_layer_step, m.bytes_read,
       m.bytes_per_token, m.achieved * 1e-9, m.achieved_end_to_end * 1e-9, m.ratio, m.ratio_weights,
@@ -202,6 +193,15 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
 }
 
 }  // namespace
+
+std::string json_escape(const char* text) {
+  std::string out;
+  for (const char* p = text; *p; ++p) {
+    if (*p == '"' || *p == '\\') out += '\\';
+    if (static_cast<unsigned char>(*p) >= 0x20) out += *p;
+  }
+  return out;
+}
 
 void print_run_header(std::FILE* out, const RunOptions& options, const RunContext& run,
                       const RunModel& model) {
@@ -236,8 +236,8 @@ void print_run_header(std::FILE* out, const RunOptions& options, const RunContex
                "bytes per expert", eb.total() * 1e-6, eb.fc1_codes, eb.fc1_scales, eb.fc2_codes,
                eb.fc2_scales);
   std::fprintf(out, "  %-24s %.2f GB\n", "weights in total", model.weight_bytes_total * 1e-9);
-  std::fprintf(out, "  %-24s %u steps x batch %u, seed %" PRIu64 "\n", "decode", options.tokens,
-               options.batch, options.seed);
+  std::fprintf(out, "  %-24s %u steps x batch %u, seed %" PRIu64 ", %s routing\n", "decode",
+               options.tokens, options.batch, options.seed, routing_name(options.routing));
   std::fflush(out);
 }
 

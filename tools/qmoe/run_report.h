@@ -4,6 +4,7 @@
 #define QMOE_TOOLS_QMOE_RUN_REPORT_H_
 
 #include <cstdio>
+#include <string>
 
 #include "run_bandwidth.h"
 #include "run_context.h"
@@ -17,6 +18,9 @@ void print_run_header(std::FILE* out, const RunOptions& options, const RunContex
 
 // The fresh buffer's read bandwidth, printed as soon as it is measured.
 void print_buffer_bandwidth(std::FILE* out, const RunContext& run, const RunBandwidth& bandwidth);
+
+// `text` as the inside of a JSON string: quotes and backslashes escaped, control bytes dropped.
+std::string json_escape(const char* text);
 
 // The results in text, then in JSON under --json.
 void print_run_report(std::FILE* out, const RunOptions& options, const RunContext& run,

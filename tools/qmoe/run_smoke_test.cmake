@@ -43,6 +43,31 @@ foreach(bad "run;--layers;1;--tokens;1;--layers;2" "run;--json;--json;--layers;1
     message(FATAL_ERROR "qmoe ${bad} exited ${rc}, expected 2:\n${err}")
   endif()
 endforeach()
+# The hybrid decode's options: --residency needs --gpu and a fraction in [0, 1], --routing
+# takes uniform or zipf, and --gpu runs f32 activations only.
+foreach(bad "run;--residency;0.5;--layers;1" "run;--gpu;--residency;1.5;--layers;1"
+            "run;--gpu;--residency;-0.5;--layers;1" "run;--gpu;--residency;1e-1;--layers;1"
+            "run;--routing;pareto;--layers;1" "run;--gpu;--activations;bf16;--layers;1"
+            "run;--gpu;--gpu;--layers;1")
+  execute_process(COMMAND ${QMOE} ${bad} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2)
+    message(FATAL_ERROR "qmoe ${bad} exited ${rc}, expected 2:\n${err}")
+  endif()
+endforeach()
+# Zipf routing runs on the CPU and says so; --gpu without a usable GPU (or in a build without
+# CUDA) fails with a message before any weights are generated.
+execute_process(COMMAND ${QMOE} run --layers 1 --tokens 2 --routing zipf --json
+                RESULT_VARIABLE rc OUTPUT_VARIABLE json ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT json MATCHES "\"routing\": \"zipf\"")
+  message(FATAL_ERROR "qmoe run --routing zipf exited ${rc} with '${json}':\n${err}")
+endif()
+execute_process(COMMAND ${QMOE} run --gpu --layers 1 --tokens 1 RESULT_VARIABLE rc
+                OUTPUT_QUIET ERROR_VARIABLE err)
+if(rc EQUAL 0)
+  message(STATUS "qmoe run --gpu ran: a GPU is usable here")
+elseif(NOT err MATCHES "qmoe run: " OR err MATCHES "generating weights")
+  message(FATAL_ERROR "qmoe run --gpu exited ${rc} without a message, or after generating:\n${err}")
+endif()
 execute_process(COMMAND ${QMOE} run --layers 0 --help RESULT_VARIABLE rc OUTPUT_VARIABLE usage
                 ERROR_QUIET)
 if(NOT rc EQUAL 0 OR NOT usage MATCHES "usage: qmoe run")
