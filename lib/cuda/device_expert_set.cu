@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lib/cuda/cuda_status.h"
+#include "lib/cuda_slot_plan.h"
 #include "lib/error.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/memory_ranges.h"
@@ -277,50 +278,45 @@ qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
     return status_from_cuda(static_cast<cudaError_t>(scope.status()), function, "cudaSetDevice");
   }
   const uint32_t count = upload.resident != nullptr ? upload.num_resident : upload.num_experts;
-  const auto expert_at = [&](uint32_t i) {
-    return upload.resident != nullptr ? upload.resident[i] : i;
-  };
+  std::vector<uint32_t> every_expert;  // the list of a set created without one: 0, 1, ...
+  const uint32_t* ids = upload.resident;
+  if (ids == nullptr) {
+    try {
+      every_expert.resize(count);
+    } catch (const std::bad_alloc&) {
+      return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the expert list failed");
+    }
+    for (uint32_t i = 0; i < count; ++i) every_expert[i] = i;
+    ids = every_expert.data();
+  }
   // Every new expert's buffers must fit a slot (checked before anything changes).
   for (uint32_t i = 0; i < count; ++i) {
-    const uint32_t e = expert_at(i);
+    const uint32_t e = ids[i];
     if (set->map[e] < 0 &&
         (!fits(upload.fc1[e], set->fc1_room) || !fits(upload.fc2[e], set->fc2_room))) {
       return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                   "expert %u's buffers are larger than the slots the set was created with", e);
     }
   }
-  std::vector<int32_t> map, slot_expert;
+  SlotPlan plan;
   std::vector<Copy> copies;
+  std::vector<DeviceQuantMatrix> fc1_host, fc2_host;
   try {
-    map.assign(set->num_experts, -1);
-    slot_expert.assign(set->num_slots, -1);
-    copies.reserve(size_t{count} * 8);
+    plan = plan_slots(set->map, set->num_slots, ids, count);
+    copies.reserve(plan.copy_expert.size() * 8);
+    fc1_host = set->fc1_host;
+    fc2_host = set->fc2_host;
   } catch (const std::bad_alloc&) {
     return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the new map failed");
   }
-  // Experts that stay keep their slots; the others take the free slots in ascending order.
-  for (uint32_t i = 0; i < count; ++i) {
-    const uint32_t e = expert_at(i);
-    if (set->map[e] >= 0) {
-      map[e] = set->map[e];
-      slot_expert[static_cast<size_t>(set->map[e])] = static_cast<int32_t>(e);
-    }
-  }
   auto* base = static_cast<unsigned char*>(set->memory);
-  uint32_t next_free = 0, placed = 0;
-  std::vector<DeviceQuantMatrix> fc1_host = set->fc1_host, fc2_host = set->fc2_host;
-  for (uint32_t i = 0; i < count; ++i) {
-    const uint32_t e = expert_at(i);
-    if (map[e] >= 0) continue;
-    while (slot_expert[next_free] >= 0) ++next_free;  // count <= num_slots: one is free
-    const uint32_t slot = next_free;
+  for (size_t i = 0; i < plan.copy_expert.size(); ++i) {
+    const uint32_t e = plan.copy_expert[i], slot = plan.copy_slot[i];
     unsigned char* slot_base = base + size_t{slot} * set->slot_bytes;
     fc1_host[slot] = place_projection(upload.fc1[e], set->fc1_room, slot_base, &copies);
     fc2_host[slot] = place_projection(upload.fc2[e], set->fc2_room, slot_base, &copies);
-    map[e] = static_cast<int32_t>(slot);
-    slot_expert[slot] = static_cast<int32_t>(e);
-    ++placed;
   }
+  const std::vector<int32_t>& map = plan.map;
   // The staging image may still be the source of the last update's copies.
   cudaError_t err = cudaEventSynchronize(set->staging_read);
   const char* step = "waiting for the last update's copies";
@@ -356,11 +352,11 @@ qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
     std::fill(set->slot_expert.begin(), set->slot_expert.end(), -1);
     return status_from_cuda(err, function, step);
   }
-  set->map.swap(map);
-  set->slot_expert.swap(slot_expert);
+  set->map.swap(plan.map);
+  set->slot_expert.swap(plan.slot_expert);
   set->fc1_host.swap(fc1_host);
   set->fc2_host.swap(fc2_host);
-  *copied = placed;
+  *copied = static_cast<uint32_t>(plan.copy_expert.size());
   return QMOE_STATUS_OK;
 }
 
