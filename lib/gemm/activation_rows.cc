@@ -12,12 +12,16 @@ namespace qmoe {
 
 namespace {
 
-// sum_q_low of `chunks` chunks of quantized q (Q8Activations): exact in float.
-void sum_low_halves(const int8_t* q, uint32_t chunks, float* sum_q_low) {
+// e2m1_start of `chunks` chunks of quantized q (Q8Activations): -12 times each half's sum.
+void e2m1_starts(const int8_t* q, uint32_t chunks, int32_t* start) {
   for (uint32_t c = 0; c < chunks; ++c) {
-    int32_t sum = 0;
-    for (uint32_t i = 0; i < kChunkCodes / 2; ++i) sum += q[size_t{c} * kChunkCodes + i];
-    sum_q_low[c] = static_cast<float>(sum);
+    for (uint32_t half = 0; half < 2; ++half) {
+      int32_t sum = 0;
+      for (uint32_t i = 0; i < kChunkCodes / 2; ++i) {
+        sum += q[size_t{c} * kChunkCodes + half * (kChunkCodes / 2) + i];
+      }
+      start[2 * c + half] = -kE2M1FastOffset * sum;
+    }
   }
 }
 
@@ -27,7 +31,8 @@ size_t activation_rows_bytes(qmoe_accuracy accuracy, uint32_t k, size_t capacity
   const size_t chunks = chunk_count(k);
   const size_t stride = chunks * kChunkCodes;
   if (accuracy == QMOE_ACCURACY_EXACT) return align64(capacity * stride * sizeof(float));
-  return align64(capacity * stride) + 3 * align64(capacity * chunks * sizeof(float));
+  return align64(capacity * stride) + 2 * align64(capacity * chunks * sizeof(float)) +
+         align64(capacity * chunks * 2 * sizeof(int32_t));
 }
 
 ActivationRows carve_activation_rows(qmoe_accuracy accuracy, uint32_t k, size_t capacity,
@@ -46,7 +51,7 @@ ActivationRows carve_activation_rows(qmoe_accuracy accuracy, uint32_t k, size_t 
     storage += align64(capacity * r.chunks * sizeof(float));
     r.sum_q = reinterpret_cast<float*>(storage);
     storage += align64(capacity * r.chunks * sizeof(float));
-    r.sum_q_low = reinterpret_cast<float*>(storage);
+    r.e2m1_start = reinterpret_cast<int32_t*>(storage);
   }
   return r;
 }
@@ -71,7 +76,7 @@ ActivationView view_of(const ActivationRows& rows) {
   v.q = rows.q;
   v.scale = rows.scale;
   v.sum_q = rows.sum_q;
-  v.sum_q_low = rows.sum_q_low;
+  v.e2m1_start = rows.e2m1_start;
   v.q_stride = rows.stride;
   return v;
 }
@@ -90,7 +95,7 @@ void prepare_activation_rows(const KernelTable& kernels, const ActivationRows& r
       kernels.quantize_activations_q8.fn(src, rows.k, rows.q + r * rows.stride,
                                          rows.scale + r * rows.chunks,
                                          rows.sum_q + r * rows.chunks);
-      sum_low_halves(rows.q + r * rows.stride, rows.chunks, rows.sum_q_low + r * rows.chunks);
+      e2m1_starts(rows.q + r * rows.stride, rows.chunks, rows.e2m1_start + r * rows.chunks * 2);
     }
   }
 }
@@ -125,7 +130,8 @@ void prepare_activation_chunk(const KernelTable& kernels, const ActivationRows& 
     kernels.quantize_activations_q8.fn(values, len, rows.q + row * rows.stride + k0,
                                        rows.scale + row * rows.chunks + chunk,
                                        rows.sum_q + row * rows.chunks + chunk);
-    sum_low_halves(rows.q + row * rows.stride + k0, 1, rows.sum_q_low + row * rows.chunks + chunk);
+    e2m1_starts(rows.q + row * rows.stride + k0, 1,
+                rows.e2m1_start + (row * rows.chunks + chunk) * 2);
   }
 }
 
@@ -140,8 +146,8 @@ void copy_activation_row(const ActivationView& src, size_t src_row, const Activa
                 dst.chunks * sizeof(float));
     std::memcpy(dst.sum_q + dst_row * dst.chunks, src.sum_q + src_row * src.chunks,
                 dst.chunks * sizeof(float));
-    std::memcpy(dst.sum_q_low + dst_row * dst.chunks, src.sum_q_low + src_row * src.chunks,
-                dst.chunks * sizeof(float));
+    std::memcpy(dst.e2m1_start + dst_row * dst.chunks * 2,
+                src.e2m1_start + src_row * src.chunks * 2, dst.chunks * 2 * sizeof(int32_t));
   }
 }
 

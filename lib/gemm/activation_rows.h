@@ -16,7 +16,8 @@ namespace qmoe {
 
 /// Read-only prepared activation rows of one accuracy level and K. Row r is, at the exact
 /// level, chunks * 32 floats at x + r * x_stride, zero past K; at the fast level, chunks * 32
-/// int8 at q + r * q_stride with scale, sum_q and sum_q_low at + r * chunks (see Q8Activations).
+/// int8 at q + r * q_stride with scale and sum_q at + r * chunks and e2m1_start at
+/// + r * chunks * 2 (see Q8Activations).
 struct ActivationView {
   qmoe_accuracy accuracy;
   uint32_t k;
@@ -26,7 +27,7 @@ struct ActivationView {
   const int8_t* q;
   const float* scale;
   const float* sum_q;
-  const float* sum_q_low;
+  const int32_t* e2m1_start;
   size_t q_stride;  // bytes
 };
 
@@ -39,7 +40,7 @@ struct ActivationRows {
   int8_t* q;  // fast level
   float* scale;
   float* sum_q;
-  float* sum_q_low;
+  int32_t* e2m1_start;
   size_t stride;  // chunks * 32: floats of an exact row, bytes of a fast row
 };
 

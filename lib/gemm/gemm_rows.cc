@@ -76,7 +76,7 @@ void run_gemm_rows(const GemmPlan& plan, const KernelTable& kernels, const Activ
                          acts.sum_q + first * acts.chunks,
                          acts.q_stride,
                          acts.chunks,
-                         acts.sum_q_low + first * acts.chunks};
+                         acts.e2m1_start + first * acts.chunks * 2};
   }
 
   const size_t panel = panel_elements(plan);

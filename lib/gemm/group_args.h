@@ -17,8 +17,11 @@ namespace qmoe {
 // Activations of one GEMM call quantized for the fast level, per row m and chunk c:
 //   x[m, 32c + i] ~= scale[m, c] * q[m, 32c + i],  q in [-127, 127], zero past K;
 //   sum_q[m, c] = sum_i q[m, 32c + i] (exact as float: |sum| <= 32 * 127);
-//   sum_q_low[m, c] = sum_{i < 16} q[m, 32c + i], the first half's (formats with 16-k blocks
-//   need both halves' sums: once per call here instead of once per weight group in a kernel).
+//   e2m1_start[m, c] = {-12 sum_{i < 16} q[m, 32c + i], -12 sum_{i >= 16} q[m, 32c + i]}
+//   (int32, two per chunk): where the E2M1 fast kernels start their integer sums of u q with
+//   unsigned weights u = 2 E2M1(code) + 12, so that each half chunk's sum comes out as the
+//   exact sum_i 2 E2M1(code_i) q_i with no correction per weight group (NVFP4's 16-k blocks
+//   take one half each). Filled once per call with the quantized rows.
 // A chunk whose max|x| is below kQ8FlushBelow (zero included) quantizes to q = 0, scale 0:
 // from there down 127 / max|x| overflows (below ~2^-121) or max|x| / 127 is subnormal and no
 // longer within 2^-24 of its value, so the documented bound could not hold. Above it both
@@ -30,9 +33,12 @@ struct Q8Activations {
   const float* scale;  // m * chunks
   const float* sum_q;  // m * chunks
   size_t q_stride;
-  size_t chunk_stride;     // = chunks
-  const float* sum_q_low;  // m * chunks
+  size_t chunk_stride;        // = chunks
+  const int32_t* e2m1_start;  // m * chunks * 2
 };
+
+/// The E2M1 weights' offset in the fast kernels (e2m1_start above).
+constexpr int32_t kE2M1FastOffset = 12;
 
 // One kernel call: the outputs of rows [row_begin, row_end) of one 8-row group for all M
 // activation rows.

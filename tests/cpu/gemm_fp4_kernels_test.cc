@@ -91,12 +91,14 @@ std::vector<float> run(GemmGroupFn kernel, const Group& g, qmoe_accuracy level, 
                                                 q.data() + i * stride, scale.data() + i * g.chunks,
                                                 sum_q.data() + i * g.chunks);
   }
-  // The first half's sum of q per chunk (Q8Activations::sum_q_low), added up here.
-  std::vector<float> sum_q_low(size_t{m} * g.chunks);
-  for (size_t c = 0; c < sum_q_low.size(); ++c) {
-    int32_t sum = 0;
-    for (size_t j = 0; j < 16; ++j) sum += q[c * 32 + j];
-    sum_q_low[c] = static_cast<float>(sum);
+  // Each half chunk's -12 sum q (Q8Activations::e2m1_start), added up here.
+  std::vector<int32_t> e2m1_start(size_t{m} * g.chunks * 2);
+  for (size_t c = 0; c < size_t{m} * g.chunks; ++c) {
+    for (size_t half = 0; half < 2; ++half) {
+      int32_t sum = 0;
+      for (size_t j = 0; j < 16; ++j) sum += q[c * 32 + half * 16 + j];
+      e2m1_start[2 * c + half] = -12 * sum;
+    }
   }
   GemmGroupArgs a{};
   a.codes = g.codes.data();
@@ -116,7 +118,7 @@ std::vector<float> run(GemmGroupFn kernel, const Group& g, qmoe_accuracy level, 
   a.m = m;
   a.x = x.data();
   a.ldx = stride;
-  a.xq = Q8Activations{q.data(), scale.data(), sum_q.data(), stride, g.chunks, sum_q_low.data()};
+  a.xq = Q8Activations{q.data(), scale.data(), sum_q.data(), stride, g.chunks, e2m1_start.data()};
   std::vector<float> y(size_t{m} * 8, kPoison);
   a.y = y.data();
   a.ldy = 8;

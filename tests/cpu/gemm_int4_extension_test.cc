@@ -327,7 +327,7 @@ struct Group {
     a.bias = bias ? bias_values.data() : nullptr;
     a.m = m;
     a.xq = Q8Activations{q.data(), x_scale.data(), x_sum.data(), size_t{chunks} * kChunkCodes,
-                         chunks,   nullptr};  // sum_q_low: read by 16-k block formats only
+                         chunks,   nullptr};  // e2m1_start: read by E2M1 formats only
     a.y = y;
     a.ldy = ldy;
     a.row_begin = row_begin;

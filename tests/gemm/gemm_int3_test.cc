@@ -427,7 +427,7 @@ struct RandomGroup {
     a.x = x.data();
     a.ldx = k;
     a.xq = Q8Activations{q.data(), x_scale.data(), x_sum.data(), k,
-                         chunks,   nullptr};  // sum_q_low: read by 16-k block formats only
+                         chunks,   nullptr};  // e2m1_start: read by E2M1 formats only
     a.y = y.data() + kGuard;
     a.ldy = kLdy;
     a.row_begin = row_begin;

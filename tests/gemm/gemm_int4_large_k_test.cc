@@ -115,7 +115,7 @@ TEST_P(GemmInt4LargeK, ChunkOffsetsPastFourGiB) {
   a.x = x.as<float>();
   a.ldx = k_padded;
   a.xq = Q8Activations{q.as<int8_t>(), x_scale.as<float>(), x_sum.as<float>(), k_padded, kChunks,
-                       nullptr};  // sum_q_low: read by 16-k block formats only
+                       nullptr};  // e2m1_start: read by E2M1 formats only
   a.row_begin = 0;
   a.row_end = 1;  // one row: the scalar kernels take about a second per level
   for (const auto& [name, fn] : {std::pair{"exact", int4_gemm(table(), QMOE_ACCURACY_EXACT)},
