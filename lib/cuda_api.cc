@@ -63,11 +63,12 @@ bool valid_accuracy(int32_t a) {
   return a == QMOE_ACCURACY_EXACT || a == QMOE_ACCURACY_FAST;
 }
 
-// The GPU kernels read INT4 only today.
+// The formats the GPU kernels read: INT4, MXFP4 and NVFP4 (INT3 has none).
 qmoe_status check_gpu_format(const qmoe_quant_matrix& w, const char* function, const char* what) {
-  if (w.format != QMOE_WEIGHT_FORMAT_INT4) {
+  if (w.format != QMOE_WEIGHT_FORMAT_INT4 && w.format != QMOE_WEIGHT_FORMAT_MXFP4 &&
+      w.format != QMOE_WEIGHT_FORMAT_NVFP4) {
     return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function,
-                "%s: format %d has no GPU kernels yet (INT4 has)", what,
+                "%s: format %d has no GPU kernels (INT4, MXFP4 and NVFP4 have)", what,
                 static_cast<int>(w.format));
   }
   return QMOE_STATUS_OK;
@@ -93,8 +94,29 @@ qmoe_status check_resident_ids(const uint32_t* ids, uint32_t count, uint32_t e_c
   return QMOE_STATUS_OK;
 }
 
-// A host set's experts as the upload reads them (every format checked for GPU kernels), with the
-// set's shape; upload's device, residency and copy mode are the caller's to fill.
+// The MoE layer's kernels are compiled per format and launched once per layer call: every
+// expert's FC1 and FC2 must have one format. All E are checked, resident or not, so that any
+// expert may later take a slot.
+qmoe_status check_gpu_set_format(const std::vector<qmoe_quant_matrix>& fc1,
+                                 const std::vector<qmoe_quant_matrix>& fc2, const char* function) {
+  const qmoe_weight_format format = fc1[0].format;
+  for (size_t e = 0; e < fc1.size(); ++e) {
+    const bool fc1_other = fc1[e].format != format;
+    if (fc1_other || fc2[e].format != format) {
+      return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function,
+                  "expert %zu %s is format %d, expert 0's fc1 format %d: a GPU expert set takes "
+                  "one format for every projection (a mixed set runs on the CPU)",
+                  e, fc1_other ? "fc1" : "fc2",
+                  static_cast<int>(fc1_other ? fc1[e].format : fc2[e].format),
+                  static_cast<int>(format));
+    }
+  }
+  return QMOE_STATUS_OK;
+}
+
+// A host set's experts as the upload reads them (every format checked for GPU kernels, and one
+// format for the whole set), with the set's shape; upload's device, residency and copy mode are
+// the caller's to fill.
 qmoe_status describe_host_set(const ExpertSet& host, const char* function,
                               std::vector<qmoe_quant_matrix>* fc1,
                               std::vector<qmoe_quant_matrix>* fc2, CudaExpertUpload* upload) {
@@ -117,6 +139,7 @@ qmoe_status describe_host_set(const ExpertSet& host, const char* function,
       return s;
     }
   }
+  if (qmoe_status s = check_gpu_set_format(*fc1, *fc2, function); s != QMOE_STATUS_OK) return s;
   *upload = CudaExpertUpload{};
   upload->num_experts = e_count;
   upload->hidden = host.hidden;

@@ -7,6 +7,10 @@
 //                                      more than 4x the L2 so each call reads from HBM.
 //                                      shapes: qwen3_fc1 [1536, 2048], qwen3_fc2 [2048, 768],
 //                                      gptoss [5760, 2880]; block 32, FP16 grouped scales
+//   gpu/mxfp4_gemv/gptoss/<level>/m:M  the same GEMV on MXFP4 weights (gpt-oss-20b's format:
+//                                      E8M0 bytes per 32, grouped)
+//   gpu/nvfp4_gemv/<qwen3 shape>/...   and on NVFP4 weights (E4M3 bytes per 16, grouped, a
+//                                      global scale) at Qwen3-30B-A3B's expert shapes
 //   gpu/moe_layer/qwen3/<level>/m:M    one layer (E 128, H 2048, I 768, top-8, all resident:
 //                                      340 MB), each call routed to the next experts
 //   gpu/moe_stack48/qwen3/<level>/m:1  48 such layers (16 GB of INT4) captured in ONE CUDA
@@ -158,29 +162,48 @@ void BM_ReadRoof(benchmark::State& state) {
 
 // ---- Weights ---------------------------------------------------------------------------------
 
-constexpr uint32_t kBlock = 32;
+// Scale bytes of the E2M1 formats, never NaN: E8M0 2^-8 .. 2^-1 (0x77..0x7E); E4M3 positive
+// and negative normals 2^-3 .. 1.875 (0x20..0x3F | sign).
+__global__ void fill_scale_bytes(uint8_t* p, size_t n, uint32_t seed, bool e8m0) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const uint32_t x = (static_cast<uint32_t>(i) * 2654435761u) ^ seed;
+    p[i] = static_cast<uint8_t>(e8m0 ? 0x77 + x % 8 : 0x20 | (x & 0x1F) | ((x >> 16) & 0x80));
+  }
+}
 
-// One [n, k] matrix's bytes: canonical codes, then FP16 scales in the grouped order.
+// One [n, k] matrix's bytes: canonical codes, then the format's scales in the grouped order
+// (INT4: FP16 per 32; MXFP4: E8M0 per 32; NVFP4: E4M3 per 16, global scale 1/64).
 struct MatrixLayout {
   uint32_t n, k;
+  qmoe_weight_format format;
+  uint32_t block;
   size_t codes_bytes, scale_bytes;
   size_t bytes() const { return codes_bytes + scale_bytes; }
-  MatrixLayout(uint32_t rows, uint32_t cols) : n(rows), k(cols) {
+  MatrixLayout(uint32_t rows, uint32_t cols, qmoe_weight_format f = QMOE_WEIGHT_FORMAT_INT4)
+      : n(rows), k(cols), format(f), block(f == QMOE_WEIGHT_FORMAT_NVFP4 ? 16 : 32) {
     codes_bytes = size_t{(n + 7) / 8} * ((k + 31) / 32) * 128;
-    scale_bytes = size_t{(n + 7) / 8} * 8 * (k / kBlock) * 2;
+    scale_bytes = size_t{(n + 7) / 8} * 8 * (k / block) * scale_element_bytes(scale_dtype());
+  }
+  qmoe_dtype scale_dtype() const {
+    return format == QMOE_WEIGHT_FORMAT_MXFP4   ? QMOE_DTYPE_E8M0
+           : format == QMOE_WEIGHT_FORMAT_NVFP4 ? QMOE_DTYPE_F8_E4M3
+                                                : QMOE_DTYPE_F16;
   }
   DeviceQuantMatrix describe(unsigned char* base) const {
     DeviceQuantMatrix w{};
     w.n = n;
     w.k = k;
-    w.block_size = kBlock;
+    w.block_size = block;
     w.chunks = (k + 31) / 32;
     w.codes = base;
-    w.scale_dtype = QMOE_DTYPE_F16;
+    w.format = format;
+    w.global_scale = format == QMOE_WEIGHT_FORMAT_NVFP4 ? 0.015625f : 1.0f;
+    w.scale_dtype = scale_dtype();
     w.scales = base + codes_bytes;
     w.scale_row_stride = 1;
     w.scale_block_stride = 8;
-    w.scale_group_stride = size_t{8} * (k / kBlock);
+    w.scale_group_stride = size_t{8} * (k / block);
     w.bias_dtype = QMOE_DTYPE_F32;
     return w;
   }
@@ -188,8 +211,13 @@ struct MatrixLayout {
 
 void fill_matrix(const MatrixLayout& l, unsigned char* base, uint32_t seed) {
   fill_random_words<<<1024, 256>>>(reinterpret_cast<uint32_t*>(base), l.codes_bytes / 4, seed);
-  fill_scales_f16<<<256, 256>>>(reinterpret_cast<uint16_t*>(base + l.codes_bytes),
-                                l.scale_bytes / 2, seed * 7 + 1);
+  if (l.format == QMOE_WEIGHT_FORMAT_INT4) {
+    fill_scales_f16<<<256, 256>>>(reinterpret_cast<uint16_t*>(base + l.codes_bytes),
+                                  l.scale_bytes / 2, seed * 7 + 1);
+  } else {
+    fill_scale_bytes<<<256, 256>>>(base + l.codes_bytes, l.scale_bytes, seed * 7 + 1,
+                                   l.format == QMOE_WEIGHT_FORMAT_MXFP4);
+  }
 }
 
 size_t l2_bytes() {
@@ -213,8 +241,9 @@ void report(benchmark::State& state, double bytes_per_iteration, double calls_pe
 
 // ---- GEMV ------------------------------------------------------------------------------------
 
-void BM_Gemv(benchmark::State& state, uint32_t n, uint32_t k, qmoe_accuracy accuracy, uint32_t m) {
-  const MatrixLayout l(n, k);
+void BM_Gemv(benchmark::State& state, qmoe_weight_format format, uint32_t n, uint32_t k,
+             qmoe_accuracy accuracy, uint32_t m) {
+  const MatrixLayout l(n, k, format);
   const size_t stride = (l.bytes() + 255) / 256 * 256;
   const size_t copies = std::max<size_t>(8, 4 * l2_bytes() / l.bytes() + 1);
   DeviceMemory weights(copies * stride), x(size_t{8} * k * 4), y(size_t{8} * n * 4);
@@ -323,6 +352,7 @@ MoeLayerParams layer_params(qmoe_accuracy accuracy, uint32_t m, const DeviceMemo
   p.alpha = 1.0f;
   p.beta = 0.0f;
   p.limit = INFINITY;
+  p.format = QMOE_WEIGHT_FORMAT_INT4;
   p.fc1 = d1.as<const DeviceQuantMatrix>();
   p.fc2 = d2.as<const DeviceQuantMatrix>();
   p.ldx = kHidden;
@@ -514,7 +544,26 @@ void register_all() {
       for (uint32_t m : {1u, 4u, 8u}) {
         const std::string name =
             std::string("gpu/int4_gemv/") + s.name + "/" + level(a) + "/m:" + std::to_string(m);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Gemv, s.n, s.k, a, m)
+        benchmark::RegisterBenchmark(name.c_str(), BM_Gemv, QMOE_WEIGHT_FORMAT_INT4, s.n, s.k, a, m)
+            ->UseManualTime()
+            ->MinTime(0.2);
+      }
+    }
+  }
+  // The E2M1 formats at their models' shapes: gpt-oss-20b (MXFP4), Qwen3-30B-A3B (NVFP4).
+  struct Fp4Shape {
+    const char* name;
+    qmoe_weight_format format;
+    uint32_t n, k;
+  };
+  for (const Fp4Shape s : {Fp4Shape{"mxfp4_gemv/gptoss", QMOE_WEIGHT_FORMAT_MXFP4, 5760, 2880},
+                           Fp4Shape{"nvfp4_gemv/qwen3_fc1", QMOE_WEIGHT_FORMAT_NVFP4, 1536, 2048},
+                           Fp4Shape{"nvfp4_gemv/qwen3_fc2", QMOE_WEIGHT_FORMAT_NVFP4, 2048, 768}}) {
+    for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
+      for (uint32_t m : {1u, 4u, 8u}) {
+        const std::string name =
+            std::string("gpu/") + s.name + "/" + level(a) + "/m:" + std::to_string(m);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Gemv, s.format, s.n, s.k, a, m)
             ->UseManualTime()
             ->MinTime(0.2);
       }

@@ -97,6 +97,12 @@ qmoe_status update_residency(const char* function, void* set, const CudaExpertUp
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "num_resident = %u exceeds the set's %u slots", upload.num_resident, s->num_slots);
   }
+  // The layer's kernels were chosen for the set's one format (the upload has one: cuda_api.cc).
+  if (upload.fc1[0].format != s->format) {
+    return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function,
+                "the host set's experts are format %d, the GPU set's %d",
+                static_cast<int>(upload.fc1[0].format), static_cast<int>(s->format));
+  }
   cuda::DeviceScope scope(s->device);
   if (scope.status() != cudaSuccess) {
     return cuda::status_from_cuda(static_cast<cudaError_t>(scope.status()), function,
@@ -153,6 +159,7 @@ qmoe_status moe_forward(const char* function, const void* set, const CudaMoeCall
   p.accumulate = c.accumulate;
   p.fc1 = s->fc1;
   p.fc2 = s->fc2;
+  p.format = s->format;
   p.m = c.m;
   p.x = c.x;
   p.ldx = c.ldx;
@@ -224,6 +231,8 @@ cuda::DeviceQuantMatrix device_matrix(const qmoe_quant_matrix& w) {
   d.zero_point_group_stride = w.zero_point_group_stride;
   d.bias_dtype = w.bias_dtype;
   d.bias = w.bias;
+  d.format = w.format;
+  d.global_scale = w.global_scale == 0.0f ? 1.0f : w.global_scale;  // validated: 0 is "none"
   return d;
 }
 
@@ -231,9 +240,10 @@ size_t element_bytes(qmoe_dtype d) {
   return d == QMOE_DTYPE_F32 ? 4 : 2;
 }
 
-// Up to 8 rows: the decode GEMV. More: the tensor-core GEMM where its operands allow (X rows
-// 16-byte aligned; FP32 X only at the fast level, since its BF16 pair is within 2^-16, not the
-// exact level's 1e-5), else the GEMV 8 rows at a time.
+// Up to 8 rows: the decode GEMV. More: the tensor-core GEMM where its operands allow (INT4
+// weights, the only format it reads; X rows 16-byte aligned; FP32 X only at the fast level,
+// since its BF16 pair is within 2^-16, not the exact level's 1e-5), else the GEMV 8 rows at a
+// time (every format the GEMV reads: MXFP4 and NVFP4 at any M).
 qmoe_status gemm(const char* function, const CudaGemmCall& c) {
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
@@ -262,7 +272,8 @@ qmoe_status gemm(const char* function, const CudaGemmCall& c) {
   const auto stream = static_cast<cudaStream_t>(c.stream);
   const size_t x_row = c.ldx * element_bytes(c.x_dtype);
   const bool tc_operands = reinterpret_cast<uintptr_t>(c.x) % 16 == 0 && x_row % 16 == 0;
-  const bool tc = c.m > cuda::kInt4GemvMaxRows && tc_operands &&
+  const bool tc = c.m > cuda::kInt4GemvMaxRows && w.format == QMOE_WEIGHT_FORMAT_INT4 &&
+                  tc_operands &&
                   !(c.accuracy == QMOE_ACCURACY_EXACT && c.x_dtype == QMOE_DTYPE_F32);
   cudaError_t e = cudaSuccess;
   if (tc) {

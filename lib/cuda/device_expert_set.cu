@@ -92,6 +92,8 @@ DeviceQuantMatrix place_projection(const qmoe_quant_matrix& w, const ProjectionR
   d.zero_point_group_stride = w.zero_point_group_stride;
   d.bias_dtype = w.bias_dtype;
   d.bias = w.bias != nullptr ? slot_base + room.offset[3] : nullptr;
+  d.format = w.format;
+  d.global_scale = w.global_scale == 0.0f ? 1.0f : w.global_scale;  // validated: 0 is "none"
   return d;
 }
 
@@ -203,6 +205,7 @@ qmoe_status create_device_expert_set(const char* function, const CudaExpertUploa
   set->alpha = upload.alpha;
   set->beta = upload.beta;
   set->limit = upload.limit;
+  set->format = upload.fc1[0].format;  // one per set (lib/cuda_api.cc checks)
   try {
     set->slot_expert.assign(set->num_slots, -1);
     set->map.assign(set->num_experts, -1);

@@ -40,6 +40,8 @@ struct DeviceExpertSet {
   uint32_t num_experts, hidden, intermediate, num_slots;
   bool interleaved;
   float alpha, beta, limit;
+  // Every expert's FC1 and FC2 format: the MoE kernels' compiled variant.
+  qmoe_weight_format format;
   void* memory;            // the one allocation
   DeviceQuantMatrix* fc1;  // device, [num_slots]
   DeviceQuantMatrix* fc2;

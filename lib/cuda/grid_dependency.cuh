@@ -120,7 +120,7 @@ __device__ __forceinline__ void prefetch_group(const DeviceQuantMatrix& w, uint3
       prefetch_plane_run(base, first, blocks, block_stride, es, lane);
     }
   };
-  plane(static_cast<const unsigned char*>(w.scales), w.scale_dtype == QMOE_DTYPE_F32 ? 4 : 2,
+  plane(static_cast<const unsigned char*>(w.scales), scale_element_bytes(w.scale_dtype),
         w.scale_row_stride, w.scale_block_stride, w.scale_group_stride);
   if (w.zero_points != nullptr) {
     plane(w.zero_points, 1, w.zero_point_row_stride, w.zero_point_block_stride,

@@ -1,6 +1,7 @@
 // A block of 8 warps computing a list of 8-row code groups of one matrix against activation rows
-// staged in shared memory: the GEMV's loop (int4_tile.cuh has the per-warp arithmetic; the MoE
-// layer's kernels run the same walks per warp without this block-level split).
+// staged in shared memory: the GEMV's loop (int4_tile.cuh and e2m1_tile.cuh have the per-warp
+// arithmetic, the format's decode policy F of decode_formats.cuh picks it; the MoE layer's
+// kernels run the same walks per warp without this block-level split).
 //
 // Rows m >= rows (<= MAXM) of the activations are neither staged nor computed (sums 0).
 // Warp w takes group slot w / kw and K share w % kw: 8 / kw groups run side by side, each split
@@ -13,7 +14,7 @@
 #ifndef QMOE_LIB_CUDA_INT4_BLOCK_CUH_
 #define QMOE_LIB_CUDA_INT4_BLOCK_CUH_
 
-#include "lib/cuda/int4_tile.cuh"
+#include "lib/cuda/decode_formats.cuh"
 
 namespace qmoe::cuda {
 
@@ -22,27 +23,27 @@ constexpr uint32_t kBlockWarps = kBlockThreads / 32;
 
 // group_of(round, slot) -> group index, or -1 when the slot has none that round (warp-uniform).
 // stage(c0): stage chunks [c0, c0 + tc) of every activation row (block-wide, no barrier inside).
-// sink(group, r, sub, acc): the finished sums of row r of `group`, called by the 4 lanes
+// sink(group, r, sub, acc): the summed rows of `group` (before F::finish), called by the 4 lanes
 // (sub = 0..3) of each row of the group's first warp. Only acc[m] with m % 4 == sub is
 // guaranteed to hold the row's sum (with kw = 1 every m does): a sink writes those.
 // Every thread of the block must call this (it contains __syncthreads).
-template <Level L, int MAXM, class GroupOf, class Stage, class Sink>
+template <class F, Level L, int MAXM, class GroupOf, class Stage, class Sink>
 __device__ __forceinline__ void run_groups(const DeviceQuantMatrix& w, uint32_t rows, uint32_t kw,
                                            uint32_t rounds, uint32_t tc, unsigned char* smem,
                                            float (*partial)[MAXM][kGroupRows], GroupOf group_of,
                                            Stage stage, Sink sink) {
-  constexpr int U = batch_quads<L, MAXM>(true);
+  constexpr int U = F::template batch_quads<L, MAXM>(true);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t r = lane % kGroupRows, sub = lane / kGroupRows;
   const uint32_t gs = warp / kw, ks = warp % kw;
   const uint32_t tiles = (w.chunks + tc - 1) / tc;
-  const WalkMatrix wm = walk_matrix(w);
+  const typename F::Walk wm = F::walk(w);
 
   for (uint32_t round = 0; round < rounds; ++round) {
     const int64_t group = group_of(round, gs);
     const bool active = group >= 0;
     const uint32_t g = active ? static_cast<uint32_t>(group) : 0;
-    const LaneRow lr = lane_row(w, g, r);
+    const typename F::Row lr = F::row(w, g, r);
     float acc[MAXM];
 #pragma unroll
     for (int m = 0; m < MAXM; ++m) acc[m] = 0.0f;
@@ -58,14 +59,14 @@ __device__ __forceinline__ void run_groups(const DeviceQuantMatrix& w, uint32_t 
       qw.tile_c0 = c0;
       qw.tc = tc;
       const uint32_t q0 = c0 / kQuadChunks + ks;
-      Batch<U> a{}, b{};
-      if (active) prime_walk<U>(a, b, wm, lr, qw, q0);
+      typename F::template Batch<U> a{}, b{};
+      if (active) F::template prime<U>(a, b, wm, lr, qw, q0);
       if (tiles > 1 || round == 0) {
         if (round != 0 || t != 0) __syncthreads();  // every warp is done with the last tile
         stage(c0);
         __syncthreads();
       }
-      if (active) run_walk<L, MAXM, U>(a, b, wm, lr, qw, q0, smem, acc);
+      if (active) F::template run<L, MAXM, U>(a, b, wm, lr, qw, q0, smem, acc);
     }
 
     reduce_row_lanes<MAXM>(acc);

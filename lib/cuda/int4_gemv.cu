@@ -1,10 +1,10 @@
-// The INT4 decode GEMV kernel and its launcher (int4_gemv.cuh says what it computes and how the
-// work is split).
+// The decode GEMV kernel and its launcher (int4_gemv.cuh says what it computes and how the work
+// is split), one instantiation per weight format (decode_formats.cuh), level and row count.
 #include "lib/cuda/activation_stage.cuh"
+#include "lib/cuda/decode_formats.cuh"
 #include "lib/cuda/grid_dependency.cuh"
 #include "lib/cuda/int4_block.cuh"
 #include "lib/cuda/int4_gemv.cuh"
-#include "lib/cuda/int4_tile.cuh"
 
 namespace qmoe::cuda {
 namespace {
@@ -52,7 +52,7 @@ __device__ __forceinline__ int64_t gemv_group(const GemvParams& p, uint32_t roun
   return g < p.g_end ? static_cast<int64_t>(g) : -1;
 }
 
-template <Level L, int MAXM>
+template <class F, Level L, int MAXM>
 __device__ __forceinline__ void gemv_body(const GemvParams& p, unsigned char* smem,
                                           float (*partial)[MAXM][kGroupRows]) {
   const auto group_of = [&p](uint32_t round, uint32_t slot) { return gemv_group(p, round, slot); };
@@ -68,16 +68,17 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, unsigned char* sm
 #pragma unroll
     for (int m = 0; m < MAXM; ++m) {
       if ((m & 3) != static_cast<int>(sub) || m >= static_cast<int>(p.m)) continue;
-      store_narrowed(p.y, size_t(m) * p.ldy + n, p.y_dtype, acc[m] + bias);
+      store_narrowed(p.y, size_t(m) * p.ldy + n, p.y_dtype,
+                     F::template finish<L>(acc[m], p.w) + bias);
     }
   };
-  run_groups<L, MAXM>(p.w, p.m, p.k_warps, p.rounds, p.tile_chunks, smem, partial, group_of, stage,
-                      sink);
+  run_groups<F, L, MAXM>(p.w, p.m, p.k_warps, p.rounds, p.tile_chunks, smem, partial, group_of,
+                         stage, sink);
 }
 
 // Ordering (grid_dependency.cuh): before the wait a block only prefetches its weights into the
 // L2; X is read and Y written after it. Every block waits, then lets the next grid launch.
-template <Level L, int MAXM>
+template <class F, Level L, int MAXM>
 __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     int4_gemv_kernel(const __grid_constant__ GemvParams p) {
   QMOE_DECODE_DYNAMIC_SMEM(smem);
@@ -93,33 +94,34 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   }
   wait_for_preceding_grid();
   allow_dependent_launch();
-  gemv_body<L, MAXM>(p, smem, partial);
+  gemv_body<F, L, MAXM>(p, smem, partial);
 }
 
 using KernelFn = void (*)(GemvParams);
 
+template <class F>
 KernelFn pick_kernel(Level level, uint32_t m_pad) {
   if (level == Level::kExact) {
     switch (m_pad) {
       case 1:
-        return int4_gemv_kernel<Level::kExact, 1>;
+        return int4_gemv_kernel<F, Level::kExact, 1>;
       case 2:
-        return int4_gemv_kernel<Level::kExact, 2>;
+        return int4_gemv_kernel<F, Level::kExact, 2>;
       case 4:
-        return int4_gemv_kernel<Level::kExact, 4>;
+        return int4_gemv_kernel<F, Level::kExact, 4>;
       default:
-        return int4_gemv_kernel<Level::kExact, 8>;
+        return int4_gemv_kernel<F, Level::kExact, 8>;
     }
   }
   switch (m_pad) {
     case 1:
-      return int4_gemv_kernel<Level::kFast, 1>;
+      return int4_gemv_kernel<F, Level::kFast, 1>;
     case 2:
-      return int4_gemv_kernel<Level::kFast, 2>;
+      return int4_gemv_kernel<F, Level::kFast, 2>;
     case 4:
-      return int4_gemv_kernel<Level::kFast, 4>;
+      return int4_gemv_kernel<F, Level::kFast, 4>;
     default:
-      return int4_gemv_kernel<Level::kFast, 8>;
+      return int4_gemv_kernel<F, Level::kFast, 8>;
   }
 }
 
@@ -150,7 +152,7 @@ uint32_t launch_blocks_per_sm(size_t dynamic_smem, uint32_t m_pad, int smem_per_
 bool valid_arguments(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_t m,
                      qmoe_dtype x_dtype, const void* x, size_t ldx, qmoe_dtype y_dtype,
                      const void* y, size_t ldy, uint32_t n_begin, uint32_t n_end) {
-  if (!quant_matrix_is_valid(w)) return false;
+  if (!decode_matrix_is_valid(w)) return false;
   if (accuracy != QMOE_ACCURACY_EXACT && accuracy != QMOE_ACCURACY_FAST) return false;
   if (m < 1 || m > kInt4GemvMaxRows) return false;
   if (!is_activation_dtype_value(x_dtype) || !is_activation_dtype_value(y_dtype)) return false;
@@ -250,8 +252,10 @@ cudaError_t launch_int4_gemv_with_config(const DeviceQuantMatrix& w, qmoe_accura
     e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   }
   if (e != cudaSuccess) return e;
-  return launch_decode_kernel(pick_kernel(level, m_pad), dim3(static_cast<unsigned>(blocks)),
-                              dim3(kThreads), smem, major >= 9 && pdl_enabled(), p, stream);
+  KernelFn kernel = nullptr;
+  with_decode_format(w.format, [&](auto f) { kernel = pick_kernel<decltype(f)>(level, m_pad); });
+  return launch_decode_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem,
+                              major >= 9 && pdl_enabled(), p, stream);
 }
 
 cudaError_t launch_int4_gemv(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_t m,

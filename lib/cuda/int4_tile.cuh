@@ -1,6 +1,7 @@
 // The per-warp arithmetic of the INT4 decode kernels (int4_gemv.cu, moe_layer.cu): one warp
 // computes the 8 rows of one 8-row code group against MAXM activation rows over a set of
-// 4-chunk "quads" of K.
+// 4-chunk "quads" of K. What is not INT4's own (the levels, the activation records, QuadWalk,
+// the two-batch walk) is shared with the E2M1 formats' code (e2m1_tile.cuh).
 //
 // Who reads what. Lane l owns row r = l % 8 of the group and chunk slot s = l / 8 of a quad: for
 // quad q it loads the 16 bytes of row r of chunk c = 4q + s, so one warp-wide load covers chunks
@@ -483,47 +484,72 @@ __device__ __forceinline__ void compute_batch(const Batch<U>& b, const WalkMatri
 }
 
 // ---- A walk over a group's quads, two batches in flight ---------------------------------------
+//
+// The pipeline is the same for every format; `Ops` supplies the format's batch loads and
+// arithmetic as two static members (resolved at compile time, so each format's walk is its own
+// straight-line code):
+//   Ops::template load<U>(batch, walk, row, sub, q_first, q_step, q_end, c_end)
+//   Ops::template compute<L, MAXM, U>(batch, walk, quad_walk, q_first, xs, acc)
 
 // Issues the loads of the walk's first two batches (quads q0.. and q0 + U step..). Callable
 // before the activation tile is staged, so the code bytes stream in while it is.
-template <int U, bool kSimple>
-__device__ __forceinline__ void prime_walk_as(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
-                                              const LaneRow& lr, const QuadWalk& qw, uint32_t q0) {
-  load_batch<U, kSimple>(a, w, lr, qw.sub, q0, qw.step, qw.q_end, qw.c_end);
+template <class Ops, int U, class B, class W, class R>
+__device__ __forceinline__ void prime_walk_with(B& a, B& b, const W& w, const R& lr,
+                                                const QuadWalk& qw, uint32_t q0) {
+  Ops::template load<U>(a, w, lr, qw.sub, q0, qw.step, qw.q_end, qw.c_end);
   const uint32_t q1 = q0 + U * qw.step;
-  if (q1 < qw.q_end) load_batch<U, kSimple>(b, w, lr, qw.sub, q1, qw.step, qw.q_end, qw.c_end);
+  if (q1 < qw.q_end) Ops::template load<U>(b, w, lr, qw.sub, q1, qw.step, qw.q_end, qw.c_end);
 }
 
-// acc[m] += the walk from q0 (primed by prime_walk): computes one batch while the other loads.
-template <Level L, int MAXM, int U, bool kSimple>
-__device__ __forceinline__ void run_walk_as(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
-                                            const LaneRow& lr, const QuadWalk& qw, uint32_t q0,
-                                            const unsigned char* xs, float acc[MAXM]) {
+// acc[m] += the walk from q0 (primed by prime_walk_with): computes one batch while the other
+// loads.
+template <class Ops, Level L, int MAXM, int U, class B, class W, class R>
+__device__ __forceinline__ void run_walk_with(B& a, B& b, const W& w, const R& lr,
+                                              const QuadWalk& qw, uint32_t q0,
+                                              const unsigned char* xs, float acc[MAXM]) {
   const uint32_t advance = U * qw.step;
   uint32_t q = q0;
   for (;;) {
-    compute_batch<L, MAXM, U, kSimple>(a, w, qw, q, xs, acc);
+    Ops::template compute<L, MAXM, U>(a, w, qw, q, xs, acc);
     q += advance;
     if (q >= qw.q_end) break;
     if (q + advance < qw.q_end) {
-      load_batch<U, kSimple>(a, w, lr, qw.sub, q + advance, qw.step, qw.q_end, qw.c_end);
+      Ops::template load<U>(a, w, lr, qw.sub, q + advance, qw.step, qw.q_end, qw.c_end);
     }
-    compute_batch<L, MAXM, U, kSimple>(b, w, qw, q, xs, acc);
+    Ops::template compute<L, MAXM, U>(b, w, qw, q, xs, acc);
     q += advance;
     if (q >= qw.q_end) break;
     if (q + advance < qw.q_end) {
-      load_batch<U, kSimple>(b, w, lr, qw.sub, q + advance, qw.step, qw.q_end, qw.c_end);
+      Ops::template load<U>(b, w, lr, qw.sub, q + advance, qw.step, qw.q_end, qw.c_end);
     }
   }
 }
 
+// INT4's batch operations, lean (kSimple) or general.
+template <bool kSimple>
+struct Int4BatchOps {
+  template <int U>
+  __device__ __forceinline__ static void load(Batch<U>& b, const WalkMatrix& w, const LaneRow& lr,
+                                              uint32_t sub, uint32_t q_first, uint32_t q_step,
+                                              uint32_t q_end, uint32_t c_end) {
+    load_batch<U, kSimple>(b, w, lr, sub, q_first, q_step, q_end, c_end);
+  }
+  template <Level L, int MAXM, int U>
+  __device__ __forceinline__ static void compute(const Batch<U>& b, const WalkMatrix& w,
+                                                 const QuadWalk& qw, uint32_t q_first,
+                                                 const unsigned char* xs, float acc[MAXM]) {
+    compute_batch<L, MAXM, U, kSimple>(b, w, qw, q_first, xs, acc);
+  }
+};
+
+// INT4 walks: the lean body when the matrix allows it (a warp-uniform choice made once per walk).
 template <int U>
 __device__ __forceinline__ void prime_walk(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
                                            const LaneRow& lr, const QuadWalk& qw, uint32_t q0) {
   if (w.simple) {
-    prime_walk_as<U, true>(a, b, w, lr, qw, q0);
+    prime_walk_with<Int4BatchOps<true>, U>(a, b, w, lr, qw, q0);
   } else {
-    prime_walk_as<U, false>(a, b, w, lr, qw, q0);
+    prime_walk_with<Int4BatchOps<false>, U>(a, b, w, lr, qw, q0);
   }
 }
 
@@ -532,9 +558,9 @@ __device__ __forceinline__ void run_walk(Batch<U>& a, Batch<U>& b, const WalkMat
                                          const LaneRow& lr, const QuadWalk& qw, uint32_t q0,
                                          const unsigned char* xs, float acc[MAXM]) {
   if (w.simple) {
-    run_walk_as<L, MAXM, U, true>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk_with<Int4BatchOps<true>, L, MAXM, U>(a, b, w, lr, qw, q0, xs, acc);
   } else {
-    run_walk_as<L, MAXM, U, false>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk_with<Int4BatchOps<false>, L, MAXM, U>(a, b, w, lr, qw, q0, xs, acc);
   }
 }
 

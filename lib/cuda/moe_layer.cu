@@ -25,9 +25,9 @@
 #include <cstring>
 
 #include "lib/cuda/activation_stage.cuh"
+#include "lib/cuda/decode_formats.cuh"
 #include "lib/cuda/grid_dependency.cuh"
 #include "lib/cuda/int4_block.cuh"
-#include "lib/cuda/int4_tile.cuh"
 #include "lib/cuda/moe_layer.cuh"
 #include "lib/cuda/moe_routes.cuh"
 
@@ -90,16 +90,22 @@ __device__ __forceinline__ DeviceQuantMatrix load_matrix(const DeviceQuantMatrix
   return u.matrix;
 }
 
+// A slot's FC1 and FC2 have the call's shapes and the format of F, the kernels' decode policy
+// (p.format: every slot of a set has the same), described as its code requires.
+template <class F>
 __device__ __forceinline__ bool fc1_matrix_ok(const DeviceQuantMatrix& a, const MoeLayerParams& p) {
-  return quant_matrix_is_valid(a) && a.n == 2 * p.intermediate && a.k == p.hidden;
+  return F::valid(a) && a.n == 2 * p.intermediate && a.k == p.hidden;
 }
 
+template <class F>
 __device__ __forceinline__ bool fc2_matrix_ok(const DeviceQuantMatrix& b, const MoeLayerParams& p) {
-  return quant_matrix_is_valid(b) && b.n == p.hidden && b.k == p.intermediate;
+  return F::valid(b) && b.n == p.hidden && b.k == p.intermediate;
 }
 
+template <class F>
 __device__ __forceinline__ bool slot_matrices_valid(const MoeLayerParams& p, int32_t slot) {
-  return fc1_matrix_ok(load_matrix(p.fc1 + slot), p) && fc2_matrix_ok(load_matrix(p.fc2 + slot), p);
+  return fc1_matrix_ok<F>(load_matrix(p.fc1 + slot), p) &&
+         fc2_matrix_ok<F>(load_matrix(p.fc2 + slot), p);
 }
 
 // ONNX Runtime QMoE's SwiGLU as lib/moe_forward.cc: the clamps as std::min / std::clamp (a NaN
@@ -164,12 +170,12 @@ __device__ __forceinline__ TaskGroups task_groups(const MoeLayerParams& p, uint3
   return tg;
 }
 
-template <Level L, int MC>
+template <class F, Level L, int MC>
 __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const DeviceQuantMatrix& w,
                                             const WorkItem& wi, uint64_t t0, uint64_t t1,
                                             unsigned char* xs, const int32_t* token,
                                             float (*h)[8][8]) {
-  constexpr int U = batch_quads<L, MC>(false);
+  constexpr int U = F::template batch_quads<L, MC>(false);
   const MoeLayerParams& p = kp.p;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t r = lane % kGroupRows, sub = lane / kGroupRows;
@@ -200,10 +206,10 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
         qw.q_end = (qw.c_end + kQuadChunks - 1) / kQuadChunks;
         qw.tc = tc;
         const uint32_t q0 = qw.tile_c0 / kQuadChunks;
-        const LaneRow lr = lane_row(w, g, r);
-        const WalkMatrix wm = walk_matrix(w);
-        Batch<U> a{}, b{};
-        if (has) prime_walk<U>(a, b, wm, lr, qw, q0);  // the code loads fly while X is staged
+        const typename F::Row lr = F::row(w, g, r);
+        const typename F::Walk wm = F::walk(w);
+        typename F::template Batch<U> a{}, b{};
+        if (has) F::template prime<U>(a, b, wm, lr, qw, q0);  // the loads fly while X is staged
         if (tiles > 1 || (round == 0 && gi == 0)) {
           if (round != 0 || gi != 0 || t != 0) __syncthreads();  // the last tile is done with
           stage_rows<L, MC>(xs, qw.tile_c0, tc, p.hidden, wi.count, p.dtype, true,
@@ -213,7 +219,7 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
                             });
           __syncthreads();
         }
-        if (has) run_walk<L, MC, U>(a, b, wm, lr, qw, q0, xs, acc);
+        if (has) F::template run<L, MC, U>(a, b, wm, lr, qw, q0, xs, acc);
       }
       if (!has) continue;  // warp-uniform
       reduce_row_lanes<MC>(acc);
@@ -227,7 +233,9 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
           const float bias = load_bias(w, n);
 #pragma unroll
           for (int m = 0; m < MC; ++m) {
-            if ((m & 3) == static_cast<int>(sub)) h[up][m][j] = acc[m] + bias;
+            if ((m & 3) == static_cast<int>(sub)) {
+              h[up][m][j] = F::template finish<L>(acc[m], w) + bias;
+            }
           }
         }
       }
@@ -247,7 +255,7 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
   }
 }
 
-template <Level L, int T>
+template <class F, Level L, int T>
 __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     moe_fc1_kernel(const __grid_constant__ MoeKernelParams kp) {
   QMOE_DECODE_DYNAMIC_SMEM(smem);
@@ -278,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     const uint64_t task = t_begin + warp;
     const WorkItem wi = find_item(p, tab, static_cast<uint32_t>(task / kp.fc1_tasks), T);
     const DeviceQuantMatrix w = load_matrix(p.fc1 + tab.residency[wi.expert]);
-    if (fc1_matrix_ok(w, p)) {
+    if (fc1_matrix_ok<F>(w, p)) {
       const TaskGroups tg = task_groups(p, static_cast<uint32_t>(task % kp.fc1_tasks));
       for (uint32_t i = 0; i < tg.count; ++i) prefetch_group(w, tg.group(i), lane);
     }
@@ -300,8 +308,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
           tab.route_slot[wi.first_route + threadIdx.x] / static_cast<int32_t>(p.top_k);
     }
     __syncthreads();
-    if (fc1_matrix_ok(mat, p)) {  // else skipped: (b) reports it
-      fc1_segment<L, T>(kp, mat, wi, t, seg_end, xs, token, h[warp]);
+    if (fc1_matrix_ok<F>(mat, p)) {  // else skipped: (b) reports it
+      fc1_segment<F, L, T>(kp, mat, wi, t, seg_end, xs, token, h[warp]);
     }
     t = seg_end;
   }
@@ -315,11 +323,11 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
 // input), then computes each of the block's groups for those routes and keeps the results per
 // (route, group). After a barrier the block combines every token's slots in slot order.
 
-template <Level L, int MC>
+template <class F, Level L, int MC>
 __device__ __forceinline__ void fc2_item(const MoeKernelParams& kp, const DeviceQuantMatrix& w,
                                          const WorkItem& wi, unsigned char* xs, float* y2s,
                                          float* y2g) {
-  constexpr int U = batch_quads<L, MC>(false);
+  constexpr int U = F::template batch_quads<L, MC>(false);
   const uint32_t lane = threadIdx.x % 32, r = lane % kGroupRows, sub = lane / kGroupRows;
   const unsigned char* act = static_cast<const unsigned char*>(kp.p.workspace) + kp.act_offset +
                              size_t(wi.first_route) * kp.act_route_bytes;
@@ -340,16 +348,16 @@ __device__ __forceinline__ void fc2_item(const MoeKernelParams& kp, const Device
       qw.q_end = (qw.c_end + kQuadChunks - 1) / kQuadChunks;
       qw.tc = tc;
       const uint32_t q0 = qw.tile_c0 / kQuadChunks;
-      const LaneRow lr = lane_row(w, g, r);
-      const WalkMatrix wm = walk_matrix(w);
-      Batch<U> a{}, b{};
-      prime_walk<U>(a, b, wm, lr, qw, q0);  // the code loads fly while the activations are staged
+      const typename F::Row lr = F::row(w, g, r);
+      const typename F::Walk wm = F::walk(w);
+      typename F::template Batch<U> a{}, b{};
+      F::template prime<U>(a, b, wm, lr, qw, q0);  // the loads fly while the activations are staged
       if (tiles > 1 || (gr == 0 && t == 0)) {
         __syncwarp();  // every lane is done with the last tile
         stage_f32_warp<L, MC>(xs, act, kp.act_route_bytes, wi.count, qw.tile_c0, tc, w.k, lane);
         __syncwarp();
       }
-      run_walk<L, MC, U>(a, b, wm, lr, qw, q0, xs, acc);
+      F::template run<L, MC, U>(a, b, wm, lr, qw, q0, xs, acc);
     }
     reduce_row_lanes<MC>(acc);
     const uint32_t n = g * kGroupRows + r;
@@ -359,16 +367,17 @@ __device__ __forceinline__ void fc2_item(const MoeKernelParams& kp, const Device
     for (int m = 0; m < MC; ++m) {
       if ((m & 3) != static_cast<int>(sub) || m >= static_cast<int>(wi.count)) continue;
       const size_t route = wi.first_route + m;
+      const float out = F::template finish<L>(acc[m], w) + bias;
       if (kp.y2_in_smem) {
-        y2s[(route * kp.fc2_rounds + gr) * kGroupRows + r] = acc[m] + bias;
+        y2s[(route * kp.fc2_rounds + gr) * kGroupRows + r] = out;
       } else {
-        y2g[route * kp.p.hidden + n] = acc[m] + bias;
+        y2g[route * kp.p.hidden + n] = out;
       }
     }
   }
 }
 
-template <Level L, int T>
+template <class F, Level L, int T>
 __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     moe_fc2_kernel(const __grid_constant__ MoeKernelParams kp) {
   QMOE_DECODE_DYNAMIC_SMEM(smem);
@@ -384,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   if (info.error == 0) {
     for (uint32_t item = threadIdx.x; item < info.items; item += kThreads) {
       const WorkItem wi = find_item(p, tab, item, T);
-      bad |= !slot_matrices_valid(p, tab.residency[wi.expert]);
+      bad |= !slot_matrices_valid<F>(p, tab.residency[wi.expert]);
     }
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(&info.error, kMoeErrorSlotMatrix);
@@ -415,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     copy_matrix(&mats[warp], p.fc2 + tab.residency[wi.expert], lane, 32);
     __syncwarp();
     const DeviceQuantMatrix& w = mats[warp];
-    fc2_item<L, T>(kp, w, wi, xs, y2s, y2g);
+    fc2_item<F, L, T>(kp, w, wi, xs, y2s, y2g);
     __syncwarp();  // mats[warp] and the staging area are rewritten by the next item
   }
   __syncthreads();
@@ -474,26 +483,43 @@ uint32_t max_items(uint32_t slots, uint32_t experts, uint32_t T) {
 
 using KernelFn = void (*)(MoeKernelParams);
 
-template <Level L>
-void pick_kernels(uint32_t T, KernelFn* fc1, KernelFn* fc2) {
+template <class F, Level L>
+KernelFn pick_fc1(uint32_t T) {
   switch (T) {
     case 1:
-      *fc1 = moe_fc1_kernel<L, 1>;
-      *fc2 = moe_fc2_kernel<L, 1>;
-      break;
+      return moe_fc1_kernel<F, L, 1>;
     case 2:
-      *fc1 = moe_fc1_kernel<L, 2>;
-      *fc2 = moe_fc2_kernel<L, 2>;
-      break;
+      return moe_fc1_kernel<F, L, 2>;
     case 4:
-      *fc1 = moe_fc1_kernel<L, 4>;
-      *fc2 = moe_fc2_kernel<L, 4>;
-      break;
+      return moe_fc1_kernel<F, L, 4>;
     default:
-      *fc1 = moe_fc1_kernel<L, 8>;
-      *fc2 = moe_fc2_kernel<L, 8>;
-      break;
+      return moe_fc1_kernel<F, L, 8>;
   }
+}
+
+template <class F, Level L>
+KernelFn pick_fc2(uint32_t T) {
+  switch (T) {
+    case 1:
+      return moe_fc2_kernel<F, L, 1>;
+    case 2:
+      return moe_fc2_kernel<F, L, 2>;
+    case 4:
+      return moe_fc2_kernel<F, L, 4>;
+    default:
+      return moe_fc2_kernel<F, L, 8>;
+  }
+}
+
+// The two kernels for the call's format, level and T; false for a format without decode
+// kernels.
+bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* fc2) {
+  const bool exact = p.accuracy == QMOE_ACCURACY_EXACT;
+  return with_decode_format(p.format, [&](auto f) {
+    using F = decltype(f);
+    *fc1 = exact ? pick_fc1<F, Level::kExact>(T) : pick_fc1<F, Level::kFast>(T);
+    *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : pick_fc2<F, Level::kFast>(T);
+  });
 }
 
 }  // namespace
@@ -582,11 +608,7 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   KernelFn fc1 = nullptr, fc2 = nullptr;
-  if (exact) {
-    pick_kernels<Level::kExact>(T, &fc1, &fc2);
-  } else {
-    pick_kernels<Level::kFast>(T, &fc1, &fc2);
-  }
+  if (!pick_kernels(p, T, &fc1, &fc2)) return cudaErrorInvalidValue;
   const bool pdl = major >= 9 && pdl_enabled();
   e = launch_decode_kernel(fc1, dim3(static_cast<unsigned>(fc1_grid > 0 ? fc1_grid : 1)),
                            dim3(kThreads), smem1, pdl, kp, stream);

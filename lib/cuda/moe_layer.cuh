@@ -71,6 +71,9 @@ struct MoeLayerParams {
   qmoe_swiglu_fusion fusion;
   float alpha, beta, limit;  // SwiGLU; limit +inf: no clamp
   bool accumulate;           // y += result instead of y = result
+  // The weight format of every slot's FC1 and FC2 (INT4, MXFP4 or NVFP4): the kernels are
+  // compiled per format, so a set holds one.
+  qmoe_weight_format format;
   // Device memory, read by every call.
   const DeviceQuantMatrix* fc1;  // [num_slots]: [2I, H]
   const DeviceQuantMatrix* fc2;  // [num_slots]: [H, I]
@@ -108,7 +111,8 @@ inline const uint32_t* moe_layer_error_word(const void* workspace) {
 
 /// Launches (a) and (b) on `stream`: no host synchronisation, no allocation, capturable.
 /// cudaErrorInvalidValue (nothing launched) for host-side arguments out of range: sizes above,
-/// k outside [1, E], m_capacity 0, unknown enums, NULL pointers (ids/weights and logits: exactly
+/// k outside [1, E], m_capacity 0, unknown enums (a format without decode kernels too), NULL
+/// pointers (ids/weights and logits: exactly
 /// one routing), a workspace too small or not 256-byte aligned, or ldx, ldy < H with capacity
 /// > 1. Otherwise the first launch error.
 cudaError_t launch_moe_layer(const MoeLayerParams& params, cudaStream_t stream);

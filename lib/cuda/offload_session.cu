@@ -256,6 +256,7 @@ qmoe_status enqueue_offload_layer(const char* function, OffloadSession* s, uint3
   p.accumulate = c.accumulate;
   p.fc1 = g.fc1;
   p.fc2 = g.fc2;
+  p.format = g.format;
   p.m = c.m;
   p.x = c.x;
   p.ldx = c.ldx;

@@ -14,7 +14,10 @@
 
 #include "qmoe/qmoe.h"
 #include "qmoe/qmoe_cuda.h"
+#include "tests/gemm/fp4_reference.h"
+#include "tests/gemm/int3_reference.h"
 #include "tests/gemm/int4_reference.h"
+#include "tests/moe/moe_fp4_reference.h"
 #include "tests/moe/moe_reference.h"
 
 namespace qmoe::testing {
@@ -255,6 +258,82 @@ TEST(CudaApiChecks, LayerCallsRefuseBadHandlesAndParams) {
   EXPECT_EQ(qmoe_cuda_expert_set_residency(not_a_set, &map), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(qmoe_cuda_expert_set_destroy(nullptr), QMOE_STATUS_OK);
   EXPECT_EQ(qmoe_cuda_moe_check(nullptr, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+}
+
+// The GPU kernels read INT4, MXFP4 and NVFP4: an E2M1 matrix passes the format check (and
+// reaches the device checks), INT3 is UNSUPPORTED_FORMAT.
+TEST(CudaApiChecks, GemmTakesTheE2m1FormatsNotInt3) {
+  std::mt19937_64 rng(5);
+  std::vector<float> x(64), y(16);
+  for (qmoe_weight_format format : {QMOE_WEIGHT_FORMAT_MXFP4, QMOE_WEIGHT_FORMAT_NVFP4}) {
+    Fp4Options o;
+    o.format = format;
+    o.n = 16;
+    o.k = 64;
+    const Fp4Matrix w = make_fp4_matrix(o, rng);
+    for (uint32_t m : {1u, 9u}) {  // the GEMV, and above 8 rows
+      std::vector<float> xm(size_t{m} * o.k), ym(size_t{m} * o.n);
+      EXPECT_EQ(qmoe_cuda_gemm(&w.desc, QMOE_ACCURACY_EXACT, m, QMOE_DTYPE_F32, xm.data(), o.k,
+                               QMOE_DTYPE_F32, ym.data(), o.n, 0, o.n, nullptr),
+                device_usable() ? QMOE_STATUS_INVALID_ARGUMENT : QMOE_STATUS_CUDA_UNAVAILABLE)
+          << qmoe_last_error_message();
+    }
+  }
+  Int4Options o3;
+  o3.n = 16;
+  o3.k = 64;
+  const Int4Matrix w3 = make_int3_matrix(o3, rng);
+  EXPECT_EQ(qmoe_cuda_gemm(&w3.desc, QMOE_ACCURACY_FAST, 1, QMOE_DTYPE_F32, x.data(), o3.k,
+                           QMOE_DTYPE_F32, y.data(), o3.n, 0, o3.n, nullptr),
+            QMOE_STATUS_UNSUPPORTED_FORMAT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("no GPU kernels"), std::string::npos);
+}
+
+// A GPU expert set takes one format for all its projections: an MXFP4 set reaches the backend,
+// a set mixing MXFP4 and NVFP4 experts (which the CPU runs) is UNSUPPORTED_FORMAT, whichever
+// projection differs, resident or not.
+TEST(CudaApiChecks, ExpertSetTakesOneFormat) {
+  std::mt19937_64 rng(6);
+  const std::unique_ptr<Fp4Experts> mx = make_fp4_experts(QMOE_WEIGHT_FORMAT_MXFP4, 3, 64, 32, rng);
+  const std::unique_ptr<Fp4Experts> nv = make_fp4_experts(QMOE_WEIGHT_FORMAT_NVFP4, 3, 64, 32, rng);
+  ASSERT_NE(mx->set, nullptr);
+  ASSERT_NE(nv->set, nullptr);
+  const auto create_gpu = [](const qmoe_expert_set* host, const uint32_t* resident,
+                             uint32_t num_resident) {
+    qmoe_cuda_expert_set_desc d;
+    qmoe_cuda_expert_set_desc_init(&d);
+    d.experts = host;
+    d.resident = resident;
+    d.num_resident = num_resident;
+    qmoe_cuda_expert_set* set = nullptr;
+    const qmoe_status s = qmoe_cuda_expert_set_create(&d, &set);
+    if (s == QMOE_STATUS_OK) EXPECT_EQ(qmoe_cuda_expert_set_destroy(set), QMOE_STATUS_OK);
+    return s;
+  };
+  EXPECT_EQ(create_gpu(mx->set.get(), nullptr, 0),
+            device_usable() ? QMOE_STATUS_OK : QMOE_STATUS_CUDA_UNAVAILABLE)
+      << qmoe_last_error_message();
+  for (bool fc2 : {false, true}) {
+    std::vector<const qmoe_quant_matrix*> fc1_desc = mx->fc1_desc, fc2_desc = mx->fc2_desc;
+    (fc2 ? fc2_desc : fc1_desc)[2] = fc2 ? &nv->fc2[2].desc : &nv->fc1[2].desc;
+    qmoe_expert_set_desc desc;
+    qmoe_expert_set_desc_init(&desc);
+    desc.num_experts = 3;
+    desc.hidden = 64;
+    desc.intermediate = 32;
+    desc.swiglu_fusion = QMOE_SWIGLU_INTERLEAVED;
+    desc.fc1 = fc1_desc.data();
+    desc.fc2 = fc2_desc.data();
+    qmoe_expert_set* raw = nullptr;
+    ASSERT_EQ(qmoe_expert_set_create(&desc, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+    std::unique_ptr<qmoe_expert_set, HostSetDeleter> mixed(raw);
+    const uint32_t first_two[] = {0, 1};  // the odd expert not resident: refused all the same
+    EXPECT_EQ(create_gpu(mixed.get(), nullptr, 0), QMOE_STATUS_UNSUPPORTED_FORMAT);
+    EXPECT_NE(std::string(qmoe_last_error_message()).find(fc2 ? "expert 2 fc2" : "expert 2 fc1"),
+              std::string::npos)
+        << qmoe_last_error_message();
+    EXPECT_EQ(create_gpu(mixed.get(), first_two, 2), QMOE_STATUS_UNSUPPORTED_FORMAT);
+  }
 }
 
 }  // namespace

@@ -86,6 +86,8 @@ std::unique_ptr<DeviceInt4Matrix> upload_matrix(const Int4Matrix& w) {
   m.codes = d->codes.as<const uint8_t>();
   m.scale_dtype = h.scale_dtype;
   m.scales = d->scales.data();
+  m.format = h.format;
+  m.global_scale = 1.0f;
   m.scale_row_stride = h.scale_row_stride;
   m.scale_block_stride = h.scale_block_stride;
   m.scale_group_stride = h.scale_group_stride;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/cuda/cuda_host_emulator.h"
+#include "tests/gemm/fp4_reference.h"
 #include "tests/gemm/int4_reference.h"
 
 namespace qmoe::testing {
@@ -95,6 +96,8 @@ Desc describe_host(const Int4Matrix& w) {
   m.codes = w.codes.data();
   m.scale_dtype = h.scale_dtype;
   m.scales = w.scales.data();
+  m.format = h.format;
+  m.global_scale = 1.0f;
   m.scale_row_stride = h.scale_row_stride;
   m.scale_block_stride = h.scale_block_stride;
   m.scale_group_stride = h.scale_group_stride;
@@ -109,6 +112,32 @@ Desc describe_host(const Int4Matrix& w) {
     m.bias_dtype = h.bias_dtype;
     m.bias = w.bias.data();
   }
+  return m;
+}
+
+// The same of a host-resident Fp4Matrix (MXFP4 or NVFP4): one-byte scales as they are, the
+// global scale as the library passes it (0, "none", read as 1).
+template <class Desc>
+Desc describe_host(const Fp4Matrix& w) {
+  const qmoe_quant_matrix& h = w.desc;
+  Desc m{};
+  m.n = h.n;
+  m.k = h.k;
+  m.block_size = h.block_size;
+  m.chunks = (h.k + 31) / 32;
+  m.codes = w.codes.data();
+  m.scale_dtype = h.scale_dtype;
+  m.scales = w.scales.data();
+  m.scale_row_stride = h.scale_row_stride;
+  m.scale_block_stride = h.scale_block_stride;
+  m.scale_group_stride = h.scale_group_stride;
+  m.bias_dtype = QMOE_DTYPE_F32;
+  if (h.bias != nullptr) {
+    m.bias_dtype = h.bias_dtype;
+    m.bias = w.bias.data();
+  }
+  m.format = h.format;
+  m.global_scale = h.global_scale == 0.0f ? 1.0f : h.global_scale;
   return m;
 }
 

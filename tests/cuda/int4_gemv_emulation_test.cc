@@ -2,8 +2,10 @@
 // tests/cuda/cuda_host_emulator.h, so that CI, which has no GPU, executes it: the launcher's
 // split and grid, the round-major persistent loop, the staging, the walks with two batches in
 // flight and the cross-warp sums, on emulated devices of 1 to 3 multiprocessors (many rounds per
-// block). Against the FP64 reference within the device test's bounds, with poisoned outputs and
-// guards. The device test (int4_gemv_test.cu) covers the hardware's own arithmetic and order.
+// block), for INT4, MXFP4 and NVFP4 weights. Against the FP64 references within the device
+// test's bounds (and, for the E2M1 formats, against the CPU library's qmoe_gemm), with poisoned
+// outputs and guards. The device tests (int4_gemv_test.cu, fp4_gemv_test.cu) cover the
+// hardware's own arithmetic and order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "qmoe/qmoe.h"
 #include "tests/cuda/decode_emulation_util.h"
+#include "tests/gemm/fp4_reference.h"
 #include "tests/gemm/int4_reference.h"
 // The kernel source with its namespace renamed (the library linked into this binary defines the
 // real one).
@@ -176,6 +180,309 @@ TEST_F(EmulatedDevice, GemvForcedSplitsMeetTheBounds) {
         GemvCase c{acc, m, QMOE_DTYPE_F32, QMOE_DTYPE_F32, o.k, o.n, 5, 59};
         run_gemv(w, c, random_activations(m, o.k, rng_), 2, &config);
         if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// ---- MXFP4 and NVFP4 ---------------------------------------------------------------------------
+
+constexpr qmoe_weight_format kFp4Formats[] = {QMOE_WEIGHT_FORMAT_MXFP4, QMOE_WEIGHT_FORMAT_NVFP4};
+
+std::string describe_fp4_case(const Fp4Matrix& w, const GemvCase& c, int sms) {
+  std::ostringstream s;
+  s << w.options.describe() << (c.accuracy == QMOE_ACCURACY_EXACT ? " exact" : " fast")
+    << " m=" << c.m << " x=" << label(c.xd) << " y=" << label(c.yd) << " ldx=" << c.ldx
+    << " ldy=" << c.ldy << " cols=[" << c.n_begin << "," << c.n_end << ") sms=" << sms;
+  return s.str();
+}
+
+// Runs the GEMV on an E2M1 matrix and checks every written output against the FP64 reference
+// (tests/gemm/fp4_reference.h, decoders written from the OCP specifications) within the level's
+// bound plus the output dtype's rounding, against the CPU library's qmoe_gemm on the same
+// widened X (both within their bounds of the reference: within the sum of the two), NaN where
+// and only where the CPU has NaN, and the poison everywhere else. Returns the outputs ([m][n]
+// FP32 values of the written columns, NaN elsewhere).
+std::vector<float> run_fp4_gemv(const Fp4Matrix& w, const GemvCase& c,
+                                const std::vector<float>& x_values, int sms,
+                                const emu::Int4GemvConfig* config = nullptr) {
+  qmoe_emu::device().sm_count = sms;
+  const uint32_t k = w.options.k, n = w.options.n;
+  std::vector<float> xs(size_t{c.m} * c.ldx, 0.0f);
+  for (uint32_t i = 0; i < c.m; ++i) {
+    for (uint32_t j = 0; j < k; ++j) xs[i * c.ldx + j] = x_values[size_t{i} * k + j];
+  }
+  const std::vector<unsigned char> xb = to_bytes(c.xd, xs);
+  constexpr size_t kGuard = 16;
+  std::vector<unsigned char> y((2 * kGuard + size_t{c.m} * c.ldy) * dsize(c.yd), kPoison);
+  void* y0 = y.data() + kGuard * dsize(c.yd);
+  const emu::DeviceQuantMatrix d = describe_host<emu::DeviceQuantMatrix>(w);
+  const cudaError_t e =
+      config == nullptr
+          ? emu::launch_int4_gemv(d, c.accuracy, c.m, c.xd, xb.data(), c.ldx, c.yd, y0, c.ldy,
+                                  c.n_begin, c.n_end, nullptr)
+          : emu::launch_int4_gemv_with_config(d, c.accuracy, c.m, c.xd, xb.data(), c.ldx, c.yd, y0,
+                                              c.ldy, c.n_begin, c.n_end, *config, nullptr);
+  const std::string what = describe_fp4_case(w, c, sms);
+  std::vector<float> out(size_t{c.m} * n, NAN);
+  EXPECT_EQ(e, cudaSuccess) << what;
+  if (e != cudaSuccess) return out;
+  std::vector<float> xw(size_t{c.m} * k);
+  for (uint32_t i = 0; i < c.m; ++i) {
+    for (uint32_t j = 0; j < k; ++j) {
+      xw[size_t{i} * k + j] = element(c.xd, xb.data(), i * c.ldx + j);
+    }
+  }
+  const Fp4Reference ref = reference_gemm(w, xw, c.m);
+  qmoe_context* ctx = nullptr;
+  EXPECT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
+  std::vector<float> cpu(size_t{c.m} * n, 0.0f);
+  EXPECT_EQ(qmoe_gemm(ctx, &w.desc, c.accuracy, c.m, xw.data(), k, cpu.data(), n, 0, n),
+            QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+  qmoe_context_destroy(ctx);
+  size_t bad = 0;
+  const size_t es = dsize(c.yd);
+  for (size_t el = 0; el < y.size() / es; ++el) {
+    bool written = false;
+    uint32_t i = 0, col = 0;
+    if (el >= kGuard && el < kGuard + size_t{c.m} * c.ldy) {
+      i = static_cast<uint32_t>((el - kGuard) / c.ldy);
+      col = static_cast<uint32_t>((el - kGuard) % c.ldy);
+      written = col >= c.n_begin && col < c.n_end;
+    }
+    if (!written) {
+      for (size_t b = 0; b < es; ++b) {
+        if (y[el * es + b] != kPoison && bad++ < 5) {
+          ADD_FAILURE() << "element " << el << " outside the written columns changed; " << what;
+        }
+      }
+      continue;
+    }
+    const float got = element(c.yd, y.data(), el);
+    const size_t o = size_t{i} * n + col;
+    out[o] = got;
+    const double cpu_y = cpu[o];
+    if (std::isnan(cpu_y) || std::isnan(ref.y[o])) {
+      if (!std::isnan(got) && bad++ < 5) {
+        ADD_FAILURE() << "y[" << i << "," << col << "] = " << got << ", want NaN; " << what;
+      }
+      continue;
+    }
+    const double out_round =
+        half_ulp(c.yd, std::max(std::fabs(ref.y[o]), std::fabs(double{got}))) * 1.01;
+    const double tol = ref.tol(c.accuracy, o) + out_round + 1e-30;
+    if (!(std::fabs(got - ref.y[o]) <= tol) && bad++ < 5) {
+      ADD_FAILURE() << "y[" << i << "," << col << "] = " << got << ", FP64 reference " << ref.y[o]
+                    << " +- " << tol << "; " << what;
+    }
+    if (!(std::fabs(got - cpu_y) <= tol + ref.tol(c.accuracy, o)) && bad++ < 5) {
+      ADD_FAILURE() << "y[" << i << "," << col << "] = " << got << ", CPU library " << cpu_y << "; "
+                    << what;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what;
+  return out;
+}
+
+GemvCase full_case(const Fp4Options& o, qmoe_accuracy accuracy, uint32_t m) {
+  return {accuracy, m, QMOE_DTYPE_F32, QMOE_DTYPE_F32, o.k, o.n, 0, o.n};
+}
+
+// Both formats over random shapes (N and K tails, NVFP4's K % 32 == 16 included), scale orders,
+// bias, global scales, every activation and output dtype, leading dimensions and column ranges.
+TEST_F(EmulatedDevice, GemvFp4RandomShapesMeetBothLevelsBoundsAndCpu) {
+  for (int iter = 0; iter < 32 && !HasFailure(); ++iter) {
+    Fp4Options o = random_fp4_options(rng_, 320);
+    o.format = kFp4Formats[iter % 2];
+    if (o.format == QMOE_WEIGHT_FORMAT_MXFP4) {
+      o.k = (o.k + 31) / 32 * 32;
+      o.global_scale = 0.0f;
+    }
+    const Fp4Matrix w = make_fp4_matrix(o, rng_);
+    const qmoe_dtype dtypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
+    GemvCase c;
+    c.accuracy = (iter / 2) % 2 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
+    c.m = 1 + static_cast<uint32_t>(rng_() % 8);
+    c.xd = dtypes[rng_() % 3];
+    c.yd = dtypes[rng_() % 3];
+    c.ldx = o.k + rng_() % 5;
+    c.ldy = o.n + rng_() % 5;
+    c.n_begin = rng_() % 3 == 0 ? static_cast<uint32_t>(rng_() % o.n) : 0;
+    c.n_end =
+        rng_() % 3 == 0 ? c.n_begin + 1 + static_cast<uint32_t>(rng_() % (o.n - c.n_begin)) : o.n;
+    run_fp4_gemv(w, c, random_activations(c.m, o.k, rng_), 1 + iter % 3);
+  }
+}
+
+// Model K with the launcher's own split: gpt-oss (MXFP4, K = 2880), Qwen3-30B-A3B's FC1 and FC2
+// (NVFP4, K = 2048 and 768), and a half-filled last chunk (NVFP4, K = 2064), at every M class.
+TEST_F(EmulatedDevice, GemvFp4ModelKAutoSplit) {
+  struct Shape {
+    qmoe_weight_format format;
+    uint32_t n, k;
+    qmoe_accuracy acc;
+    uint32_t m;
+  };
+  for (const Shape s : {Shape{QMOE_WEIGHT_FORMAT_MXFP4, 96, 2880, QMOE_ACCURACY_FAST, 1},
+                        Shape{QMOE_WEIGHT_FORMAT_MXFP4, 24, 2880, QMOE_ACCURACY_EXACT, 8},
+                        Shape{QMOE_WEIGHT_FORMAT_NVFP4, 40, 2048, QMOE_ACCURACY_FAST, 4},
+                        Shape{QMOE_WEIGHT_FORMAT_NVFP4, 72, 768, QMOE_ACCURACY_EXACT, 2},
+                        Shape{QMOE_WEIGHT_FORMAT_NVFP4, 33, 2064, QMOE_ACCURACY_FAST, 3},
+                        Shape{QMOE_WEIGHT_FORMAT_NVFP4, 17, 2064, QMOE_ACCURACY_EXACT, 5}}) {
+    Fp4Options o;
+    o.format = s.format;
+    o.n = s.n;
+    o.k = s.k;
+    o.bias = s.n % 2 == 0;
+    o.global_scale = s.format == QMOE_WEIGHT_FORMAT_NVFP4 ? 0.0078125f * 3 : 0.0f;
+    const Fp4Matrix w = make_fp4_matrix(o, rng_);
+    run_fp4_gemv(w, full_case(o, s.acc, s.m), random_activations(s.m, s.k, rng_), 2);
+    if (HasFailure()) return;
+  }
+}
+
+// Every split kind forced on one problem per format (33 chunks: a partial last quad; NVFP4 with
+// a half-filled last chunk besides).
+TEST_F(EmulatedDevice, GemvFp4ForcedSplitsMeetTheBounds) {
+  for (qmoe_weight_format format : kFp4Formats) {
+    Fp4Options o;
+    o.format = format;
+    o.n = 61;
+    o.k = format == QMOE_WEIGHT_FORMAT_MXFP4 ? 1056 : 1040;
+    o.bias = true;
+    o.global_scale = format == QMOE_WEIGHT_FORMAT_NVFP4 ? 2.5f : 0.0f;
+    const Fp4Matrix w = make_fp4_matrix(o, rng_);
+    for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+      for (uint32_t kw : {1u, 2u, 4u, 8u}) {
+        for (uint32_t rounds : {1u, 3u}) {
+          const uint32_t m = rounds == 1 ? 1 : 6;
+          const uint32_t tc = kw == 2 ? 4 : kw == 4 ? 12 : 36;
+          const emu::Int4GemvConfig config{kw, rounds, tc};
+          GemvCase c{acc, m, QMOE_DTYPE_F32, QMOE_DTYPE_F32, o.k, o.n, 5, 59};
+          run_fp4_gemv(w, c, random_activations(m, o.k, rng_), 2, &config);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// A NaN scale byte (E8M0 0xFF; E4M3 0x7F and 0xFF) makes every output of its row NaN at both
+// levels, also when the block's codes are all zero; the other rows are unaffected.
+TEST_F(EmulatedDevice, GemvFp4NanScalesMakeTheirRowsNan) {
+  for (qmoe_weight_format format : kFp4Formats) {
+    const std::vector<uint8_t> nans = format == QMOE_WEIGHT_FORMAT_MXFP4
+                                          ? std::vector<uint8_t>{0xFF}
+                                          : std::vector<uint8_t>{0x7F, 0xFF};
+    for (uint8_t nan : nans) {
+      Fp4Options o;
+      o.format = format;
+      o.n = 21;
+      o.k = format == QMOE_WEIGHT_FORMAT_MXFP4 ? 160 : 176;
+      Fp4Matrix w = make_fp4_matrix(o, rng_);
+      const uint32_t block = fp4_block_size(format), blocks = o.k / block;
+      const uint32_t nan_rows[] = {0, 9, 20};
+      w.set_scale(0, 0, nan);
+      w.set_scale(9, blocks - 1, nan);  // NVFP4: the half-filled last chunk's block
+      w.set_scale(20, blocks / 2, nan);
+      for (uint32_t k = 0; k < block; ++k) w.set_code(20, blocks / 2 * block + k, 0);
+      for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        for (uint32_t m : {1u, 3u}) {
+          const std::vector<float> y =
+              run_fp4_gemv(w, full_case(o, level, m), random_activations(m, o.k, rng_), 2);
+          for (uint32_t i = 0; i < m; ++i) {
+            for (uint32_t j = 0; j < o.n; ++j) {
+              const bool nan_row =
+                  std::find(std::begin(nan_rows), std::end(nan_rows), j) != std::end(nan_rows);
+              EXPECT_EQ(std::isnan(y[size_t{i} * o.n + j]), nan_row)
+                  << fp4_format_name(format) << " scale 0x" << std::hex << int{nan} << std::dec
+                  << " m=" << m << " y[" << i << "," << j << "]";
+            }
+          }
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// Scales at the ends of their types: E8M0 0xFE (2^127, weights beyond FP32) with small
+// activations and 0x00 (2^-127, an FP32 subnormal) with large ones; E4M3 subnormals, negative
+// scales and -0, with an NVFP4 global scale.
+TEST_F(EmulatedDevice, GemvFp4ExtremeSubnormalAndNegativeScales) {
+  for (qmoe_weight_format format : kFp4Formats) {
+    for (int variant = 0; variant < 3; ++variant) {
+      Fp4Options o;
+      o.format = format;
+      o.n = 19;
+      o.k = 256;
+      o.global_scale = format == QMOE_WEIGHT_FORMAT_NVFP4 ? 0.3f : 0.0f;
+      Fp4Matrix w = make_fp4_matrix(o, rng_);
+      const uint32_t blocks = o.k / fp4_block_size(format);
+      // E4M3: subnormals 0x01..0x07 and their negatives, -0 (0x80), -1 (0xB8), -448 (0xFE).
+      const uint8_t e4m3[] = {0x01, 0x02, 0x05, 0x07, 0x81, 0x83, 0x87, 0x80, 0xB8, 0xFE, 0x7E};
+      int shift = 0;
+      for (uint32_t n = 0; n < o.n; ++n) {
+        for (uint32_t b = 0; b < blocks; ++b) {
+          uint8_t byte;
+          if (format == QMOE_WEIGHT_FORMAT_MXFP4) {
+            byte = variant == 0 ? 0xFE : variant == 1 ? 0x00 : static_cast<uint8_t>(rng_() % 255);
+          } else {
+            byte = variant == 2 ? static_cast<uint8_t>(rng_() % 256 & 0x87u)
+                                : e4m3[(n * blocks + b) % (sizeof e4m3)];
+            if ((byte & 0x7F) == 0x7F) byte = 0x06;
+          }
+          w.set_scale(n, b, byte);
+        }
+      }
+      if (format == QMOE_WEIGHT_FORMAT_MXFP4) shift = variant == 0 ? -20 : variant == 1 ? 100 : 0;
+      for (uint32_t m : {1u, 4u}) {
+        std::vector<float> x = random_activations(m, o.k, rng_);
+        // MXFP4's random scales reach 2^127: activations small enough that no output overflows.
+        if (format == QMOE_WEIGHT_FORMAT_MXFP4 && variant == 2) shift = -20;
+        for (float& v : x) v = std::ldexp(v, shift);
+        for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+          run_fp4_gemv(w, full_case(o, level, m), x, 2);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// A description the E2M1 kernels cannot read is refused before anything is launched.
+TEST_F(EmulatedDevice, GemvFp4InvalidDescriptionsLaunchNothing) {
+  for (qmoe_weight_format format : kFp4Formats) {
+    Fp4Options o;
+    o.format = format;
+    o.n = 16;
+    o.k = 64;
+    const Fp4Matrix w = make_fp4_matrix(o, rng_);
+    const emu::DeviceQuantMatrix good = describe_host<emu::DeviceQuantMatrix>(w);
+    std::vector<float> x(o.k, 1.0f), y(o.n, 0.0f);
+    const auto launches = [&](const emu::DeviceQuantMatrix& d) {
+      const uint64_t before = qmoe_emu::device().launches;
+      const cudaError_t e =
+          emu::launch_int4_gemv(d, QMOE_ACCURACY_FAST, 1, QMOE_DTYPE_F32, x.data(), o.k,
+                                QMOE_DTYPE_F32, y.data(), o.n, 0, o.n, nullptr);
+      return std::make_pair(e, qmoe_emu::device().launches - before);
+    };
+    EXPECT_EQ(launches(good), std::make_pair(cudaSuccess, uint64_t{1}));
+    emu::DeviceQuantMatrix bad = good;
+    bad.scale_dtype = QMOE_DTYPE_F16;  // INT4's scale type under an E2M1 format
+    EXPECT_EQ(launches(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0}));
+    bad = good;
+    bad.block_size = format == QMOE_WEIGHT_FORMAT_MXFP4 ? 16 : 32;
+    EXPECT_EQ(launches(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0}));
+    bad = good;
+    bad.format = QMOE_WEIGHT_FORMAT_INT3;
+    EXPECT_EQ(launches(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0}));
+    if (format == QMOE_WEIGHT_FORMAT_NVFP4) {
+      for (float g : {0.0f, -1.0f, INFINITY, NAN}) {
+        bad = good;
+        bad.global_scale = g;
+        EXPECT_EQ(launches(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0})) << g;
       }
     }
   }

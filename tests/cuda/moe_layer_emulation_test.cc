@@ -5,7 +5,9 @@
 // groups dealt over blocks and the combine, on emulated devices of 1 and 4 multiprocessors.
 // Against the FP64 layer reference within the device test's bounds, with poisoned outputs; the
 // bits must not depend on the device size, and the error word and zero output on invalid input
-// are checked. The device test (moe_layer_test.cu) covers the hardware, graphs and the CPU.
+// are checked. MXFP4 and NVFP4 experts (gpt-oss's activation) run the same way, against the FP64
+// layer of tests/moe/moe_fp4_reference.h and the CPU library's qmoe_moe_forward. The device test
+// (moe_layer_test.cu) covers the hardware, graphs and the CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,7 +21,10 @@
 #include <vector>
 
 #include "tests/cuda/decode_emulation_util.h"
+#include "tests/gemm/fp4_reference.h"
 #include "tests/gemm/int4_reference.h"
+#include "tests/moe/moe_call.h"
+#include "tests/moe/moe_fp4_reference.h"
 #include "tests/moe/moe_reference.h"
 // The kernel source with its namespace renamed (the library linked into this binary defines the
 // real one).
@@ -127,6 +132,7 @@ class MoeFixture {
     p.beta = options_.beta;
     p.limit = options_.limit;
     p.accumulate = c.accumulate;
+    p.format = QMOE_WEIGHT_FORMAT_INT4;
     p.fc1 = fc1_.data();
     p.fc2 = fc2_.data();
     p.m = &m_call;
@@ -386,6 +392,160 @@ TEST_F(EmulatedDevice, MoeLayerQwen3Shape) {
       if (HasFailure()) return;
     }
   }
+}
+
+// ---- MXFP4 and NVFP4 experts -------------------------------------------------------------------
+
+struct Fp4LayerRun {
+  std::vector<float> y;  // [m][H], widened from the dtype
+  uint32_t error = 0;
+};
+
+// The layer on the emulated device with every expert of `e` resident (slots in a shuffled
+// order), routed by ids and weights; `slot_format` overrides one slot's description format
+// (-1: none) to check the kernels' refusal.
+Fp4LayerRun run_fp4_layer(const Fp4Experts& e, qmoe_accuracy acc, qmoe_dtype dtype,
+                          const std::vector<float>& x, uint32_t m, const std::vector<int32_t>& ids,
+                          const std::vector<float>& weights, uint32_t k, int sms,
+                          std::mt19937_64& rng, int slot_format = -1) {
+  qmoe_emu::device().sm_count = sms;
+  const uint32_t H = e.hidden, E = e.experts;
+  std::vector<uint32_t> order(E);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int32_t> residency(E);
+  std::vector<emu::DeviceQuantMatrix> fc1, fc2;
+  for (uint32_t s = 0; s < E; ++s) {
+    residency[order[s]] = static_cast<int32_t>(s);
+    fc1.push_back(describe_host<emu::DeviceQuantMatrix>(e.fc1[order[s]]));
+    fc2.push_back(describe_host<emu::DeviceQuantMatrix>(e.fc2[order[s]]));
+  }
+  if (slot_format >= 0) fc2[0].format = static_cast<qmoe_weight_format>(slot_format);
+  const std::vector<unsigned char> xb = to_bytes(dtype, x);
+  std::vector<unsigned char> y(size_t{m} * H * dsize(dtype), kPoison);
+  const size_t ws = emu::moe_layer_workspace_size(m, k, E, H, e.inter);
+  std::vector<unsigned char> ws_buf(ws + 256, 0xFF);
+  unsigned char* workspace =
+      ws_buf.data() + ((256 - (reinterpret_cast<uintptr_t>(ws_buf.data()) & 255)) & 255);
+  emu::MoeLayerParams p{};
+  p.num_experts = E;
+  p.hidden = H;
+  p.intermediate = e.inter;
+  p.top_k = k;
+  p.m_capacity = m;
+  p.num_slots = E;
+  p.accuracy = acc;
+  p.dtype = dtype;
+  p.fusion = QMOE_SWIGLU_INTERLEAVED;
+  p.alpha = e.alpha;
+  p.beta = e.beta;
+  p.limit = e.limit;
+  p.format = e.fc1[0].desc.format;
+  p.fc1 = fc1.data();
+  p.fc2 = fc2.data();
+  p.m = &m;
+  p.x = xb.data();
+  p.ldx = H;
+  p.y = y.data();
+  p.ldy = H;
+  p.ids = ids.data();
+  p.weights = weights.data();
+  p.residency = residency.data();
+  p.workspace = workspace;
+  p.workspace_bytes = ws;
+  EXPECT_EQ(emu::launch_moe_layer(p, nullptr), cudaSuccess);
+  Fp4LayerRun out;
+  std::memcpy(&out.error, workspace, 4);
+  out.y.resize(size_t{m} * H);
+  for (size_t i = 0; i < out.y.size(); ++i) out.y[i] = element(dtype, y.data(), i);
+  return out;
+}
+
+// gpt-oss's layer form with MXFP4 experts and the same with NVFP4 (FC1's K = H % 32 == 16: a
+// half-filled last chunk): both levels, every dtype, m = 1, 4 and 7; against the FP64 layer
+// and the CPU layer, and the same bits on 1 and 4 multiprocessors.
+TEST_F(EmulatedDevice, MoeLayerFp4ExpertsMatchReferenceAndCpu) {
+  const qmoe_dtype dtypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
+  int index = 0;
+  for (qmoe_weight_format format : {QMOE_WEIGHT_FORMAT_MXFP4, QMOE_WEIGHT_FORMAT_NVFP4}) {
+    const uint32_t experts = 6, hidden = format == QMOE_WEIGHT_FORMAT_MXFP4 ? 96 : 80, inter = 64,
+                   k = 3;
+    const std::unique_ptr<Fp4Experts> e = make_fp4_experts(format, experts, hidden, inter, rng_);
+    ASSERT_NE(e->set, nullptr);
+    qmoe_context* ctx = nullptr;
+    ASSERT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
+    for (uint32_t m : {1u, 4u, 7u}) {
+      for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        const qmoe_dtype dtype = dtypes[index++ % 3];
+        const std::vector<float> x = round_trip(dtype, random_activations(m, hidden, rng_));
+        std::vector<int32_t> ids;
+        std::vector<float> weights;
+        random_routing(m, experts, k, rng_, &ids, &weights);
+        std::vector<double> y_ref, tol;
+        reference_fp4_moe(*e, x, m, ids, weights, k, level, &y_ref, &tol);
+        std::vector<float> cpu(size_t{m} * hidden);
+        ASSERT_EQ(moe_forward(ctx, e->set.get(), level, m, x.data(), hidden, ids.data(),
+                              weights.data(), k, cpu.data(), hidden, nullptr),
+                  QMOE_STATUS_OK)
+            << qmoe_last_error_message();
+        std::vector<float> first;
+        for (int sms : {1, 4}) {
+          const Fp4LayerRun r = run_fp4_layer(*e, level, dtype, x, m, ids, weights, k, sms, rng_);
+          const std::string what = std::string(fp4_format_name(format)) +
+                                   (level == QMOE_ACCURACY_EXACT ? " exact " : " fast ") +
+                                   label(dtype) + " m=" + std::to_string(m) +
+                                   " sms=" + std::to_string(sms);
+          EXPECT_EQ(r.error, 0u) << what;
+          size_t bad = 0;
+          for (size_t o = 0; o < r.y.size(); ++o) {
+            const double got = r.y[o];
+            const double t =
+                tol[o] + 1.01 * half_ulp(dtype, std::max(std::fabs(y_ref[o]), std::fabs(got)));
+            if (!(std::fabs(got - y_ref[o]) <= t) && bad++ < 5) {
+              ADD_FAILURE() << "y[" << o << "] = " << got << ", FP64 " << y_ref[o] << " +- " << t
+                            << "; " << what;
+            }
+            if (!(std::fabs(got - cpu[o]) <= t + tol[o]) && bad++ < 5) {
+              ADD_FAILURE() << "y[" << o << "] = " << got << ", CPU layer " << cpu[o] << "; "
+                            << what;
+            }
+          }
+          EXPECT_EQ(bad, 0u) << what;
+          if (first.empty()) {
+            first = r.y;
+          } else {
+            EXPECT_EQ(std::memcmp(first.data(), r.y.data(), first.size() * sizeof(float)), 0)
+                << "the bits depend on the device size; " << what;
+          }
+        }
+        if (HasFailure()) {
+          qmoe_context_destroy(ctx);
+          return;
+        }
+      }
+    }
+    qmoe_context_destroy(ctx);
+  }
+}
+
+// A slot whose description is not the launch's format (or not one its kernels read) is a
+// malformed slot: the error word says so and the rows are zero.
+TEST_F(EmulatedDevice, MoeLayerFp4SlotOfAnotherFormatIsMalformed) {
+  const std::unique_ptr<Fp4Experts> e = make_fp4_experts(QMOE_WEIGHT_FORMAT_MXFP4, 4, 64, 32, rng_);
+  const uint32_t m = 2, k = 4;  // every expert routed
+  const std::vector<float> x = random_activations(m, e->hidden, rng_);
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  random_routing(m, e->experts, k, rng_, &ids, &weights);
+  for (int format : {int{QMOE_WEIGHT_FORMAT_NVFP4}, int{QMOE_WEIGHT_FORMAT_INT4}}) {
+    const Fp4LayerRun r = run_fp4_layer(*e, QMOE_ACCURACY_FAST, QMOE_DTYPE_F32, x, m, ids, weights,
+                                        k, 2, rng_, format);
+    EXPECT_EQ(r.error, emu::kMoeErrorSlotMatrix) << format;
+    for (float v : r.y) ASSERT_EQ(v, 0.0f) << format;
+  }
+  const Fp4LayerRun ok =
+      run_fp4_layer(*e, QMOE_ACCURACY_FAST, QMOE_DTYPE_F32, x, m, ids, weights, k, 2, rng_);
+  EXPECT_EQ(ok.error, 0u);
 }
 
 }  // namespace

@@ -233,6 +233,7 @@ std::unique_ptr<DeviceCall> make_call(const MoeOptions& o, const DeviceExperts& 
   p.beta = o.beta;
   p.limit = o.limit;
   p.accumulate = accumulate;
+  p.format = QMOE_WEIGHT_FORMAT_INT4;
   p.fc1 = ex.fc1_desc.as<const cuda::DeviceQuantMatrix>();
   p.fc2 = ex.fc2_desc.as<const cuda::DeviceQuantMatrix>();
   p.m = c->m.as<const uint32_t>();

@@ -1,0 +1,101 @@
+// The weight formats the decode kernels (the GEMV, int4_gemv.cu; the MoE layer, moe_layer.cu)
+// read, each a compile-time decode policy, and the one place a run-time format picks one.
+//
+// A policy F is a type with, all static:
+//   kFormat                        the qmoe_weight_format it reads
+//   Walk, Row, Batch<U>            a walk's matrix fields, a lane's row pointers, a batch of
+//                                  loads in flight (registers)
+//   batch_quads<L, MAXM>(params)   quads per batch under the kernels' register cap
+//   valid(w)                       whether a description is one the policy's code may read
+//   walk(w), row(w, group, r)      the walk's fields and a lane's row of a group
+//   prime<U>(a, b, ...), run<L, MAXM, U>(a, b, ...)
+//                                  the walk (int4_tile.cuh's two-batch pipeline)
+//   finish<L>(sum, w)              a row's sum turned into the output before its bias
+// The kernels take F as a template parameter, so every format's walk is its own straight-line
+// code and no format test runs inside a loop; the launchers pick the instantiation once per
+// launch with with_decode_format(). A new format is its policy (its loads and arithmetic) and
+// one row of QMOE_CUDA_DECODE_FORMATS.
+#ifndef QMOE_LIB_CUDA_DECODE_FORMATS_CUH_
+#define QMOE_LIB_CUDA_DECODE_FORMATS_CUH_
+
+#include "lib/cuda/e2m1_tile.cuh"
+#include "lib/cuda/int4_tile.cuh"
+
+namespace qmoe::cuda {
+
+// INT4 (int4_tile.cuh): FP32/FP16/BF16 scales per 16..128 k, optional zero points.
+struct Int4Decode {
+  static constexpr qmoe_weight_format kFormat = QMOE_WEIGHT_FORMAT_INT4;
+  using Walk = WalkMatrix;
+  using Row = LaneRow;
+  template <int U>
+  using Batch = cuda::Batch<U>;
+
+  template <Level L, int MAXM>
+  __host__ __device__ static constexpr int batch_quads(bool params_matrix) {
+    return cuda::batch_quads<L, MAXM>(params_matrix);
+  }
+  __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
+    return w.format == kFormat && quant_matrix_is_valid(w);
+  }
+  __device__ __forceinline__ static Walk walk(const DeviceQuantMatrix& w) { return walk_matrix(w); }
+  __device__ __forceinline__ static Row row(const DeviceQuantMatrix& w, uint32_t group,
+                                            uint32_t r) {
+    return lane_row(w, group, r);
+  }
+  template <int U>
+  __device__ __forceinline__ static void prime(Batch<U>& a, Batch<U>& b, const Walk& w,
+                                               const Row& lr, const QuadWalk& qw, uint32_t q0) {
+    prime_walk<U>(a, b, w, lr, qw, q0);
+  }
+  template <Level L, int MAXM, int U>
+  __device__ __forceinline__ static void run(Batch<U>& a, Batch<U>& b, const Walk& w, const Row& lr,
+                                             const QuadWalk& qw, uint32_t q0,
+                                             const unsigned char* xs, float acc[MAXM]) {
+    run_walk<L, MAXM, U>(a, b, w, lr, qw, q0, xs, acc);
+  }
+  // The sums are the outputs: scales and zero points were applied per block.
+  template <Level L>
+  __device__ __forceinline__ static float finish(float sum, const DeviceQuantMatrix&) {
+    return sum;
+  }
+};
+
+// The list: one row per format, (qmoe_weight_format value, policy).
+#define QMOE_CUDA_DECODE_FORMATS(X)        \
+  X(QMOE_WEIGHT_FORMAT_INT4, Int4Decode)   \
+  X(QMOE_WEIGHT_FORMAT_MXFP4, Mxfp4Decode) \
+  X(QMOE_WEIGHT_FORMAT_NVFP4, Nvfp4Decode)
+
+// Calls fn(F{}) with the policy of `format` and returns true, or returns false for a format the
+// decode kernels do not read. Host side: the launchers' one choice per launch.
+template <class Fn>
+bool with_decode_format(qmoe_weight_format format, Fn&& fn) {
+#define QMOE_CUDA_DECODE_FORMAT_CASE(value, Policy) \
+  case value:                                       \
+    fn(Policy{});                                   \
+    return true;
+  switch (format) {
+    QMOE_CUDA_DECODE_FORMATS(QMOE_CUDA_DECODE_FORMAT_CASE)
+    default:
+      return false;
+  }
+#undef QMOE_CUDA_DECODE_FORMAT_CASE
+}
+
+// Whether a description is one the decode kernels read (its format's valid()).
+__host__ __device__ inline bool decode_matrix_is_valid(const DeviceQuantMatrix& w) {
+#define QMOE_CUDA_DECODE_FORMAT_CASE(value, Policy) \
+  case value:                                       \
+    return Policy::valid(w);
+  switch (w.format) {
+    QMOE_CUDA_DECODE_FORMATS(QMOE_CUDA_DECODE_FORMAT_CASE)
+    default:
+      return false;
+  }
+#undef QMOE_CUDA_DECODE_FORMAT_CASE
+}
+
+}  // namespace qmoe::cuda
+
+#endif  // QMOE_LIB_CUDA_DECODE_FORMATS_CUH_
