@@ -7,6 +7,7 @@
 //                                  loads in flight (registers)
 //   batch_quads<L, MAXM>(params)   quads per batch under the kernels' register cap
 //   valid(w)                       whether a description is one the policy's code may read
+//   scale_bytes(w)                 bytes of one scale-plane element
 //   walk(w), row(w, group, r)      the walk's fields and a lane's row of a group
 //   prime<U>(a, b, ...), run<L, MAXM, U>(a, b, ...)
 //                                  the walk (int4_tile.cuh's two-batch pipeline)
@@ -37,6 +38,9 @@ struct Int4Decode {
   }
   __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
     return w.format == kFormat && quant_matrix_is_valid(w);
+  }
+  __device__ __forceinline__ static uint32_t scale_bytes(const DeviceQuantMatrix& w) {
+    return cuda::scale_bytes(w.scale_dtype);
   }
   __device__ __forceinline__ static Walk walk(const DeviceQuantMatrix& w) { return walk_matrix(w); }
   __device__ __forceinline__ static Row row(const DeviceQuantMatrix& w, uint32_t group,

@@ -192,6 +192,8 @@ struct E2m1Decode {
            (w.bias == nullptr || is_activation_dtype_value(w.bias_dtype)) && global_ok;
   }
 
+  __device__ __forceinline__ static uint32_t scale_bytes(const DeviceQuantMatrix&) { return 1; }
+
   __device__ __forceinline__ static Walk walk(const DeviceQuantMatrix& w) {
     return {w.k, w.scale_block_stride};
   }

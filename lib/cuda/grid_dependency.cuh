@@ -97,11 +97,12 @@ __device__ __forceinline__ void prefetch_plane_run(const unsigned char* base, si
 }
 
 // Prefetches what a warp will read of 8-row group g of w: its code chunks, and its rows' scales
-// and zero points (the grouped order as one run; rows whose blocks are adjacent, row by row;
+// and zero points (scale elements of scale_bytes each: the format's, F::scale_bytes; the
+// grouped order as one run; rows whose blocks are adjacent, row by row;
 // other orders element by element), touching only elements of rows below N. All lanes call it;
 // w must be a valid description.
 __device__ __forceinline__ void prefetch_group(const DeviceQuantMatrix& w, uint32_t g,
-                                               uint32_t lane) {
+                                               uint32_t lane, uint32_t scale_bytes) {
   if (g * kGroupRows >= w.n) return;
   prefetch_l2(w.codes + size_t{g} * w.chunks * kChunkBytes, size_t{w.chunks} * kChunkBytes, lane);
   const uint32_t blocks = w.k / w.block_size;
@@ -120,8 +121,8 @@ __device__ __forceinline__ void prefetch_group(const DeviceQuantMatrix& w, uint3
       prefetch_plane_run(base, first, blocks, block_stride, es, lane);
     }
   };
-  plane(static_cast<const unsigned char*>(w.scales), scale_element_bytes(w.scale_dtype),
-        w.scale_row_stride, w.scale_block_stride, w.scale_group_stride);
+  plane(static_cast<const unsigned char*>(w.scales), scale_bytes, w.scale_row_stride,
+        w.scale_block_stride, w.scale_group_stride);
   if (w.zero_points != nullptr) {
     plane(w.zero_points, 1, w.zero_point_row_stride, w.zero_point_block_stride,
           w.zero_point_group_stride);

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     if (warp % p.k_warps == 0) {
       for (uint32_t round = 0; round < p.prefetch_rounds; ++round) {
         const int64_t g = gemv_group(p, round, warp / p.k_warps);
-        if (g >= 0) prefetch_group(p.w, static_cast<uint32_t>(g), lane);
+        if (g >= 0) prefetch_group(p.w, static_cast<uint32_t>(g), lane, F::scale_bytes(p.w));
       }
     }
   }

@@ -288,7 +288,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     const DeviceQuantMatrix w = load_matrix(p.fc1 + tab.residency[wi.expert]);
     if (fc1_matrix_ok<F>(w, p)) {
       const TaskGroups tg = task_groups(p, static_cast<uint32_t>(task % kp.fc1_tasks));
-      for (uint32_t i = 0; i < tg.count; ++i) prefetch_group(w, tg.group(i), lane);
+      for (uint32_t i = 0; i < tg.count; ++i)
+        prefetch_group(w, tg.group(i), lane, F::scale_bytes(w));
     }
   }
   // Every block waits before it exits, so this grid's completion implies the preceding one's
@@ -406,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     const DeviceQuantMatrix w = load_matrix(p.fc2 + tab.residency[wi.expert]);  // validated
     for (uint32_t gr = 0; gr < kp.fc2_rounds && gr < kFc2PrefetchRounds; ++gr) {
       const uint32_t g = blockIdx.x + gr * gridDim.x;
-      if (g < kp.fc2_groups) prefetch_group(w, g, lane);
+      if (g < kp.fc2_groups) prefetch_group(w, g, lane, F::scale_bytes(w));
     }
   }
 

@@ -307,7 +307,9 @@ TEST(CudaApiChecks, ExpertSetTakesOneFormat) {
     d.num_resident = num_resident;
     qmoe_cuda_expert_set* set = nullptr;
     const qmoe_status s = qmoe_cuda_expert_set_create(&d, &set);
-    if (s == QMOE_STATUS_OK) EXPECT_EQ(qmoe_cuda_expert_set_destroy(set), QMOE_STATUS_OK);
+    if (s == QMOE_STATUS_OK) {
+      EXPECT_EQ(qmoe_cuda_expert_set_destroy(set), QMOE_STATUS_OK);
+    }
     return s;
   };
   EXPECT_EQ(create_gpu(mx->set.get(), nullptr, 0),
