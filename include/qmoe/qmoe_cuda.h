@@ -126,8 +126,10 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_residency(const qmoe_cuda_expert_set* 
 /// capturing stream. The host blocks only while an earlier update's copies have not yet run.
 /// *experts_copied (may be NULL) = the experts copied. INVALID_ARGUMENT for a NULL or destroyed
 /// handle or host set, an id outside [0, E) or given twice, more ids than slots, a host set of
-/// another shape or larger buffers, a stream of another device. After a CUDA error the set's
-/// residency is undefined until an update succeeds (which then copies every expert).
+/// another shape or larger buffers, a stream of another device; UNSUPPORTED_FORMAT for a host
+/// set whose format is not the set's (the set's kernels are chosen for its one format). After a
+/// CUDA error the set's residency is undefined until an update succeeds (which then copies every
+/// expert).
 QMOE_API qmoe_status qmoe_cuda_expert_set_update_residency(
     qmoe_cuda_expert_set* set, const qmoe_expert_set* experts, const uint32_t* resident,
     uint32_t num_resident, qmoe_cuda_stream stream, uint32_t* experts_copied);

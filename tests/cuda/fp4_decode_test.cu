@@ -323,5 +323,33 @@ TEST_F(CudaFp4Decode, MoeLayerNvfp4) {
   check_layer(ctx_, *e, 2, QMOE_DTYPE_F32, rng_);
 }
 
+// A GPU set's kernels are chosen for its one format: a residency update from a host set of
+// another format is refused before anything is copied, and one of the same format goes through.
+TEST_F(CudaFp4Decode, ResidencyUpdateKeepsTheSetsFormat) {
+  const std::unique_ptr<Fp4Experts> mx =
+      make_fp4_experts(QMOE_WEIGHT_FORMAT_MXFP4, 4, 64, 32, rng_);
+  const std::unique_ptr<Fp4Experts> nv =
+      make_fp4_experts(QMOE_WEIGHT_FORMAT_NVFP4, 4, 64, 32, rng_);
+  ASSERT_NE(mx->set, nullptr);
+  ASSERT_NE(nv->set, nullptr);
+  qmoe_cuda_expert_set_desc sd;
+  qmoe_cuda_expert_set_desc_init(&sd);
+  sd.experts = mx->set.get();
+  qmoe_cuda_expert_set* raw = nullptr;
+  ASSERT_EQ(qmoe_cuda_expert_set_create(&sd, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  std::unique_ptr<qmoe_cuda_expert_set, GpuSetDeleter> set(raw);
+  const uint32_t resident[] = {3, 1};
+  uint32_t copied = 0;
+  EXPECT_EQ(qmoe_cuda_expert_set_update_residency(set.get(), nv->set.get(), resident, 2, nullptr,
+                                                  &copied),
+            QMOE_STATUS_UNSUPPORTED_FORMAT)
+      << qmoe_last_error_message();
+  EXPECT_EQ(qmoe_cuda_expert_set_update_residency(set.get(), mx->set.get(), resident, 2, nullptr,
+                                                  &copied),
+            QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace qmoe::testing
