@@ -193,6 +193,8 @@ Options parse(int argc, char** argv) {
       o.moe_tokens = std::max(1, std::atoi(value()));
     } else if (a == "--layers") {
       o.layers = std::max(1, std::atoi(value()));
+    } else if (a == "--distinct") {
+      o.distinct = std::max(0, std::atoi(value()));
     } else if (a == "--only") {
       const std::string w = value();
       o.gemv = w == "gemv";
@@ -210,7 +212,8 @@ Options parse(int argc, char** argv) {
       o.json_path = value();
     } else {
       std::printf(
-          "usage: compare_ggml [--threads 1,2] [--rounds 7] [--layers 16] [--tokens 8]\n"
+          "usage: compare_ggml [--threads 1,2] [--rounds 7] [--layers 16] [--distinct N]\n"
+          "                    [--tokens 8]\n"
           "                    [--moe-rounds 5] [--only gemv|moe] [--no-moe-mxfp4]\n"
           "                    [--ggml-pages huge|4k] [--quick] [--json FILE]\n");
       std::exit(a == "--help" ? 0 : 2);
@@ -227,12 +230,13 @@ void write_json(const Options& o, const std::string& header) {
     const Row& r = g_rows[i];
     std::fprintf(out,
                  "    {\"bench\": \"%s\", \"format\": \"%s\", \"shape\": \"%s\", \"ggml_buffer\": "
-                 "\"%s\", \"m\": %d, \"threads\": %d, \"layers\": %d, \"qmoe_us\": %.3f, "
+                 "\"%s\", \"m\": %d, \"threads\": %d, \"layers\": %d, \"distinct_layers\": %d, "
+                 "\"qmoe_us\": %.3f, "
                  "\"ggml_us\": %.3f, \"ratio\": %.5f, \"err_qmoe_vs_ggml\": %.3e, "
                  "\"err_qmoe_vs_fp64\": %.3e, \"err_ggml_vs_fp64\": %.3e}%s\n",
                  r.bench.c_str(), r.format.c_str(), r.shape.c_str(), r.ggml_buffer.c_str(), r.m,
-                 r.threads, r.layers, r.qmoe_us, r.ggml_us, r.qmoe_us / r.ggml_us, r.err_vs_ggml,
-                 r.err_qmoe_ref, r.err_ggml_ref, i + 1 < g_rows.size() ? "," : "");
+                 r.threads, r.layers, r.distinct, r.qmoe_us, r.ggml_us, r.qmoe_us / r.ggml_us,
+                 r.err_vs_ggml, r.err_qmoe_ref, r.err_ggml_ref, i + 1 < g_rows.size() ? "," : "");
   }
   std::fprintf(out, "  ]\n}\n");
   std::fclose(out);

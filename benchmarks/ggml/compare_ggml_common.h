@@ -34,6 +34,11 @@ struct Options {
   int moe_rounds = 5;        // moe blocks per side
   int moe_tokens = 8;        // tokens per moe block
   int layers = 16;           // moe chain depth
+  // Layers with weights of their own (0: all): layer l of the chain uses layer l % distinct's,
+  // so a 48-layer chain fits in the memory of 16. A token reads 8 of a layer's 128 experts (21 MB
+  // in INT4); between two uses of a layer's weights the other distinct - 1 layers read (distinct
+  // - 1) times that, well over the last-level cache, so every use reads from DRAM all the same.
+  int distinct = 0;
   bool gemv = true;
   bool moe = true;
   bool moe_mxfp4 = true;  // also run the chain on MXFP4 bytes
@@ -318,6 +323,7 @@ struct Row {
   double err_vs_ggml = 0;  // max |qmoe - ggml| / max |ggml|
   double err_qmoe_ref = -1, err_ggml_ref = -1;
   int layers = 0;
+  int distinct = 0;  // layers with weights of their own
 };
 
 inline std::vector<Row> g_rows;  // every measured row, for the JSON

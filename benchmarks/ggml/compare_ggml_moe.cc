@@ -104,7 +104,7 @@ void rms_norm(const float* x, float* y, size_t n) {  // as ggml_rms_norm compute
 }
 
 // The chain on libqmoe: per layer h = rms_norm(x); x += moe(h) (qmoe_moe_forward accumulating).
-void qmoe_chain(qmoe_context* ctx, const std::vector<std::unique_ptr<QmoeLayer>>& layers,
+void qmoe_chain(qmoe_context* ctx, const std::vector<const QmoeLayer*>& layers,
                 const Routes& routes, int route, float* x, float* h) {
   for (size_t l = 0; l < layers.size(); ++l) {
     rms_norm(x, h, kHidden);
@@ -232,13 +232,16 @@ struct GgmlChain {
 
 void run_moe(const Options& o, Ggml& g, const Format& f) {
   const int layers = o.layers;
-  std::printf("moe   %-6s building %d layers (%.2f GB per copy)...\n", f.name, layers,
-              layers *
+  const int distinct = o.distinct > 0 && o.distinct < layers ? o.distinct : layers;
+  std::printf("moe   %-6s building %d layers, %d with weights of their own (%.2f GB per copy)...\n",
+              f.name, layers, distinct,
+              distinct *
                   (2.0 * kExperts * kInter * row_bytes(f, kHidden) +
                    1.0 * kExperts * kHidden * row_bytes(f, kInter)) /
                   1e9);
   std::fflush(stdout);
-  std::vector<std::unique_ptr<QmoeLayer>> qlayers;
+  std::vector<std::unique_ptr<QmoeLayer>> qlayers;  // the distinct layers
+  std::vector<const QmoeLayer*> qchain;             // the chain's: layer l is l % distinct
   const Routes routes(97, layers);
   std::vector<float> x0(kHidden);
   uint64_t seed = 0xF00D;
@@ -249,12 +252,12 @@ void run_moe(const Options& o, Ggml& g, const Format& f) {
   const ggml_backend_buffer_type_t bufts[2] = {g.plain, g.repack};
   for (int b = 0; b < 2; ++b) {
     if (bufts[b] == nullptr) continue;
-    ggml_context* wctx = new_meta_context(3 * size_t(layers), 0, 0);
-    std::vector<ggml_tensor*> w;
-    for (int l = 0; l < layers; ++l) {
-      w.push_back(ggml_new_tensor_3d(wctx, f.type, kHidden, kInter, kExperts));  // gate
-      w.push_back(ggml_new_tensor_3d(wctx, f.type, kHidden, kInter, kExperts));  // up
-      w.push_back(ggml_new_tensor_3d(wctx, f.type, kInter, kHidden, kExperts));  // down
+    ggml_context* wctx = new_meta_context(3 * size_t(distinct), 0, 0);
+    std::vector<ggml_tensor*> wd;  // the distinct layers' tensors
+    for (int l = 0; l < distinct; ++l) {
+      wd.push_back(ggml_new_tensor_3d(wctx, f.type, kHidden, kInter, kExperts));  // gate
+      wd.push_back(ggml_new_tensor_3d(wctx, f.type, kHidden, kInter, kExperts));  // up
+      wd.push_back(ggml_new_tensor_3d(wctx, f.type, kInter, kHidden, kExperts));  // down
     }
     ggml_backend_buffer_t wbuf = alloc_weights(g, wctx, bufts[b]);
     if (wbuf == nullptr) {
@@ -262,12 +265,19 @@ void run_moe(const Options& o, Ggml& g, const Format& f) {
       ggml_free(wctx);
       continue;
     }
-    for (int l = 0; l < layers; ++l) {  // the same bytes (same seeds) for every buffer
+    for (int l = 0; l < distinct; ++l) {  // the same bytes (same seeds) for every buffer
       const LayerBytes bytes(f, l);
-      ggml_backend_tensor_set(w[3 * l], bytes.gate.data(), 0, bytes.gate.size());
-      ggml_backend_tensor_set(w[3 * l + 1], bytes.up.data(), 0, bytes.up.size());
-      ggml_backend_tensor_set(w[3 * l + 2], bytes.down.data(), 0, bytes.down.size());
-      if (qlayers.size() < size_t(layers)) qlayers.emplace_back(new QmoeLayer(f, bytes));
+      ggml_backend_tensor_set(wd[3 * l], bytes.gate.data(), 0, bytes.gate.size());
+      ggml_backend_tensor_set(wd[3 * l + 1], bytes.up.data(), 0, bytes.up.size());
+      ggml_backend_tensor_set(wd[3 * l + 2], bytes.down.data(), 0, bytes.down.size());
+      if (qlayers.size() < size_t(distinct)) qlayers.emplace_back(new QmoeLayer(f, bytes));
+    }
+    // The chain's layers: ggml's graph and libqmoe's loop use layer l % distinct's weights.
+    std::vector<ggml_tensor*> w;
+    qchain.clear();
+    for (int l = 0; l < layers; ++l) {
+      for (int j = 0; j < 3; ++j) w.push_back(wd[3 * (l % distinct) + j]);
+      qchain.push_back(qlayers[l % distinct].get());
     }
     GgmlChain chain(g, w);
 
@@ -276,7 +286,7 @@ void run_moe(const Options& o, Ggml& g, const Format& f) {
     {
       QmoeContext qc(1);
       xq = x0;
-      qmoe_chain(qc.ctx, qlayers, routes, 0, xq.data(), h.data());
+      qmoe_chain(qc.ctx, qchain, routes, 0, xq.data(), h.data());
       g.set_threads(1);
       chain.run(g, routes, 0, x0.data(), xg.data());
     }
@@ -297,7 +307,7 @@ void run_moe(const Options& o, Ggml& g, const Format& f) {
           o.quick ? 2 : o.moe_rounds, o.quick ? 2 : o.moe_tokens,
           [&] {
             xout = x0;
-            qmoe_chain(qc.ctx, qlayers, routes, qr, xout.data(), h.data());
+            qmoe_chain(qc.ctx, qchain, routes, qr, xout.data(), h.data());
             qr = (qr + 1) % routes.count;
           },
           [&] {
@@ -312,6 +322,7 @@ void run_moe(const Options& o, Ggml& g, const Format& f) {
       row.m = 1;
       row.threads = t;
       row.layers = layers;
+      row.distinct = distinct;
       row.qmoe_us = times.first;
       row.ggml_us = times.second;
       row.err_vs_ggml = err;
