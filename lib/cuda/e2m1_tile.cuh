@@ -284,21 +284,8 @@ struct E2m1Decode {
       const float l1 = half_bits_to_float(lo13), l3 = half_bits_to_float(lo13 >> 16);
       const float h0 = half_bits_to_float(hi02), h2 = half_bits_to_float(hi02 >> 16);
       const float h1 = half_bits_to_float(hi13), h3 = half_bits_to_float(hi13 >> 16);
-#pragma unroll
-      for (int m = 0; m < MAXM; ++m) {
-        if (m > 0 && m >= static_cast<int>(rows)) break;  // a walk has at least one row
-        const float* xm = x + m * x_row_stride_floats;
-        const float4 xl = *reinterpret_cast<const float4*>(xm + 4 * i);
-        const float4 xh = *reinterpret_cast<const float4*>(xm + 16 + 4 * i);
-        lo[m] = __fmaf_rn(xl.x, l0, lo[m]);
-        lo[m] = __fmaf_rn(xl.y, l1, lo[m]);
-        lo[m] = __fmaf_rn(xl.z, l2, lo[m]);
-        lo[m] = __fmaf_rn(xl.w, l3, lo[m]);
-        hi[m] = __fmaf_rn(xh.x, h0, hi[m]);
-        hi[m] = __fmaf_rn(xh.y, h1, hi[m]);
-        hi[m] = __fmaf_rn(xh.z, h2, hi[m]);
-        hi[m] = __fmaf_rn(xh.w, h3, hi[m]);
-      }
+      const float l[4] = {l0, l1, l2, l3}, h[4] = {h0, h1, h2, h3};
+      exact_word_fmas<MAXM>(x, x_row_stride_floats, rows, i, l, h, lo, hi);
     }
   }
 

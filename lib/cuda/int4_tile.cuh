@@ -304,6 +304,33 @@ __device__ __forceinline__ ZeroTerms zero_terms(float z) {
   return {-8388608.0f - z, -524288.0f - z, -32768.0f - z, -2048.0f - z, -128.0f - z};
 }
 
+// One word's worth of a chunk at the exact level, for every row m < rows (at least one; a
+// warp-uniform branch skips the rest): lo[m] += x[m][4i + j] * l[j] and hi[m] += x[m][16 + 4i + j]
+// * h[j] for j = 0..3, in that order (the k order). x points at row 0's exact record of the
+// chunk, rows x_row_stride_floats apart. The INT4 and E2M1 exact walks share it: their weights
+// differ, their products and order do not.
+template <int MAXM>
+__device__ __forceinline__ void exact_word_fmas(const float* x, uint32_t x_row_stride_floats,
+                                                uint32_t rows, int i, const float (&l)[4],
+                                                const float (&h)[4], float lo[MAXM],
+                                                float hi[MAXM]) {
+#pragma unroll
+  for (int m = 0; m < MAXM; ++m) {
+    if (m > 0 && m >= static_cast<int>(rows)) break;  // a walk has at least one row
+    const float* xm = x + m * x_row_stride_floats;
+    const float4 xl = *reinterpret_cast<const float4*>(xm + 4 * i);
+    const float4 xh = *reinterpret_cast<const float4*>(xm + 16 + 4 * i);
+    lo[m] = __fmaf_rn(xl.x, l[0], lo[m]);
+    lo[m] = __fmaf_rn(xl.y, l[1], lo[m]);
+    lo[m] = __fmaf_rn(xl.z, l[2], lo[m]);
+    lo[m] = __fmaf_rn(xl.w, l[3], lo[m]);
+    hi[m] = __fmaf_rn(xh.x, h[0], hi[m]);
+    hi[m] = __fmaf_rn(xh.y, h[1], hi[m]);
+    hi[m] = __fmaf_rn(xh.z, h[2], hi[m]);
+    hi[m] = __fmaf_rn(xh.w, h[3], hi[m]);
+  }
+}
+
 // The chunk's two partial sums for row m < rows: lo = sum_{k<16} x_k (code_k - z_lo), hi = the
 // same over k = 16..31, each in FP32 in k order. x points at the row's exact record of the chunk.
 // Rows rows..MAXM-1 are skipped (a warp-uniform branch): their sums stay 0.
@@ -332,21 +359,8 @@ __device__ __forceinline__ void exact_chunk(const uint4& codes, uint32_t zp, con
     const float h2 = code_minus_z<0>(w20, zh.k0);  // bits 20..23
     const float l3 = code_minus_z<4>(w20, zl.k4);  // bits 24..27
     const float h3 = code_minus_z<8>(w20, zh.k8);  // bits 28..31
-#pragma unroll
-    for (int m = 0; m < MAXM; ++m) {
-      if (m > 0 && m >= static_cast<int>(rows)) break;  // a walk has at least one row
-      const float* xm = x + m * x_row_stride_floats;
-      const float4 xl = *reinterpret_cast<const float4*>(xm + 4 * i);
-      const float4 xh = *reinterpret_cast<const float4*>(xm + 16 + 4 * i);
-      lo[m] = __fmaf_rn(xl.x, l0, lo[m]);
-      lo[m] = __fmaf_rn(xl.y, l1, lo[m]);
-      lo[m] = __fmaf_rn(xl.z, l2, lo[m]);
-      lo[m] = __fmaf_rn(xl.w, l3, lo[m]);
-      hi[m] = __fmaf_rn(xh.x, h0, hi[m]);
-      hi[m] = __fmaf_rn(xh.y, h1, hi[m]);
-      hi[m] = __fmaf_rn(xh.z, h2, hi[m]);
-      hi[m] = __fmaf_rn(xh.w, h3, hi[m]);
-    }
+    const float l[4] = {l0, l1, l2, l3}, h[4] = {h0, h1, h2, h3};
+    exact_word_fmas<MAXM>(x, x_row_stride_floats, rows, i, l, h, lo, hi);
   }
 }
 

@@ -6,6 +6,7 @@
 #include "moe_layer_call.h"
 #include "progress.h"
 #include "run_check.h"
+#include "run_checksum.h"
 #include "run_clock.h"
 #include "run_routing.h"
 
@@ -20,13 +21,6 @@ void rms_normalize(float* x, uint32_t rows, uint32_t h) {
     const float scale = sum > 0.0 ? static_cast<float>(1.0 / std::sqrt(sum / h)) : 1.0f;
     for (uint32_t i = 0; i < h; ++i) row[i] *= scale;
   }
-}
-
-uint64_t fnv1a(const void* data, size_t bytes) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
-  return hash;
 }
 
 // The hidden state [rows, hidden] between layers. With 16-bit activations it lives in

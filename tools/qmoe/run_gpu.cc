@@ -10,6 +10,7 @@
 #include "gpu_rms_norm.h"
 #include "progress.h"
 #include "run_check.h"
+#include "run_checksum.h"
 #include "run_clock.h"
 #include "run_report.h"
 #include "run_routing.h"
@@ -53,13 +54,6 @@ struct GraphExecDeleter {
   void operator()(CUgraphExec_st* g) const { cudaGraphExecDestroy(g); }
 };
 using GraphExec = std::unique_ptr<CUgraphExec_st, GraphExecDeleter>;
-
-uint64_t fnv1a(const void* data, size_t bytes) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
-  return hash;
-}
 
 // Every step's routing, drawn on the host as `qmoe run` draws it on the CPU (unit noise plus the
 // layer's bias, qmoe_moe_route_topk with renormalize), laid out [step][layer][token][slot].
