@@ -31,6 +31,23 @@ bool device_usable() {
 struct HostSetDeleter {
   void operator()(qmoe_expert_set* s) const { qmoe_expert_set_destroy(s); }
 };
+using HostSet = std::unique_ptr<qmoe_expert_set, HostSetDeleter>;
+
+// The small layer the expert-set checks use: 4 experts, H = 64, I = 32.
+MoeOptions small_layer() {
+  MoeOptions o;
+  o.experts = 4;
+  o.hidden = 64;
+  o.intermediate = 32;
+  return o;
+}
+
+// A host expert set of `model` (null, after a failure, when the library refuses it).
+HostSet host_set_of(const MoeModel& model) {
+  qmoe_expert_set* raw = nullptr;
+  EXPECT_EQ(qmoe_expert_set_create(&model.desc, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
+  return HostSet(raw);
+}
 
 TEST(CudaApiChecks, GemmRefusesBadArgumentsBeforeCuda) {
   std::mt19937_64 rng(3);
@@ -78,14 +95,9 @@ TEST(CudaApiChecks, GemmRefusesBadArgumentsBeforeCuda) {
 
 TEST(CudaApiChecks, ExpertSetCreationRefusesBadDescriptions) {
   std::mt19937_64 rng(4);
-  MoeOptions o;
-  o.experts = 4;
-  o.hidden = 64;
-  o.intermediate = 32;
-  const auto model = make_moe_model(o, rng);
-  qmoe_expert_set* raw_host = nullptr;
-  ASSERT_EQ(qmoe_expert_set_create(&model->desc, &raw_host), QMOE_STATUS_OK);
-  std::unique_ptr<qmoe_expert_set, HostSetDeleter> host(raw_host);
+  const auto model = make_moe_model(small_layer(), rng);
+  const HostSet host = host_set_of(*model);
+  ASSERT_TRUE(host);
 
   qmoe_cuda_expert_set_desc good;
   std::memset(&good, 0xCD, sizeof good);
@@ -185,14 +197,9 @@ TEST(CudaApiChecks, ExpertSetCreationRefusesBadDescriptions) {
 
 TEST(CudaApiChecks, ResidencyUpdateRefusesBadHandlesBeforeCuda) {
   std::mt19937_64 rng(5);
-  MoeOptions o;
-  o.experts = 4;
-  o.hidden = 64;
-  o.intermediate = 32;
-  const auto model = make_moe_model(o, rng);
-  qmoe_expert_set* raw_host = nullptr;
-  ASSERT_EQ(qmoe_expert_set_create(&model->desc, &raw_host), QMOE_STATUS_OK);
-  std::unique_ptr<qmoe_expert_set, HostSetDeleter> host(raw_host);
+  const auto model = make_moe_model(small_layer(), rng);
+  const HostSet host = host_set_of(*model);
+  ASSERT_TRUE(host);
   const uint32_t ids[] = {0, 2};
   uint32_t copied = 7;
   EXPECT_EQ(qmoe_cuda_expert_set_update_residency(nullptr, host.get(), ids, 2, nullptr, &copied),
@@ -220,12 +227,11 @@ TEST(CudaApiChecks, ResidencyUpdateRefusesBadHandlesBeforeCuda) {
   EXPECT_EQ(update(host.get(), three, 3), QMOE_STATUS_INVALID_ARGUMENT);  // 2 slots
   EXPECT_EQ(update(host.get(), nullptr, 1), QMOE_STATUS_INVALID_ARGUMENT);
   // A host set of another shape.
-  MoeOptions wider = o;
+  MoeOptions wider = small_layer();
   wider.hidden = 128;
   const auto other = make_moe_model(wider, rng);
-  qmoe_expert_set* raw_other = nullptr;
-  ASSERT_EQ(qmoe_expert_set_create(&other->desc, &raw_other), QMOE_STATUS_OK);
-  std::unique_ptr<qmoe_expert_set, HostSetDeleter> other_host(raw_other);
+  const HostSet other_host = host_set_of(*other);
+  ASSERT_TRUE(other_host);
   EXPECT_EQ(update(other_host.get(), ids, 2), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(update(host.get(), nullptr, 0), QMOE_STATUS_OK) << qmoe_last_error_message();
   EXPECT_EQ(copied, 0u);

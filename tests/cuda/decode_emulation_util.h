@@ -83,10 +83,10 @@ inline const char* label(qmoe_dtype d) {
   return d == QMOE_DTYPE_F32 ? "f32" : d == QMOE_DTYPE_F16 ? "f16" : "bf16";
 }
 
-// The kernels' description (Desc: the emulated copy's DeviceQuantMatrix) of a host-resident
-// Int4Matrix: its planes as they are.
-template <class Desc>
-Desc describe_host(const Int4Matrix& w) {
+// The fields every format's description (Desc: the emulated copy's DeviceQuantMatrix) takes from
+// a host-resident matrix's qmoe_quant_matrix: sizes, code and scale planes as they are, bias.
+template <class Desc, class Matrix>
+Desc describe_planes(const Matrix& w) {
   const qmoe_quant_matrix& h = w.desc;
   Desc m{};
   m.n = h.n;
@@ -94,19 +94,12 @@ Desc describe_host(const Int4Matrix& w) {
   m.block_size = h.block_size;
   m.chunks = (h.k + 31) / 32;
   m.codes = w.codes.data();
+  m.format = h.format;
   m.scale_dtype = h.scale_dtype;
   m.scales = w.scales.data();
-  m.format = h.format;
-  m.global_scale = 1.0f;
   m.scale_row_stride = h.scale_row_stride;
   m.scale_block_stride = h.scale_block_stride;
   m.scale_group_stride = h.scale_group_stride;
-  if (h.zero_points != nullptr) {
-    m.zero_points = w.zero_points.data();
-    m.zero_point_row_stride = h.zero_point_row_stride;
-    m.zero_point_block_stride = h.zero_point_block_stride;
-    m.zero_point_group_stride = h.zero_point_group_stride;
-  }
   m.bias_dtype = QMOE_DTYPE_F32;
   if (h.bias != nullptr) {
     m.bias_dtype = h.bias_dtype;
@@ -115,29 +108,28 @@ Desc describe_host(const Int4Matrix& w) {
   return m;
 }
 
+// The kernels' description of a host-resident Int4Matrix: its planes as they are, zero points
+// included.
+template <class Desc>
+Desc describe_host(const Int4Matrix& w) {
+  const qmoe_quant_matrix& h = w.desc;
+  Desc m = describe_planes<Desc>(w);
+  m.global_scale = 1.0f;
+  if (h.zero_points != nullptr) {
+    m.zero_points = w.zero_points.data();
+    m.zero_point_row_stride = h.zero_point_row_stride;
+    m.zero_point_block_stride = h.zero_point_block_stride;
+    m.zero_point_group_stride = h.zero_point_group_stride;
+  }
+  return m;
+}
+
 // The same of a host-resident Fp4Matrix (MXFP4 or NVFP4): one-byte scales as they are, the
 // global scale as the library passes it (0, "none", read as 1).
 template <class Desc>
 Desc describe_host(const Fp4Matrix& w) {
-  const qmoe_quant_matrix& h = w.desc;
-  Desc m{};
-  m.n = h.n;
-  m.k = h.k;
-  m.block_size = h.block_size;
-  m.chunks = (h.k + 31) / 32;
-  m.codes = w.codes.data();
-  m.scale_dtype = h.scale_dtype;
-  m.scales = w.scales.data();
-  m.scale_row_stride = h.scale_row_stride;
-  m.scale_block_stride = h.scale_block_stride;
-  m.scale_group_stride = h.scale_group_stride;
-  m.bias_dtype = QMOE_DTYPE_F32;
-  if (h.bias != nullptr) {
-    m.bias_dtype = h.bias_dtype;
-    m.bias = w.bias.data();
-  }
-  m.format = h.format;
-  m.global_scale = h.global_scale == 0.0f ? 1.0f : h.global_scale;
+  Desc m = describe_planes<Desc>(w);
+  m.global_scale = w.desc.global_scale == 0.0f ? 1.0f : w.desc.global_scale;
   return m;
 }
 

@@ -54,55 +54,79 @@ std::string describe_case(const Int4Matrix& w, const GemvCase& c, int sms,
   return s.str();
 }
 
-// Runs the GEMV (auto split or `config`) on X values `x` ([m][k]) and checks every output
-// against the FP64 reference within the device test's bounds, and the poison elsewhere.
-void run_gemv(const Int4Matrix& w, const GemvCase& c, const std::vector<float>& x_values, int sms,
-              const emu::Int4GemvConfig* config) {
+// One GEMV launch on the emulated device: X values ([m][k]) staged in c.xd at ldx, y between
+// two guards of kGuard poisoned elements, and the widened X the kernel reads ([m][k]: what the
+// references take).
+struct GemvLaunch {
+  static constexpr size_t kGuard = 16;
+  std::vector<unsigned char> y;
+  std::vector<float> xw;
+  cudaError_t error = cudaSuccess;
+};
+
+template <class Matrix>
+GemvLaunch launch_gemv(const Matrix& w, const GemvCase& c, const std::vector<float>& x_values,
+                       int sms, const emu::Int4GemvConfig* config) {
   qmoe_emu::device().sm_count = sms;
-  const uint32_t k = w.options.k, n = w.options.n;
+  const uint32_t k = w.options.k;
   std::vector<float> xs(size_t{c.m} * c.ldx, 0.0f);
   for (uint32_t i = 0; i < c.m; ++i) {
     for (uint32_t j = 0; j < k; ++j) xs[i * c.ldx + j] = x_values[size_t{i} * k + j];
   }
   const std::vector<unsigned char> xb = to_bytes(c.xd, xs);
-  constexpr size_t kGuard = 16;
-  std::vector<unsigned char> y((2 * kGuard + size_t{c.m} * c.ldy) * dsize(c.yd), kPoison);
-  void* y0 = y.data() + kGuard * dsize(c.yd);
+  GemvLaunch l;
+  l.y.assign((2 * GemvLaunch::kGuard + size_t{c.m} * c.ldy) * dsize(c.yd), kPoison);
+  void* y0 = l.y.data() + GemvLaunch::kGuard * dsize(c.yd);
   const emu::DeviceQuantMatrix d = describe_host<emu::DeviceQuantMatrix>(w);
-  const cudaError_t e =
-      config == nullptr
-          ? emu::launch_int4_gemv(d, c.accuracy, c.m, c.xd, xb.data(), c.ldx, c.yd, y0, c.ldy,
-                                  c.n_begin, c.n_end, nullptr)
-          : emu::launch_int4_gemv_with_config(d, c.accuracy, c.m, c.xd, xb.data(), c.ldx, c.yd, y0,
-                                              c.ldy, c.n_begin, c.n_end, *config, nullptr);
-  const std::string what = describe_case(w, c, sms, config);
-  ASSERT_EQ(e, cudaSuccess) << what;
-  // The widened X the kernel reads, and the reference from it.
-  std::vector<float> xw(size_t{c.m} * k);
+  l.error = config == nullptr ? emu::launch_int4_gemv(d, c.accuracy, c.m, c.xd, xb.data(), c.ldx,
+                                                      c.yd, y0, c.ldy, c.n_begin, c.n_end, nullptr)
+                              : emu::launch_int4_gemv_with_config(
+                                    d, c.accuracy, c.m, c.xd, xb.data(), c.ldx, c.yd, y0, c.ldy,
+                                    c.n_begin, c.n_end, *config, nullptr);
+  l.xw.resize(size_t{c.m} * k);
   for (uint32_t i = 0; i < c.m; ++i) {
     for (uint32_t j = 0; j < k; ++j)
-      xw[size_t{i} * k + j] = element(c.xd, xb.data(), i * c.ldx + j);
+      l.xw[size_t{i} * k + j] = element(c.xd, xb.data(), i * c.ldx + j);
   }
-  const Reference ref = reference_gemm(w, xw, c.m);
-  size_t bad = 0;
+  return l;
+}
+
+// Walks every element of the launch's y: one the case writes (row i, column col in
+// [n_begin, n_end)) goes to check(i, col, got); any other must still be the poison (a failure,
+// counted in *bad, otherwise).
+template <class Check>
+void check_gemv_outputs(const GemvLaunch& l, const GemvCase& c, const std::string& what,
+                        size_t* bad, Check check) {
   const size_t es = dsize(c.yd);
-  for (size_t el = 0; el < y.size() / es; ++el) {
-    bool written = false;
-    uint32_t i = 0, col = 0;
-    if (el >= kGuard && el < kGuard + size_t{c.m} * c.ldy) {
-      i = static_cast<uint32_t>((el - kGuard) / c.ldy);
-      col = static_cast<uint32_t>((el - kGuard) % c.ldy);
-      written = col >= c.n_begin && col < c.n_end;
-    }
-    if (!written) {
-      for (size_t b = 0; b < es; ++b) {
-        if (y[el * es + b] != kPoison && bad++ < 5) {
-          ADD_FAILURE() << "element " << el << " outside the written columns changed; " << what;
-        }
+  for (size_t el = 0; el < l.y.size() / es; ++el) {
+    const size_t g = GemvLaunch::kGuard;
+    if (el >= g && el < g + size_t{c.m} * c.ldy) {
+      const uint32_t i = static_cast<uint32_t>((el - g) / c.ldy);
+      const uint32_t col = static_cast<uint32_t>((el - g) % c.ldy);
+      if (col >= c.n_begin && col < c.n_end) {
+        check(i, col, element(c.yd, l.y.data(), el));
+        continue;
       }
-      continue;
     }
-    const double got = element(c.yd, y.data(), el);
+    for (size_t b = 0; b < es; ++b) {
+      if (l.y[el * es + b] != kPoison && (*bad)++ < 5) {
+        ADD_FAILURE() << "element " << el << " outside the written columns changed; " << what;
+      }
+    }
+  }
+}
+
+// Runs the GEMV (auto split or `config`) on X values `x` ([m][k]) and checks every output
+// against the FP64 reference within the device test's bounds, and the poison elsewhere.
+void run_gemv(const Int4Matrix& w, const GemvCase& c, const std::vector<float>& x_values, int sms,
+              const emu::Int4GemvConfig* config) {
+  const uint32_t n = w.options.n;
+  const GemvLaunch l = launch_gemv(w, c, x_values, sms, config);
+  const std::string what = describe_case(w, c, sms, config);
+  ASSERT_EQ(l.error, cudaSuccess) << what;
+  const Reference ref = reference_gemm(w, l.xw, c.m);
+  size_t bad = 0;
+  check_gemv_outputs(l, c, what, &bad, [&](uint32_t i, uint32_t col, double got) {
     const size_t o = size_t{i} * n + col;
     const double want = ref.y[o];
     const double out_round = half_ulp(c.yd, std::max(std::fabs(want), std::fabs(got))) * 1.01;
@@ -113,7 +137,7 @@ void run_gemv(const Int4Matrix& w, const GemvCase& c, const std::vector<float>& 
       ADD_FAILURE() << "y[" << i << "," << col << "] = " << got << ", want " << want << " +- "
                     << tol << "; " << what;
     }
-  }
+  });
   EXPECT_EQ(bad, 0u) << what;
 }
 
@@ -206,60 +230,22 @@ std::string describe_fp4_case(const Fp4Matrix& w, const GemvCase& c, int sms) {
 std::vector<float> run_fp4_gemv(const Fp4Matrix& w, const GemvCase& c,
                                 const std::vector<float>& x_values, int sms,
                                 const emu::Int4GemvConfig* config = nullptr) {
-  qmoe_emu::device().sm_count = sms;
   const uint32_t k = w.options.k, n = w.options.n;
-  std::vector<float> xs(size_t{c.m} * c.ldx, 0.0f);
-  for (uint32_t i = 0; i < c.m; ++i) {
-    for (uint32_t j = 0; j < k; ++j) xs[i * c.ldx + j] = x_values[size_t{i} * k + j];
-  }
-  const std::vector<unsigned char> xb = to_bytes(c.xd, xs);
-  constexpr size_t kGuard = 16;
-  std::vector<unsigned char> y((2 * kGuard + size_t{c.m} * c.ldy) * dsize(c.yd), kPoison);
-  void* y0 = y.data() + kGuard * dsize(c.yd);
-  const emu::DeviceQuantMatrix d = describe_host<emu::DeviceQuantMatrix>(w);
-  const cudaError_t e =
-      config == nullptr
-          ? emu::launch_int4_gemv(d, c.accuracy, c.m, c.xd, xb.data(), c.ldx, c.yd, y0, c.ldy,
-                                  c.n_begin, c.n_end, nullptr)
-          : emu::launch_int4_gemv_with_config(d, c.accuracy, c.m, c.xd, xb.data(), c.ldx, c.yd, y0,
-                                              c.ldy, c.n_begin, c.n_end, *config, nullptr);
+  const GemvLaunch l = launch_gemv(w, c, x_values, sms, config);
   const std::string what = describe_fp4_case(w, c, sms);
   std::vector<float> out(size_t{c.m} * n, NAN);
-  EXPECT_EQ(e, cudaSuccess) << what;
-  if (e != cudaSuccess) return out;
-  std::vector<float> xw(size_t{c.m} * k);
-  for (uint32_t i = 0; i < c.m; ++i) {
-    for (uint32_t j = 0; j < k; ++j) {
-      xw[size_t{i} * k + j] = element(c.xd, xb.data(), i * c.ldx + j);
-    }
-  }
-  const Fp4Reference ref = reference_gemm(w, xw, c.m);
+  EXPECT_EQ(l.error, cudaSuccess) << what;
+  if (l.error != cudaSuccess) return out;
+  const Fp4Reference ref = reference_gemm(w, l.xw, c.m);
   qmoe_context* ctx = nullptr;
   EXPECT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
   std::vector<float> cpu(size_t{c.m} * n, 0.0f);
-  EXPECT_EQ(qmoe_gemm(ctx, &w.desc, c.accuracy, c.m, xw.data(), k, cpu.data(), n, 0, n),
+  EXPECT_EQ(qmoe_gemm(ctx, &w.desc, c.accuracy, c.m, l.xw.data(), k, cpu.data(), n, 0, n),
             QMOE_STATUS_OK)
       << qmoe_last_error_message();
   qmoe_context_destroy(ctx);
   size_t bad = 0;
-  const size_t es = dsize(c.yd);
-  for (size_t el = 0; el < y.size() / es; ++el) {
-    bool written = false;
-    uint32_t i = 0, col = 0;
-    if (el >= kGuard && el < kGuard + size_t{c.m} * c.ldy) {
-      i = static_cast<uint32_t>((el - kGuard) / c.ldy);
-      col = static_cast<uint32_t>((el - kGuard) % c.ldy);
-      written = col >= c.n_begin && col < c.n_end;
-    }
-    if (!written) {
-      for (size_t b = 0; b < es; ++b) {
-        if (y[el * es + b] != kPoison && bad++ < 5) {
-          ADD_FAILURE() << "element " << el << " outside the written columns changed; " << what;
-        }
-      }
-      continue;
-    }
-    const float got = element(c.yd, y.data(), el);
+  check_gemv_outputs(l, c, what, &bad, [&](uint32_t i, uint32_t col, float got) {
     const size_t o = size_t{i} * n + col;
     out[o] = got;
     const double cpu_y = cpu[o];
@@ -267,7 +253,7 @@ std::vector<float> run_fp4_gemv(const Fp4Matrix& w, const GemvCase& c,
       if (!std::isnan(got) && bad++ < 5) {
         ADD_FAILURE() << "y[" << i << "," << col << "] = " << got << ", want NaN; " << what;
       }
-      continue;
+      return;
     }
     const double out_round =
         half_ulp(c.yd, std::max(std::fabs(ref.y[o]), std::fabs(double{got}))) * 1.01;
@@ -280,7 +266,7 @@ std::vector<float> run_fp4_gemv(const Fp4Matrix& w, const GemvCase& c,
       ADD_FAILURE() << "y[" << i << "," << col << "] = " << got << ", CPU library " << cpu_y << "; "
                     << what;
     }
-  }
+  });
   EXPECT_EQ(bad, 0u) << what;
   return out;
 }
