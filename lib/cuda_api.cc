@@ -28,7 +28,13 @@ struct qmoe_cuda_expert_set {
   void* set = nullptr;       // the backend's object
   uint32_t num_experts = 0;  // E, for the forward's checks
   uint32_t hidden = 0;       // H
-  uint32_t num_slots = 0;    // for the residency update's checks
+  // For the residency update's checks: the slots, and the shape, SwiGLU and format a host set
+  // must have to fill them (as describe_host_set gives them).
+  uint32_t num_slots = 0;
+  uint32_t intermediate = 0;
+  bool interleaved = false;
+  float alpha = 0.0f, beta = 0.0f, limit = 0.0f;
+  qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4;
 };
 
 namespace qmoe {
@@ -57,6 +63,13 @@ qmoe_status resolve(const qmoe_cuda_expert_set* handle, const char* function) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "not a qmoe CUDA expert set");
   }
   return QMOE_STATUS_OK;
+}
+
+bool same_bits(float a, float b) {
+  uint32_t x = 0, y = 0;
+  std::memcpy(&x, &a, sizeof x);
+  std::memcpy(&y, &b, sizeof y);
+  return x == y;
 }
 
 bool valid_accuracy(int32_t a) {
@@ -232,6 +245,12 @@ qmoe_status create(const qmoe_cuda_expert_set_desc* desc_in, qmoe_cuda_expert_se
   shell->num_experts = e_count;
   shell->hidden = host->hidden;
   shell->num_slots = slots;
+  shell->intermediate = upload.intermediate;
+  shell->interleaved = upload.interleaved;
+  shell->alpha = upload.alpha;
+  shell->beta = upload.beta;
+  shell->limit = upload.limit;
+  shell->format = upload.fc1[0].format;  // one per set (describe_host_set)
   shell->magic.store(kLiveMagic, std::memory_order_release);
   *set = shell;
   return QMOE_STATUS_OK;
@@ -425,6 +444,19 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_update_residency(
   if (qmoe_status s = describe_host_set(*host, __func__, &fc1, &fc2, &upload);
       s != QMOE_STATUS_OK) {
     return s;
+  }
+  if (upload.intermediate != set->intermediate || upload.interleaved != set->interleaved ||
+      !same_bits(upload.alpha, set->alpha) || !same_bits(upload.beta, set->beta) ||
+      !same_bits(upload.limit, set->limit)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "the host set's intermediate size or SwiGLU differs from the set's (I %u)",
+              set->intermediate);
+  }
+  // The layer's kernels are chosen for the set's one format.
+  if (upload.fc1[0].format != set->format) {
+    QMOE_FAIL(QMOE_STATUS_UNSUPPORTED_FORMAT,
+              "the host set's experts are format %d, the GPU set's %d",
+              static_cast<int>(upload.fc1[0].format), static_cast<int>(set->format));
   }
   // A non-null pointer for an empty list, so the upload never means "every expert".
   static const uint32_t kNone = 0;

@@ -107,8 +107,9 @@ struct CudaBackend {
   /// The set's device residency map (E int32).
   const int32_t* (*residency)(const void* set);
   /// Make upload.resident the set's resident experts on `stream` (upload: the host set's
-  /// descriptions, checked to have the set's E, H, intermediate size and SwiGLU; the ids
-  /// distinct, in range and at most the set's slots); *copied = experts copied.
+  /// descriptions, checked by lib/cuda_api.cc to have the set's E, H, intermediate size, SwiGLU
+  /// and format; the ids distinct, in range and at most the set's slots); *copied = experts
+  /// copied. Refuses a capturing stream and a stream of another device itself.
   qmoe_status (*update_residency)(const char* function, void* set, const CudaExpertUpload& upload,
                                   void* stream, uint32_t* copied);
   /// Workspace bytes of a forward; 0 when the sizes are out of the kernels' range.

@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "lib/cuda/cuda_status.h"
@@ -19,13 +18,6 @@ namespace qmoe {
 namespace {
 
 using cuda::DeviceExpertSet;
-
-bool same_bits(float a, float b) {
-  uint32_t x = 0, y = 0;
-  std::memcpy(&x, &a, sizeof x);
-  std::memcpy(&y, &b, sizeof y);
-  return x == y;
-}
 
 qmoe_status get_device_count(const char* function, int* device_count) {
   int count = 0;
@@ -85,24 +77,6 @@ qmoe_status check_stream(const char* function, void* stream, int device) {
 qmoe_status update_residency(const char* function, void* set, const CudaExpertUpload& upload,
                              void* stream, uint32_t* copied) {
   auto* s = static_cast<DeviceExpertSet*>(set);
-  if (upload.num_experts != s->num_experts || upload.hidden != s->hidden ||
-      upload.intermediate != s->intermediate || upload.interleaved != s->interleaved ||
-      !same_bits(upload.alpha, s->alpha) || !same_bits(upload.beta, s->beta) ||
-      !same_bits(upload.limit, s->limit)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "the host set's shape or SwiGLU differs from the set's (E %u, H %u, I %u)",
-                s->num_experts, s->hidden, s->intermediate);
-  }
-  if (upload.num_resident > s->num_slots) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "num_resident = %u exceeds the set's %u slots", upload.num_resident, s->num_slots);
-  }
-  // The layer's kernels were chosen for the set's one format (the upload has one: cuda_api.cc).
-  if (upload.fc1[0].format != s->format) {
-    return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function,
-                "the host set's experts are format %d, the GPU set's %d",
-                static_cast<int>(upload.fc1[0].format), static_cast<int>(s->format));
-  }
   cuda::DeviceScope scope(s->device);
   if (scope.status() != cudaSuccess) {
     return cuda::status_from_cuda(static_cast<cudaError_t>(scope.status()), function,
