@@ -19,14 +19,15 @@
 #include "lib/gemm/group_args.h"
 #include "tests/cpu/isa_test_util.h"
 #include "tests/gemm/int3_reference.h"
+#include "tests/gemm/poisoned_gemm.h"
 #include "tests/moe/moe_call.h"
 #include "tests/moe/moe_reference.h"
 
 namespace qmoe::testing {
 namespace {
 
-constexpr float kPoison = -12345.678f;
-constexpr size_t kGuard = 16;
+constexpr float kPoison = kGemmPoison;
+constexpr size_t kGuard = kGemmGuard;
 
 const char* level_name(qmoe_accuracy a) {
   return a == QMOE_ACCURACY_EXACT ? "exact" : "fast";
@@ -37,41 +38,15 @@ double tolerance(const Reference& ref, qmoe_accuracy level, size_t o) {
   return (level == QMOE_ACCURACY_EXACT ? 1e-5 * ref.abs_sum[o] : ref.fast_bound[o]) + 1e-30;
 }
 
-// Y = X W^T over [n_begin, n_end) into a poisoned Y with row stride ldy > N between guard words;
-// checks every written value against the reference and every other word for its poison, and
-// returns the outputs (N per row, poison outside the range).
+// gemm_into_poisoned_y (tests/gemm/poisoned_gemm.h) against the INT3 FP64 reference and the
+// level's bound: the outputs, n per row (the poison outside [n_begin, n_end)).
 std::vector<float> run_and_check(qmoe_context* ctx, const Int4Matrix& w, qmoe_accuracy level,
                                  const std::vector<float>& x, uint32_t m, uint32_t n_begin,
                                  uint32_t n_end, const std::string& where) {
-  const uint32_t n = w.options.n, k = w.options.k;
-  const size_t ldy = n + 5;
-  std::vector<float> buffer(kGuard + size_t{m} * ldy + kGuard, kPoison);
-  const qmoe_status status =
-      qmoe_gemm(ctx, &w.desc, level, m, x.data(), k, buffer.data() + kGuard, ldy, n_begin, n_end);
-  EXPECT_EQ(status, QMOE_STATUS_OK) << where << ": " << qmoe_last_error_message();
   const Reference ref = reference_gemm(w, x, m);
-  std::vector<float> out(size_t{m} * n, kPoison);
-  int reported = 0;
-  for (size_t i = 0; i < buffer.size(); ++i) {
-    const bool inside = i >= kGuard && i < kGuard + size_t{m} * ldy;
-    const size_t row = inside ? (i - kGuard) / ldy : 0, col = inside ? (i - kGuard) % ldy : 0;
-    if (!inside || col < n_begin || col >= n_end) {
-      if (std::memcmp(&buffer[i], &kPoison, sizeof(float)) != 0 && reported++ < 3) {
-        ADD_FAILURE() << where << ": word " << i << " outside the output columns changed to "
-                      << buffer[i];
-      }
-      continue;
-    }
-    const size_t o = row * n + col;
-    out[o] = buffer[i];
-    const double err = std::fabs(static_cast<double>(buffer[i]) - ref.y[o]);
-    if (!(err <= tolerance(ref, level, o)) && reported++ < 3) {
-      ADD_FAILURE() << where << ": Y[" << row << "," << col << "] = " << buffer[i]
-                    << ", FP64 reference " << ref.y[o] << ", |err| " << err << " > tol "
-                    << tolerance(ref, level, o);
-    }
-  }
-  return out;
+  return gemm_into_poisoned_y(
+      ctx, w.desc, level, x, m, n_begin, n_end, [&](size_t o) { return ref.y[o]; },
+      [&](size_t o) { return tolerance(ref, level, o); }, where);
 }
 
 struct Case {

@@ -14,55 +14,29 @@
 
 #include "tests/cpu/isa_test_util.h"
 #include "tests/gemm/int4_reference.h"
+#include "tests/gemm/poisoned_gemm.h"
 #include "tests/threaded_runs.h"
 
 namespace qmoe::testing {
 namespace {
 
-constexpr float kPoison = -12345.678f;
-constexpr size_t kGuard = 16;
+constexpr float kPoison = kGemmPoison;
 
 const char* level_name(qmoe_accuracy a) {
   return a == QMOE_ACCURACY_EXACT ? "exact" : "fast";
 }
 
-// Runs Y = X W^T over [n_begin, n_end) in a poisoned, guard-banded Y with row stride ldy, and
-// checks every written value against the reference and every other word for its poison.
-// Returns the outputs (n_total per row) for parity comparisons.
+// gemm_into_poisoned_y (tests/gemm/poisoned_gemm.h) against the INT4 FP64 reference and the
+// level's bound: the outputs, n per row (the poison outside [n_begin, n_end)).
 std::vector<float> run_and_check(qmoe_context* ctx, const Int4Matrix& w, qmoe_accuracy level,
                                  const std::vector<float>& x, uint32_t m, uint32_t n_begin,
                                  uint32_t n_end, const Reference& ref, const std::string& where) {
-  const uint32_t n = w.options.n, k = w.options.k;
-  const size_t ldy = n + 5;
-  std::vector<float> buffer(kGuard + size_t{m} * ldy + kGuard, kPoison);
-  float* y = buffer.data() + kGuard;
-  const qmoe_status status = qmoe_gemm(ctx, &w.desc, level, m, x.data(), k, y, ldy, n_begin, n_end);
-  EXPECT_EQ(status, QMOE_STATUS_OK) << where << ": " << qmoe_last_error_message();
-  std::vector<float> out(size_t{m} * n, kPoison);
-  int reported = 0;
-  for (size_t i = 0; i < buffer.size(); ++i) {
-    const bool inside_y = i >= kGuard && i < kGuard + size_t{m} * ldy;
-    const size_t row = inside_y ? (i - kGuard) / ldy : 0;
-    const size_t col = inside_y ? (i - kGuard) % ldy : 0;
-    const bool written = inside_y && col >= n_begin && col < n_end;
-    if (!written) {
-      if (std::memcmp(&buffer[i], &kPoison, sizeof(float)) != 0 && reported++ < 3) {
-        ADD_FAILURE() << where << ": word " << i << " outside the output range changed to "
-                      << buffer[i];
-      }
-      continue;
-    }
-    const size_t o = row * n + col;
-    out[o] = buffer[i];
-    const double tol =
-        level == QMOE_ACCURACY_EXACT ? 1e-5 * ref.abs_sum[o] + 1e-30 : ref.fast_bound[o] + 1e-30;
-    const double err = std::fabs(static_cast<double>(buffer[i]) - ref.y[o]);
-    if (!(err <= tol) && reported++ < 3) {
-      ADD_FAILURE() << where << ": Y[" << row << "," << col << "] = " << buffer[i]
-                    << ", FP64 reference " << ref.y[o] << ", |err| " << err << " > tol " << tol;
-    }
-  }
-  return out;
+  return gemm_into_poisoned_y(
+      ctx, w.desc, level, x, m, n_begin, n_end, [&](size_t o) { return ref.y[o]; },
+      [&](size_t o) {
+        return level == QMOE_ACCURACY_EXACT ? 1e-5 * ref.abs_sum[o] : ref.fast_bound[o];
+      },
+      where);
 }
 
 // run_and_check on every thread configuration of `runs` (tests/threaded_runs.h): each meets

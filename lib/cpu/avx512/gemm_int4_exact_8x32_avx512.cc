@@ -84,22 +84,8 @@ void exact_tile(const GemmGroupArgs& a, uint32_t m0) {
     }
   }
 
-  if (huge_scales) {  // see the top of the file
-    GemmGroupArgs rows = a;
-    rows.m = kM;
-    rows.x = a.x + m0 * a.ldx;
-    rows.y = a.y + m0 * a.ldy;
-    scalar::gemm_int4_exact_8x32(rows);
-    return;
-  }
-  const __m256 bias = a.bias != nullptr ? _mm256_loadu_ps(a.bias) : _mm256_setzero_ps();
-  // Rows [row_begin, row_end) only: masked-off lanes are not written.
-  const __mmask8 rows =
-      static_cast<__mmask8>((0xFFu >> (kGroupRows - a.row_end)) & (0xFFu << a.row_begin));
-  for (int i = 0; i < kM; ++i) {
-    const __m256 out = _mm256_add_ps(reduce_rows(acc[i]), bias);
-    _mm256_mask_storeu_ps(a.y + (m0 + i) * a.ldy, rows, out);
-  }
+  // huge_scales: see the top of the file.
+  store_exact_tile<kM>(a, m0, acc, huge_scales, &scalar::gemm_int4_exact_8x32);
 }
 
 template <qmoe_dtype kScale, bool kZeros, bool kBlock16>
