@@ -74,6 +74,7 @@ CpuFeatures probe_cpu_features() {
     if (bit(l7.ebx, 30)) b |= QMOE_CPU_FEATURE_AVX512BW;
     if (bit(l7.ebx, 31)) b |= QMOE_CPU_FEATURE_AVX512VL;
     if (bit(l7.ecx, 11)) b |= QMOE_CPU_FEATURE_AVX512VNNI;
+    if (bit(l7.ecx, 1)) b |= QMOE_CPU_FEATURE_AVX512VBMI;
     if (bit(l7s1.eax, 5)) b |= QMOE_CPU_FEATURE_AVX512BF16;
   }
   f.bits = b;

@@ -62,6 +62,8 @@ QMOE_API const char* qmoe_cpu_feature_name(uint32_t feature_bit) {
       return "avx512bf16";
     case QMOE_CPU_FEATURE_AVXVNNI:
       return "avxvnni";
+    case QMOE_CPU_FEATURE_AVX512VBMI:
+      return "avx512vbmi";
     default:
       return nullptr;
   }

@@ -1,9 +1,9 @@
 // Every MXFP4 and NVFP4 kernel of the kernel list (lib/cpu/kernel_list.inc), called directly on
 // 8-row groups against the scalar kernel of its format and level: each ISA's own kernel, also
-// where an extension (AVX512-VNNI) overlays it in the tier's table and the ABI tests never reach
-// it. Byte scales read in place (grouped and [K/B, N] orders) and FP32 panels, every M from 1 to
-// 9, partial row ranges, bias and global scales. Extension kernels must give the bits of the
-// plain kernel of their tier (the same exact integer sums, the same float epilogue).
+// where an extension (AVX512-VNNI, AVX512-VBMI) overlays it in the tier's table and the ABI tests
+// never reach it. Byte scales read in place (grouped and [K/B, N] orders) and FP32 panels, every M
+// from 1 to 9, partial row ranges, bias and global scales. Extension kernels must give the bits of
+// the plain kernel of their tier (the same exact integer sums, the same float epilogue).
 #include <gtest/gtest.h>
 
 #include <cmath>

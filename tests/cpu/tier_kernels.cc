@@ -32,7 +32,10 @@ const std::vector<TierRule>& tier_rules() {
   static const std::vector<TierRule> rules = {
       {Isa::kScalar, "scalar", {}},
       {Isa::kAvx2, "avx2", {{"avxvnni", QMOE_CPU_FEATURE_AVXVNNI}}},
-      {Isa::kAvx512, "avx512", {{"avx512vnni", QMOE_CPU_FEATURE_AVX512VNNI}}},
+      {Isa::kAvx512,
+       "avx512",
+       {{"avx512vbmi", QMOE_CPU_FEATURE_AVX512VNNI | QMOE_CPU_FEATURE_AVX512VBMI},
+        {"avx512vnni", QMOE_CPU_FEATURE_AVX512VNNI}}},
   };
   return rules;
 }

@@ -20,16 +20,12 @@ namespace {
 #include "lib/cpu/common/e2m1_scales_ymm.inc"
 }  // namespace
 
-#include "lib/cpu/avx512/gemm_e2m1_fast_8x32_avx512.inc"
 #include "lib/cpu/common/gemm_e2m1_fast_ymm.inc"
+// After the 256-bit body: the 512-bit file's entry runs M = 1 on it.
+#include "lib/cpu/avx512/gemm_e2m1_fast_8x32_avx512.inc"
 
 void gemm_nvfp4_fast_8x32(const GemmGroupArgs& a) {
-  if (a.m == 1) {
-    e2m1_fast_group<Nvfp4Policy>(a);
-    return;
-  }
-  dispatch_e2m1_group<Nvfp4Policy>(
-      a, [&a](auto scale) { e2m1_fast_rows512<Nvfp4Policy, decltype(scale)::value>(a); });
+  e2m1_fast_group_avx512<Nvfp4Policy>(a);
 }
 
 }  // namespace qmoe::avx512

@@ -19,22 +19,18 @@ namespace {
 #include "lib/cpu/common/e2m1_scales_ymm.inc"
 }  // namespace
 
-#define QMOE_E2M1_DPBUSD512 _mm512_dpbusd_epi32
-#include "lib/cpu/avx512/gemm_e2m1_fast_8x32_avx512.inc"
-#undef QMOE_E2M1_DPBUSD512
 #define QMOE_E2M1_DPBUSD256 _mm256_dpbusd_epi32
+#define QMOE_E2M1_DPBUSD512 _mm512_dpbusd_epi32
 #define QMOE_E2M1_TRANSPOSED 1
 #include "lib/cpu/common/gemm_e2m1_fast_ymm.inc"
+// After the 256-bit body: the 512-bit file's entry runs M = 1 on it.
+#include "lib/cpu/avx512/gemm_e2m1_fast_8x32_avx512.inc"
 #undef QMOE_E2M1_TRANSPOSED
+#undef QMOE_E2M1_DPBUSD512
 #undef QMOE_E2M1_DPBUSD256
 
 void gemm_nvfp4_fast_8x32(const GemmGroupArgs& a) {
-  if (a.m == 1) {
-    e2m1_fast_group<Nvfp4Policy>(a);
-    return;
-  }
-  dispatch_e2m1_group<Nvfp4Policy>(
-      a, [&a](auto scale) { e2m1_fast_rows512<Nvfp4Policy, decltype(scale)::value>(a); });
+  e2m1_fast_group_avx512<Nvfp4Policy>(a);
 }
 
 }  // namespace qmoe::avx512vnni
