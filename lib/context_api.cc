@@ -44,15 +44,11 @@ uint32_t default_thread_count() {
 }  // namespace
 
 qmoe_status resolve_context(const qmoe_context* handle, const char* function, Context** context) {
-  if (handle == nullptr) {
-    return fail(QMOE_STATUS_INVALID_CONTEXT, function, "context is NULL");
-  }
-  const uint64_t magic = handle->magic.load(std::memory_order_acquire);
-  if (magic == kDeadMagic) {
-    return fail(QMOE_STATUS_INVALID_CONTEXT, function, "context was destroyed");
-  }
-  if (magic != kLiveMagic || handle->context == nullptr) {
-    return fail(QMOE_STATUS_INVALID_CONTEXT, function, "not a qmoe context");
+  if (const qmoe_status s =
+          check_handle(handle, &qmoe_context::context, kLiveMagic, kDeadMagic,
+                       QMOE_STATUS_INVALID_CONTEXT, function, "context", "qmoe context");
+      s != QMOE_STATUS_OK) {
+    return s;
   }
   *context = handle->context;
   return QMOE_STATUS_OK;

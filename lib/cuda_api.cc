@@ -44,25 +44,9 @@ constexpr uint64_t kLiveMagic = 0x716d6f652d677075ull;  // "qmoe-gpu"
 constexpr uint64_t kDeadMagic = 0x716d6f652d676464ull;  // "qmoe-gdd"
 constexpr size_t kWorkspaceAlignment = 256;
 
-// The backend, or nullptr after recording why there is none.
-const CudaBackend* backend_or_fail(const char* function) {
-  const CudaBackend* backend = cuda_backend();
-  if (backend == nullptr) {
-    fail(QMOE_STATUS_CUDA_UNAVAILABLE, function, "libqmoe was built without CUDA (QMOE_CUDA=OFF)");
-  }
-  return backend;
-}
-
 qmoe_status resolve(const qmoe_cuda_expert_set* handle, const char* function) {
-  if (handle == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "set is NULL");
-  const uint64_t magic = handle->magic.load(std::memory_order_acquire);
-  if (magic == kDeadMagic) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "set was destroyed");
-  }
-  if (magic != kLiveMagic || handle->set == nullptr) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "not a qmoe CUDA expert set");
-  }
-  return QMOE_STATUS_OK;
+  return check_handle(handle, &qmoe_cuda_expert_set::set, kLiveMagic, kDeadMagic,
+                      QMOE_STATUS_INVALID_ARGUMENT, function, "set", "qmoe CUDA expert set");
 }
 
 bool same_bits(float a, float b) {
@@ -225,7 +209,7 @@ qmoe_status create(const qmoe_cuda_expert_set_desc* desc_in, qmoe_cuda_expert_se
       s != QMOE_STATUS_OK) {
     return s;
   }
-  const CudaBackend* backend = backend_or_fail(function);
+  const CudaBackend* backend = cuda_backend_or_fail(function);
   if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
   upload.device = desc->device;
   upload.resident = desc->resident;
@@ -359,7 +343,7 @@ QMOE_API qmoe_status qmoe_cuda_get_device_count(int* device_count) {
   if (device_count == nullptr) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "device_count out-pointer is NULL");
   }
-  const qmoe::CudaBackend* backend = qmoe::backend_or_fail(__func__);
+  const qmoe::CudaBackend* backend = qmoe::cuda_backend_or_fail(__func__);
   if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
   return backend->get_device_count(__func__, device_count);
 }
@@ -375,7 +359,7 @@ QMOE_API qmoe_status qmoe_cuda_gemm(const qmoe_quant_matrix* weights, qmoe_accur
       s != QMOE_STATUS_OK) {
     return s;
   }
-  const CudaBackend* backend = backend_or_fail(__func__);
+  const CudaBackend* backend = cuda_backend_or_fail(__func__);
   if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
   const CudaGemmCall call{&w,      accuracy, m,   x_dtype, x,     ldx,
                           y_dtype, y,        ldy, n_begin, n_end, stream};
@@ -540,7 +524,7 @@ QMOE_API qmoe_status qmoe_cuda_moe_forward(const qmoe_cuda_expert_set* set,
 QMOE_API qmoe_status qmoe_cuda_moe_check(const void* workspace, qmoe_cuda_stream stream) {
   using namespace qmoe;
   if (workspace == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "workspace is NULL");
-  const CudaBackend* backend = backend_or_fail(__func__);
+  const CudaBackend* backend = cuda_backend_or_fail(__func__);
   if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
   return backend->moe_check(__func__, workspace, stream);
 }

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lib/error.h"
 #include "lib/offload/device_state.h"
 #include "lib/offload/ring_layout.h"
 #include "lib/offload/service.h"
@@ -136,6 +137,15 @@ struct CudaBackend {
 
 /// The backend of a build with CUDA, or nullptr in a build without it.
 const CudaBackend* cuda_backend();
+
+/// cuda_backend(), or nullptr after recording CUDA_UNAVAILABLE for `function`.
+inline const CudaBackend* cuda_backend_or_fail(const char* function) {
+  const CudaBackend* backend = cuda_backend();
+  if (backend == nullptr) {
+    fail(QMOE_STATUS_CUDA_UNAVAILABLE, function, "libqmoe was built without CUDA (QMOE_CUDA=OFF)");
+  }
+  return backend;
+}
 
 }  // namespace qmoe
 

@@ -40,24 +40,10 @@ constexpr uint64_t kDeadMagic = 0x716d6f652d6f6464ull;  // "qmoe-odd"
 constexpr uint32_t kMaxLayers = 1u << 16;
 constexpr size_t kWorkspaceAlignment = 256;
 
-const CudaBackend* backend_or_fail(const char* function) {
-  const CudaBackend* backend = cuda_backend();
-  if (backend == nullptr) {
-    fail(QMOE_STATUS_CUDA_UNAVAILABLE, function, "libqmoe was built without CUDA (QMOE_CUDA=OFF)");
-  }
-  return backend;
-}
-
 qmoe_status resolve(const qmoe_cuda_offload* handle, const char* function) {
-  if (handle == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "session is NULL");
-  const uint64_t magic = handle->magic.load(std::memory_order_acquire);
-  if (magic == kDeadMagic) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "session was destroyed");
-  }
-  if (magic != kLiveMagic || handle->session == nullptr) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "not a qmoe CUDA offload session");
-  }
-  return QMOE_STATUS_OK;
+  return check_handle(handle, &qmoe_cuda_offload::session, kLiveMagic, kDeadMagic,
+                      QMOE_STATUS_INVALID_ARGUMENT, function, "session",
+                      "qmoe CUDA offload session");
 }
 
 // Every check of qmoe_cuda_offload_create that needs no device, then the backend.
@@ -153,7 +139,7 @@ qmoe_status create(const qmoe_cuda_offload_desc* desc, qmoe_cuda_offload** out,
   if (!offload::ring_geometry_ok(geometry)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "hidden = %u is above 2^24", hidden);
   }
-  const CudaBackend* backend = backend_or_fail(function);
+  const CudaBackend* backend = cuda_backend_or_fail(function);
   if (backend == nullptr) return QMOE_STATUS_CUDA_UNAVAILABLE;
   CudaOffloadCreate c{};
   c.device = d.device;

@@ -35,13 +35,11 @@ constexpr uint64_t kDeadMagic = 0x716d6f652d646564ull;  // "qmoe-ded"
 
 qmoe_status resolve_expert_set(const qmoe_expert_set* handle, const char* function,
                                const ExpertSet** set) {
-  if (handle == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "set is NULL");
-  const uint64_t magic = handle->magic.load(std::memory_order_acquire);
-  if (magic == kDeadMagic) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "set was destroyed");
-  }
-  if (magic != kLiveMagic || handle->set == nullptr) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "not a qmoe expert set");
+  if (const qmoe_status s =
+          check_handle(handle, &qmoe_expert_set::set, kLiveMagic, kDeadMagic,
+                       QMOE_STATUS_INVALID_ARGUMENT, function, "set", "qmoe expert set");
+      s != QMOE_STATUS_OK) {
+    return s;
   }
   *set = handle->set;
   return QMOE_STATUS_OK;

@@ -15,7 +15,25 @@
 #include <mutex>
 #include <new>
 
+#include "lib/error.h"
+#include "qmoe/qmoe.h"
+
 namespace qmoe {
+
+/// The check every ABI call makes of a handle argument: OK when `shell` is live (magic `live`,
+/// read with acquire so that the implementation pointer stored before it is seen, and that
+/// pointer set); else `bad`, with "<noun> is NULL", "<noun> was destroyed" or "not a <kind>"
+/// recorded for `function`.
+template <typename Shell, typename Impl>
+qmoe_status check_handle(const Shell* shell, Impl* Shell::*impl, uint64_t live, uint64_t dead,
+                         qmoe_status bad, const char* function, const char* noun,
+                         const char* kind) {
+  if (shell == nullptr) return fail(bad, function, "%s is NULL", noun);
+  const uint64_t magic = shell->magic.load(std::memory_order_acquire);
+  if (magic == dead) return fail(bad, function, "%s was destroyed", noun);
+  if (magic != live || shell->*impl == nullptr) return fail(bad, function, "not a %s", kind);
+  return QMOE_STATUS_OK;
+}
 
 template <typename Shell>
 class HandlePool {
