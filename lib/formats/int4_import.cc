@@ -60,55 +60,10 @@ qmoe_status import_int4_onnx_zero_points(const char* function, const uint8_t* sr
 qmoe_status import_int4_q4_0(const char* function, const void* src, uint32_t n, uint32_t k,
                              void* dst_codes, size_t dst_bytes, uint16_t* scales,
                              size_t scale_row_stride, size_t scale_block_stride) {
-  if (qmoe_status s = check_nibble_dst(function, kInt4Format, n, k, dst_codes, dst_bytes);
-      s != QMOE_STATUS_OK) {
-    return s;
-  }
-  if (src == nullptr || scales == nullptr) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s is NULL",
-                src == nullptr ? "src" : "scales");
-  }
-  if (k % kChunkCodes != 0)
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "k = %u is not a multiple of 32", k);
-  const uint32_t blocks = k / kChunkCodes;
-  if (!plane_strides_fit(n, blocks, scale_row_stride, scale_block_stride)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "scale strides (row %zu, block %zu) alias",
-                scale_row_stride, scale_block_stride);
-  }
-  // block_q4_0: { uint16_t d (FP16); uint8_t qs[16]; } = 18 bytes, no padding. Byte j of qs
-  // holds code j (low nibble) and code j + 16 (high nibble): the canonical chunk-row bytes.
-  constexpr size_t kBlockBytes = 2 + kChunkRowBytes;
-  const size_t src_bytes = size_t{n} * blocks * kBlockBytes;
-  const size_t codes_bytes = codes_size(kInt4Format, n, k);
-  if (reinterpret_cast<uintptr_t>(scales) % alignof(uint16_t) != 0) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "scales is not aligned to 2 bytes");
-  }
-  size_t scale_bytes = 0;
-  if (!plane_bytes(scales, n, blocks, scale_row_stride, scale_block_stride, 0, sizeof(uint16_t),
-                   &scale_bytes)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "scale strides (row %zu, block %zu) run past the end of the address space",
-                scale_row_stride, scale_block_stride);
-  }
-  if (ranges_overlap(src, src_bytes, dst_codes, codes_bytes) ||
-      ranges_overlap(src, src_bytes, scales, scale_bytes) ||
-      ranges_overlap(dst_codes, codes_bytes, scales, scale_bytes)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "src, dst_codes and scales must not overlap");
-  }
-  auto* out = static_cast<uint8_t*>(dst_codes);
-  std::memset(out, 0, codes_size(kInt4Format, n, k));
-  const auto* in = static_cast<const uint8_t*>(src);
-  for (uint32_t row = 0; row < n; ++row) {
-    for (uint32_t b = 0; b < blocks; ++b) {
-      const uint8_t* block = in + (size_t{row} * blocks + b) * kBlockBytes;
-      uint16_t d;
-      std::memcpy(&d, block, 2);
-      scales[row * scale_row_stride + b * scale_block_stride] = d;
-      std::memcpy(out + nibble_offset(row, b * kChunkCodes, blocks), block + 2, kChunkRowBytes);
-    }
-  }
-  return QMOE_STATUS_OK;
+  // block_q4_0: { uint16_t d (FP16); uint8_t qs[16]; } = 18 bytes, no padding; d is the
+  // block's FP16 scale as it is.
+  return import_ggml_nibble_blocks(function, kInt4Format, src, n, k, dst_codes, dst_bytes, scales,
+                                   sizeof(uint16_t), scale_row_stride, scale_block_stride, nullptr);
 }
 
 }  // namespace qmoe

@@ -35,6 +35,22 @@ qmoe_status import_nibble_pairs(const char* function, const FormatTraits& format
                                 const uint8_t* src, uint32_t n, uint32_t k, uint32_t k_multiple,
                                 void* dst, size_t dst_bytes);
 
+/// Says why a ggml block's scale (its `scale_bytes` bytes) cannot be imported, or nullptr.
+using GgmlScaleRefusal = const char* (*)(const uint8_t* scale);
+
+/// Imports ggml's 32-code blocks, row-major [N][K/32], each {scale (scale_bytes: 2 for Q4_0's
+/// FP16 bits, 1 for MXFP4's E8M0 byte), qs[16]}, where byte j of qs holds code j (low nibble)
+/// and j + 16 (high nibble): the canonical chunk-row bytes, copied as they are into `format`'s
+/// codes (padding zeroed), and each scale into `scales` at (row, block) elements of
+/// scale_bytes. Checks first (nothing written on failure): the destination, K a multiple of 32,
+/// the strides, 2-byte scales aligned, no overlap among src, the codes and the scale plane, and
+/// `refuse` (when not null) on every block's scale.
+qmoe_status import_ggml_nibble_blocks(const char* function, const FormatTraits& format,
+                                      const void* src, uint32_t n, uint32_t k, void* dst_codes,
+                                      size_t dst_bytes, void* scales, size_t scale_bytes,
+                                      size_t scale_row_stride, size_t scale_block_stride,
+                                      GgmlScaleRefusal refuse);
+
 }  // namespace qmoe
 
 #endif  // QMOE_LIB_FORMATS_NIBBLE_CODES_H_
