@@ -8,6 +8,8 @@
 #include <limits>
 #include <sstream>
 
+#include "tests/gemm/q8_reference.h"
+
 namespace qmoe::testing {
 namespace {
 
@@ -232,24 +234,10 @@ Fp4Reference reference_gemm(const Fp4Matrix& w, const std::vector<float>& x, uin
   ref.fast_tol.assign(size_t{m} * n_total, 0.0);
   for (uint32_t i = 0; i < m; ++i) {
     const float* xr = x.data() + size_t{i} * k_total;
-    // The fast level's activation error per 32 k (docs/formats.md): max|x| / 127 / 2, or max|x|
-    // in a chunk flushed to zero (max|x| below 2^-119).
-    std::vector<double> half_step((k_total + 31) / 32);
-    for (size_t c = 0; c < half_step.size(); ++c) {
-      double amax = 0;
-      for (uint32_t k = c * 32; k < std::min<uint32_t>(k_total, c * 32 + 32); ++k) {
-        amax = std::max(amax, std::fabs(static_cast<double>(xr[k])));
-      }
-      half_step[c] = amax < 0x1p-119 ? amax : amax / 127.0 / 2.0;
-    }
+    const std::vector<double> half_step = q8_half_steps(xr, k_total);
     for (uint32_t n = 0; n < n_total; ++n) {
-      double y = 0, abs_sum = 0, quant = 0;
-      for (uint32_t k = 0; k < k_total; ++k) {
-        const double wk = w.weight(n, k);
-        y += xr[k] * wk;
-        abs_sum += std::fabs(xr[k] * wk);
-        quant += half_step[k / 32] * std::fabs(wk);
-      }
+      const auto [y, abs_sum, quant] = reference_row_sums(
+          xr, half_step, k_total, [&](size_t k) { return w.weight(n, static_cast<uint32_t>(k)); });
       const size_t o = size_t{i} * n_total + n;
       ref.y[o] = y + w.bias_values[n];
       ref.abs_sum[o] = abs_sum;

@@ -59,6 +59,39 @@ inline Q8Reference reference_quantize_q8(const float* x, size_t k) {
   return out;
 }
 
+/// The fast level's activation error per 32 k of x[0, k) (docs/formats.md): half a step,
+/// max|x| / 127 / 2, or max|x| itself in a chunk flushed to zero (max|x| below 2^-119).
+inline std::vector<double> q8_half_steps(const float* x, size_t k) {
+  std::vector<double> half_step((k + 31) / 32);
+  for (size_t c = 0; c < half_step.size(); ++c) {
+    double amax = 0;
+    for (size_t i = c * 32; i < k && i < c * 32 + 32; ++i) {
+      amax = std::fmax(amax, std::fabs(static_cast<double>(x[i])));
+    }
+    half_step[c] = amax < 0x1p-119 ? amax : amax / 127.0 / 2.0;
+  }
+  return half_step;
+}
+
+/// One output's FP64 sums against activation row x[0, k) and weights weight(k): the product y,
+/// the sum of |x w| (the exact level's bound scales with it), and the fast level's activation
+/// error sum half_step * |w| (half_step from q8_half_steps).
+struct ReferenceRowSums {
+  double y = 0, abs_sum = 0, quant = 0;
+};
+template <typename Weight>
+ReferenceRowSums reference_row_sums(const float* x, const std::vector<double>& half_step, size_t k,
+                                    Weight&& weight) {
+  ReferenceRowSums s;
+  for (size_t i = 0; i < k; ++i) {
+    const double w = weight(i);
+    s.y += x[i] * w;
+    s.abs_sum += std::fabs(x[i] * w);
+    s.quant += half_step[i / 32] * std::fabs(w);
+  }
+  return s;
+}
+
 }  // namespace qmoe::testing
 
 #endif  // QMOE_TESTS_GEMM_Q8_REFERENCE_H_
