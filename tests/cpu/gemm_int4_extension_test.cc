@@ -21,7 +21,6 @@
 
 #include "lib/cpu/kernel_table.h"
 #include "lib/cpu/kernel_tables.h"
-#include "lib/cpu_features.h"
 #include "lib/dispatch.h"
 #include "lib/formats/int4_layout.h"
 #include "lib/gemm/group_args.h"
@@ -177,9 +176,9 @@ QMOE_INSTANTIATE_ISA_TEST_SUITE(Int4QuantizeQ8);
 
 // An extension ISA of the kernel list that has an INT4 fast kernel, and the base ISA of its tier.
 struct Extension {
+  CpuIsa isa;
   const char* name;  // the kernel-name suffix
   Isa tier;
-  uint32_t feature;
   const KernelTable* table;  // the extension's own kernels
   const KernelTable* plain;  // the tier's own kernels
 };
@@ -192,7 +191,7 @@ std::vector<Extension> extensions() {
     for (uint32_t i = 0; i < kCpuIsaCount; ++i) {
       const CpuIsaInfo& base = cpu_isa_info(static_cast<CpuIsa>(i));
       if (base.tier == info.tier && base.feature == 0) {
-        out.push_back({info.name, info.tier, info.feature, info.table, base.table});
+        out.push_back({isa, info.name, info.tier, info.table, base.table});
       }
     }
   }
@@ -203,21 +202,13 @@ void PrintTo(const Extension& e, std::ostream* os) {
   *os << e.name;
 }
 
-// Whether the host has every feature of `mask` (an extension may need more than one).
-bool has_features(uint32_t mask) {
-  return (host_cpu_features().bits & mask) == mask;
-}
-
 class GemmInt4Extension : public ::testing::TestWithParam<Extension> {
  protected:
-  // Empty when the host can run the extension, else why not.
+  // Empty when the host can run the extension (its tier and every feature it needs), else why
+  // not.
   std::string unavailable() const {
-    const Extension& e = GetParam();
-    if (const char* reason = isa_unavailable_reason(e.tier)) {
-      return std::string("tier ") + isa_name(e.tier) + " unavailable: " + reason;
-    }
-    if (!has_features(e.feature)) return "host lacks the extension's features";
-    return {};
+    const char* reason = cpu_isa_unavailable_reason(GetParam().isa);
+    return reason != nullptr ? reason : "";
   }
 };
 
@@ -232,7 +223,7 @@ TEST_P(GemmInt4Extension, KernelsAreNamedByTheExtensionAndPickedOnlyWithTheFeatu
 
   const KernelTable* assembled = kernel_table_for_isa(e.tier);
   if (assembled == nullptr) GTEST_SKIP() << unavailable();
-  const bool has_feature = has_features(e.feature);
+  const bool has_feature = unavailable().empty();  // the tier is available here
   EXPECT_EQ(int4_gemm(*assembled, QMOE_ACCURACY_FAST) == fast, has_feature)
       << isa_name(e.tier) << " tier runs "
       << gemm_kernel(*assembled, QMOE_WEIGHT_FORMAT_INT4, QMOE_ACCURACY_FAST).name;

@@ -18,7 +18,7 @@ int open_run_context(const RunOptions& options, RunContext* run) {
   // --gpu: the host thread that launches each step's graph and spins on its event needs a core
   // of its own, besides the context's threads (the offload service thread is one of them: it is
   // the pool's caller). One thread too many parks a worker for a scheduler tick inside every
-  // layer's cold work (measured: 8 ms a layer on a 16-core H200 host at batch 1).
+  // layer's cold work (docs/offload.md, "Sizing the context").
   if (options.gpu && options.threads == 0 && run->host.physical_cores > 1) {
     context_options.num_threads = run->host.physical_cores - 1;
   }
