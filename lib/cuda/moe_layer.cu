@@ -30,6 +30,7 @@
 #include "lib/cuda/int4_block.cuh"
 #include "lib/cuda/moe_layer.cuh"
 #include "lib/cuda/moe_routes.cuh"
+#include "lib/cuda/offload_cta.cuh"
 
 namespace qmoe::cuda {
 namespace {
@@ -266,6 +267,19 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   const MoeLayerParams& p = kp.p;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
+  // The offload's classify-publish is block 0's whole work (moe_layer.cuh). It reads m, the
+  // routing and x, which the preceding kernel may write: it waits first.
+  if (p.offload.enabled && blockIdx.x == 0) {
+    wait_for_preceding_grid();
+    allow_dependent_launch();
+    DeviceCta cta;
+    offload::classify_publish(cta, *reinterpret_cast<offload::ClassifyShared*>(smem),
+                              p.offload.classify);
+    return;
+  }
+  const uint32_t first_block = p.offload.enabled ? 1 : 0;
+  const uint32_t block = blockIdx.x - first_block, blocks = gridDim.x - first_block;
+
   // Nothing is written to global memory before the wait, so (b), and the next layer, may
   // start as soon as every block of this grid runs.
   const bool early = p.inputs_ready_early;
@@ -276,8 +290,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   // This block's range of the (item, task) list (64-bit: items x tasks may pass 2^32 for an
   // intermediate size near its limit).
   const uint64_t total = info.error != 0 ? 0 : uint64_t{info.items} * kp.fc1_tasks;
-  const uint64_t per = (total + gridDim.x - 1) / gridDim.x;
-  const uint64_t t_begin = blockIdx.x * per < total ? blockIdx.x * per : total;
+  const uint64_t per = (total + blocks - 1) / blocks;
+  const uint64_t t_begin = block * per < total ? block * per : total;
   const uint64_t t_end = t_begin + per < total ? t_begin + per : total;
 
   // Each warp prefetches the groups of its first task into the L2 (with inputs_ready_early
@@ -455,6 +469,21 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
       store_narrowed(p.y, at, p.dtype, sum);
     }
   }
+
+  // The offload's wait-accumulate over this block's own columns, the groups it has just
+  // written (moe_layer.cuh).
+  if (p.offload.enabled) {
+    __shared__ offload::WaitShared wait_shared;
+    __syncthreads();  // the writes above are done: the add reads y back
+    DeviceCta cta;
+    if (offload::await_answer(cta, wait_shared, p.offload.wait)) {
+      const uint32_t b = blockIdx.x, grid = gridDim.x;
+      offload::add_answer(cta, wait_shared, p.offload.wait, kp.fc2_rounds * kGroupRows,
+                          [b, grid](uint32_t i) {
+                            return (b + i / kGroupRows * grid) * kGroupRows + i % kGroupRows;
+                          });
+    }
+  }
 }
 
 // ---- Host side ---------------------------------------------------------------------------------
@@ -536,7 +565,9 @@ size_t moe_layer_workspace_size(uint32_t m_capacity, uint32_t top_k, uint32_t nu
   return kHeaderBytes + round_up(slots * chunks * 128, 256) + round_up(slots * hidden * 4, 256);
 }
 
-cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream) {
+cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
+                             uint32_t* kernels_launched) {
+  if (kernels_launched != nullptr) *kernels_launched = 0;
   const size_t ws =
       moe_layer_workspace_size(p.m_capacity, p.top_k, p.num_experts, p.hidden, p.intermediate);
   const bool routing_ok = (p.logits != nullptr) != (p.ids != nullptr || p.weights != nullptr) &&
@@ -593,7 +624,9 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream) {
   const uint32_t fc2_grid = std::min<uint32_t>(kp.fc2_groups, kFc2BlocksPerSm * sms);
   kp.fc2_rounds = (kp.fc2_groups + fc2_grid - 1) / fc2_grid;
   kp.y2_in_smem = uint64_t{kp.slots_cap} * kp.fc2_rounds <= kSmemY2MaxEntries;
-  const size_t smem1 = kp.tables_bytes + size_t{T} * kp.tc1 * record;
+  // (a)'s classify-publish block keeps its offload::ClassifyShared there too.
+  const size_t smem1 =
+      std::max(kp.tables_bytes + size_t{T} * kp.tc1 * record, sizeof(offload::ClassifyShared));
   const size_t smem2 = kp.tables_bytes + size_t{kWarps} * T * kp.tc2 * record +
                        (kp.y2_in_smem ? size_t{kp.slots_cap} * kp.fc2_rounds * kGroupRows * 4 : 0);
   constexpr size_t kStaticAndReserved = 6 * 1024 + 1024;  // static smem bound + per-block reserve
@@ -603,7 +636,8 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream) {
                                   ? kFc1BlocksPerSm
                                   : 1u;
   const uint64_t fc1_work = uint64_t{max_items(kp.slots_cap, p.num_experts, T)} * kp.fc1_tasks;
-  const uint64_t fc1_grid = std::min<uint64_t>(fc1_work, uint64_t{fc1_per_sm} * sms);
+  const uint64_t fc1_grid = std::min<uint64_t>(fc1_work, uint64_t{fc1_per_sm} * sms) +
+                            (p.offload.enabled ? 1 : 0);  // + the classify-publish block
   // Static shared memory of either kernel stays under 6 KiB.
   if (smem1 + 6 * 1024 > size_t(smem_max) || smem2 + 6 * 1024 > size_t(smem_max)) {
     return cudaErrorInvalidValue;
@@ -614,7 +648,10 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream) {
   e = launch_decode_kernel(fc1, dim3(static_cast<unsigned>(fc1_grid > 0 ? fc1_grid : 1)),
                            dim3(kThreads), smem1, pdl, kp, stream);
   if (e != cudaSuccess) return e;
-  return launch_decode_kernel(fc2, dim3(fc2_grid), dim3(kThreads), smem2, pdl, kp, stream);
+  if (kernels_launched != nullptr) *kernels_launched = 1;
+  e = launch_decode_kernel(fc2, dim3(fc2_grid), dim3(kThreads), smem2, pdl, kp, stream);
+  if (e == cudaSuccess && kernels_launched != nullptr) *kernels_launched = 2;
+  return e;
 }
 
 }  // namespace qmoe::cuda

@@ -23,6 +23,8 @@
 //       the grid, the device or timing).
 // The grids fit side by side on every SM (80 registers a thread), so (b)'s blocks route and
 // prefetch while (a) computes, and the next layer's (a) does the same while (b) computes.
+// A hybrid layer (offload_session.cu) is the same two kernels carrying the offload's steps
+// (MoeOffloadSteps below): one more (a) block, and a wait at the end of each (b) block.
 //
 // Routes are what the CPU executor runs (lib/moe_forward.cc): slot (t, j) with weight != 0 whose
 // expert is resident (residency[e] >= 0); slots with weight 0 or a non-resident expert are
@@ -41,6 +43,7 @@
 #include <cstdint>
 
 #include "lib/cuda/device_quant_matrix.cuh"
+#include "lib/offload/kernels.h"
 #include "qmoe/qmoe.h"
 
 namespace qmoe::cuda {
@@ -57,6 +60,21 @@ constexpr uint32_t kMoeErrorSlotMatrix = 32u;         // a used slot's FC1/FC2 i
 /// shared routing tables).
 constexpr uint32_t kMoeMaxExperts = 1024;
 constexpr uint32_t kMoeMaxSlots = 4096;
+
+/// The offload's two steps (lib/offload/kernels.h) carried by the layer's own kernels, so that a
+/// hybrid layer is the same two graph nodes as a resident one (offload_session.cu):
+///  - (a)'s grid gets one more block, block 0, whose whole work is classify_publish: the CPU's
+///    request goes out as soon as x is ready, beside FC1;
+///  - every (b) block, after writing its output groups of y, waits for the answer
+///    (await_answer) and adds the CPU's result into those same columns (add_answer): the
+///    blocks own disjoint columns, so no block waits for another.
+/// The arithmetic is the standalone kernels': y is rounded to its dtype, then the result is
+/// added and y rounded again.
+struct MoeOffloadSteps {
+  bool enabled;  // false: a resident-only layer (the arguments below are not read)
+  offload::ClassifyArgs classify;
+  offload::WaitArgs wait;
+};
 
 struct MoeLayerParams {
   // Fixed when a graph is captured (host values).
@@ -98,6 +116,7 @@ struct MoeLayerParams {
   // Scratch of moe_layer_workspace_size bytes, 256-byte aligned; one call at a time.
   void* workspace;
   size_t workspace_bytes;
+  MoeOffloadSteps offload;
 };
 
 /// Bytes of device workspace for a capacity (0 when the sizes are out of range or overflow).
@@ -114,8 +133,10 @@ inline const uint32_t* moe_layer_error_word(const void* workspace) {
 /// k outside [1, E], m_capacity 0, unknown enums (a format without decode kernels too), NULL
 /// pointers (ids/weights and logits: exactly
 /// one routing), a workspace too small or not 256-byte aligned, or ldx, ldy < H with capacity
-/// > 1. Otherwise the first launch error.
-cudaError_t launch_moe_layer(const MoeLayerParams& params, cudaStream_t stream);
+/// > 1. Otherwise the first launch error. `kernels_launched` (optional) gets how many of the two
+/// launched: 1 means (a) did and (b) did not, so a request (a) published has no wait.
+cudaError_t launch_moe_layer(const MoeLayerParams& params, cudaStream_t stream,
+                             uint32_t* kernels_launched = nullptr);
 
 }  // namespace qmoe::cuda
 

@@ -1,97 +1,11 @@
-// The GPU's CTA for the offload kernel bodies (lib/offload/kernels.h states the memory-ordering
-// argument; here is what each operation compiles to):
-//   load_acquire_system    ld.acquire.sys.b64     (libcu++ atomic_ref, thread_scope_system)
-//   store_release_system   st.release.sys.b64
-//   store_relaxed_system   st.relaxed.sys.b32
-//   fence_system           fence.sc.sys           (__threadfence_system)
-//   load_relaxed           ld.relaxed.gpu.b32     (the sticky error, device memory)
-//   atomic_or              atom.or (device scope; on the sticky error word)
-//   load_uncached/_result  ld.global.cv           (host-written payload: never a cached line)
-//   now_ns                 %globaltimer           (ns; its resolution, ~1 us, is far below any
-//                                                  sensible timeout)
-// tests/cmake/check_offload_ptx.cmake checks the PTX for these instructions and their order.
+// The standalone offload kernels: their bodies are lib/offload/kernels.h's, over the GPU's Cta
+// (offload_cta.cuh says what each memory operation compiles to).
 #include "lib/cuda/offload_kernels.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda/atomic>
+#include "lib/cuda/offload_cta.cuh"
 
 namespace qmoe::cuda {
 namespace {
-
-using SystemU64 = ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_system>;
-using SystemU32 = ::cuda::atomic_ref<unsigned int, ::cuda::thread_scope_system>;
-using DeviceU32 = ::cuda::atomic_ref<unsigned int, ::cuda::thread_scope_device>;
-
-static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit sequence words");
-
-struct DeviceCta {
-  __device__ uint32_t thread() const { return threadIdx.x; }
-  __device__ uint32_t threads() const { return blockDim.x; }
-  __device__ uint32_t block() const { return blockIdx.x; }
-  __device__ uint32_t blocks() const { return gridDim.x; }
-
-  __device__ void sync() const { __syncthreads(); }
-  __device__ int sync_count(int predicate) const { return __syncthreads_count(predicate); }
-  __device__ int sync_or(int predicate) const { return __syncthreads_or(predicate); }
-
-  __device__ static uint64_t load_acquire_system(const uint64_t* p) {
-    SystemU64 word(*reinterpret_cast<unsigned long long*>(const_cast<uint64_t*>(p)));
-    return word.load(::cuda::memory_order_acquire);
-  }
-  __device__ static void store_release_system(uint64_t* p, uint64_t v) {
-    SystemU64 word(*reinterpret_cast<unsigned long long*>(p));
-    word.store(v, ::cuda::memory_order_release);
-  }
-  __device__ static void store_relaxed_system(uint32_t* p, uint32_t v) {
-    SystemU32 word(*reinterpret_cast<unsigned int*>(p));
-    word.store(v, ::cuda::memory_order_relaxed);
-  }
-  __device__ static void fence_system() { __threadfence_system(); }
-  __device__ static uint32_t load_relaxed(const uint32_t* p) {
-    DeviceU32 word(*reinterpret_cast<unsigned int*>(const_cast<uint32_t*>(p)));
-    return word.load(::cuda::memory_order_relaxed);
-  }
-  __device__ static void atomic_or(uint32_t* p, uint32_t v) {
-    atomicOr(reinterpret_cast<unsigned int*>(p), v);
-  }
-  __device__ static void shared_or(uint32_t* p, uint32_t v) {
-    atomicOr(reinterpret_cast<unsigned int*>(p), v);
-  }
-  __device__ static uint32_t load_uncached(const uint32_t* p) {
-    return __ldcv(reinterpret_cast<const unsigned int*>(p));
-  }
-  __device__ static uint32_t float_bits(float f) { return __float_as_uint(f); }
-  __device__ static uint64_t now_ns() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-  }
-  // Each poll is a PCIe round trip already; no back-off.
-  __device__ static void relax(uint32_t) {}
-
-  __device__ static float widen(uint32_t dtype, uint16_t bits) {
-    return dtype == QMOE_DTYPE_F16 ? __half2float(__ushort_as_half(bits))
-                                   : __bfloat162float(__ushort_as_bfloat16(bits));
-  }
-  __device__ static float load_element(uint32_t dtype, const void* p, uint64_t i) {
-    if (dtype == QMOE_DTYPE_F32) return static_cast<const float*>(p)[i];
-    return widen(dtype, static_cast<const uint16_t*>(p)[i]);
-  }
-  __device__ static float load_result(uint32_t dtype, const void* p, uint64_t i) {
-    if (dtype == QMOE_DTYPE_F32) return __ldcv(static_cast<const float*>(p) + i);
-    return widen(dtype, __ldcv(static_cast<const unsigned short*>(p) + i));
-  }
-  __device__ static void store_element(uint32_t dtype, void* p, uint64_t i, float v) {
-    if (dtype == QMOE_DTYPE_F32) {
-      static_cast<float*>(p)[i] = v;
-    } else if (dtype == QMOE_DTYPE_F16) {
-      static_cast<uint16_t*>(p)[i] = __half_as_ushort(__float2half_rn(v));
-    } else {
-      static_cast<uint16_t*>(p)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    }
-  }
-};
 
 __global__ void __launch_bounds__(kOffloadClassifyThreads)
     offload_classify_publish_kernel(const offload::ClassifyArgs args) {

@@ -234,11 +234,17 @@ qmoe_status enqueue_offload_layer(const char* function, OffloadSession* s, uint3
   a.dtype = static_cast<uint32_t>(c.dtype);
   a.accuracy = static_cast<uint32_t>(c.accuracy);
   a.short_circuit = s->short_circuit ? 1 : 0;
-  cudaError_t e = launch_offload_classify_publish(a, stream);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return status_from_cuda(e, function, "launching the offload's classify-publish");
-  }
+
+  offload::WaitArgs w{};
+  w.state = s->state;
+  w.record = s->records + layer;
+  w.token_cold = a.token_cold;
+  w.ring = s->ring_device;
+  w.layout = s->layout;
+  w.y = c.y;
+  w.ldy = c.ldy;
+  w.dtype = static_cast<uint32_t>(c.dtype);
+  w.timeout_ns = s->timeout_ns;
 
   MoeLayerParams p{};
   p.num_experts = g.num_experts;
@@ -270,31 +276,24 @@ qmoe_status enqueue_offload_layer(const char* function, OffloadSession* s, uint3
   p.inputs_ready_early = false;
   p.workspace = c.workspace != nullptr ? c.workspace : s->workspace;
   p.workspace_bytes = c.workspace != nullptr ? c.workspace_bytes : s->workspace_bytes;
-  // The resident experts (the residency map is their run mask) while the CPU runs the cold.
-  // Its arguments were checked, so it fails only as any launch can; the wait is launched even
-  // then, so that a request already published is consumed and the ring stays in step.
-  const cudaError_t resident = launch_moe_layer(p, stream);
-  if (resident != cudaSuccess) cudaGetLastError();
-
-  offload::WaitArgs w{};
-  w.state = s->state;
-  w.record = s->records + layer;
-  w.token_cold = a.token_cold;
-  w.ring = s->ring_device;
-  w.layout = s->layout;
-  w.y = c.y;
-  w.ldy = c.ldy;
-  w.dtype = static_cast<uint32_t>(c.dtype);
-  w.timeout_ns = s->timeout_ns;
-  if ((e = launch_offload_wait_accumulate(w, offload_wait_blocks(g.hidden), stream)) !=
-      cudaSuccess) {
+  // The layer's two kernels carry the offload's classify-publish and wait-accumulate
+  // (moe_layer.cuh): the resident experts (the residency map is their run mask) run on the GPU
+  // while the CPU runs the cold ones, and a layer is two graph nodes whatever its residency.
+  p.offload.enabled = true;
+  p.offload.classify = a;
+  p.offload.wait = w;
+  uint32_t launched = 0;
+  const cudaError_t e = launch_moe_layer(p, stream, &launched);
+  if (e == cudaSuccess) return QMOE_STATUS_OK;
+  cudaGetLastError();
+  // Its arguments were checked, so it fails only as any launch can. When (a) ran and (b) did
+  // not, a request may be published with nothing to wait for it: the standalone wait consumes
+  // it, so the ring stays in step.
+  if (launched == 1) {
+    launch_offload_wait_accumulate(w, offload_wait_blocks(g.hidden), stream);
     cudaGetLastError();
-    return status_from_cuda(e, function, "launching the offload's wait-accumulate");
   }
-  if (resident != cudaSuccess) {
-    return status_from_cuda(resident, function, "launching the resident MoE layer");
-  }
-  return QMOE_STATUS_OK;
+  return status_from_cuda(e, function, "launching the hybrid MoE layer");
 }
 
 }  // namespace qmoe::cuda

@@ -21,8 +21,9 @@ constexpr uint32_t kErrorTimeout = 1u;   // a wait passed the session's deadline
 constexpr uint32_t kErrorHost = 2u;      // the service answered a request with a failure status
 constexpr uint32_t kErrorProtocol = 4u;  // a request's slot was still in use (a ring misuse)
 
-/// Device counters; each has one writer, thread 0 of the classify-publish kernel (calls on a
-/// session are stream-ordered, so there is never a second one running). Conservation:
+/// Device counters; each has one writer, thread 0 of the classify-publish block (of its own
+/// kernel, or block 0 of the MoE layer's FC1 kernel; calls on a session are stream-ordered, so
+/// there is never a second one running). Conservation:
 /// published + short_circuits + refused == classify_calls, and cold_selections equals the
 /// selections the host served once every published request has been answered.
 struct DeviceTelemetry {

@@ -1,10 +1,11 @@
-// The device side of the doorbell protocol: the bodies of the two offload kernels, written once
+// The device side of the doorbell protocol: the bodies of the two offload steps, written once
 // over a "CTA" type that supplies the block's threads, barriers, the memory operations with
 // their scopes, and a clock. lib/cuda/offload_kernels.cu instantiates them with the GPU's
 // (barriers are __syncthreads*, system-scope operations are libcu++ atomic_ref with
-// thread_scope_system, the clock is %globaltimer); lib/offload/host_device.h with host threads
-// (a barrier per block, __atomic builtins), so the tests on machines without a GPU run this
-// very code against the CPU service thread, under ThreadSanitizer too.
+// thread_scope_system, the clock is %globaltimer), and so does lib/cuda/moe_layer.cu, whose
+// FC1 and FC2 kernels carry the two steps in a hybrid layer; lib/offload/host_device.h with
+// host threads (a barrier per block, __atomic builtins), so the tests on machines without a
+// GPU run this very code against the CPU service thread, under ThreadSanitizer too.
 //
 // A Cta provides:
 //   thread(), threads(), block(), blocks()
@@ -274,17 +275,14 @@ QMOE_OFFLOAD_BODY void classify_publish(Cta& cta, ClassifyShared& sh, const Clas
   }
 }
 
-/// Wait for the call's request to be answered and add its result into y. Any number of blocks;
-/// block b adds columns [b * chunk, (b + 1) * chunk) of the rows whose token has a cold
-/// selection. Thread 0 of each block waits by itself, for at most timeout_ns; on a timeout it
-/// sets the sticky error and the block returns without touching y (so after a timeout y is
-/// unspecified, and the session's error says so). A failure status from the service sets the
-/// sticky error the same way. No request (short circuit, refused call): nothing to do.
+/// The first half of a wait: thread 0 waits, by itself and for at most timeout_ns, for the
+/// call's request to be answered. On a timeout it sets the sticky error; a failure status from
+/// the service sets it too. Block 0 records the answered request as consumed. Returns, in every
+/// thread (after a barrier), whether the block has a result to add: false also when the call
+/// published no request (short circuit, refused call) or another block already timed out.
 template <class Cta>
-QMOE_OFFLOAD_BODY void wait_accumulate(Cta& cta, WaitShared& sh, const WaitArgs& a) {
-  const uint32_t tid = cta.thread();
-  const uint32_t nt = cta.threads();
-  if (tid == 0) {
+QMOE_OFFLOAD_BODY bool await_answer(Cta& cta, WaitShared& sh, const WaitArgs& a) {
+  if (cta.thread() == 0) {
     const uint64_t seq = a.record->seq;
     sh.seq = seq;
     sh.m = a.record->m;
@@ -320,22 +318,46 @@ QMOE_OFFLOAD_BODY void wait_accumulate(Cta& cta, WaitShared& sh, const WaitArgs&
     sh.ok = ok;
   }
   cta.sync();
-  if (sh.ok == 0) return;
+  return sh.ok != 0;
+}
+
+/// The second half: y[t, h] += result[t, h] for the rows whose token has a cold selection and
+/// the block's columns h = column(i), i < count (a column >= hidden is skipped). The blocks of
+/// one call must own disjoint columns: each adds into y without atomics.
+template <class Cta, class Column>
+QMOE_OFFLOAD_BODY void add_answer(Cta& cta, const WaitShared& sh, const WaitArgs& a, uint32_t count,
+                                  const Column& column) {
+  const uint32_t tid = cta.thread();
+  const uint32_t nt = cta.threads();
   const unsigned char* result =
       ring_entry(a.ring, a.layout, slot_of(sh.seq, a.layout.geometry.ring_size)) + a.layout.result;
   const uint32_t hidden = a.layout.geometry.hidden;
-  const uint32_t blocks = cta.blocks();
-  const uint32_t chunk = ((hidden + blocks - 1) / blocks + 31) / 32 * 32;
-  const uint32_t h0 = cta.block() * chunk;
-  const uint32_t h1 = h0 + chunk < hidden ? h0 + chunk : hidden;
   for (uint32_t t = 0; t < sh.m; ++t) {
     if (a.token_cold[t] == 0) continue;
-    for (uint32_t h = h0 + tid; h < h1; h += nt) {
+    for (uint32_t i = tid; i < count; i += nt) {
+      const uint32_t h = column(i);
+      if (h >= hidden) continue;
       const float add = cta.load_result(a.dtype, result, uint64_t{t} * hidden + h);
       const uint64_t at = t * a.ldy + h;
       cta.store_element(a.dtype, a.y, at, cta.load_element(a.dtype, a.y, at) + add);
     }
   }
+}
+
+/// Wait for the call's request to be answered and add its result into y. Any number of blocks;
+/// block b adds columns [b * chunk, (b + 1) * chunk). After a timeout or a failed request the
+/// blocks return without touching y (so y is unspecified then, and the session's error says
+/// so). No request (short circuit, refused call): nothing to do. The MoE layer's FC2 kernel
+/// runs the same two halves over its own output columns instead (lib/cuda/moe_layer.cu).
+template <class Cta>
+QMOE_OFFLOAD_BODY void wait_accumulate(Cta& cta, WaitShared& sh, const WaitArgs& a) {
+  if (!await_answer(cta, sh, a)) return;
+  const uint32_t hidden = a.layout.geometry.hidden;
+  const uint32_t blocks = cta.blocks();
+  const uint32_t chunk = ((hidden + blocks - 1) / blocks + 31) / 32 * 32;
+  const uint32_t h0 = cta.block() * chunk;
+  const uint32_t h1 = h0 + chunk < hidden ? h0 + chunk : hidden;
+  add_answer(cta, sh, a, h1 > h0 ? h1 - h0 : 0, [h0](uint32_t i) { return h0 + i; });
 }
 
 }  // namespace qmoe::offload

@@ -1,4 +1,4 @@
-# ctest -P script: the offload kernels' PTX (lib/cuda/offload_kernels.cu compiled to PTX for
+# ctest -P script: the offload kernels' PTX (lib/cuda/offload_kernels.cu and moe_layer.cu, for
 # sm_90) holds the memory operations the doorbell protocol's ordering argument rests on
 # (lib/offload/kernels.h), in that order. No result-checking test on a machine without a GPU
 # can see them, and on a GPU a missing fence or a plain store in place of a release fails only
@@ -48,28 +48,42 @@ function(first_at body pattern why out)
   set(${out} ${at} PARENT_SCOPE)
 endfunction()
 
-entry_body("classify_publish" classify)
-# Publish: every thread's system fence, the barrier, then thread 0's release of req_seq.
-first_at("${classify}" "membar.sys" "classify-publish: the payload's system fence" fence)
-first_at("${classify}" "st.release.sys.b64" "classify-publish: the doorbell's release" release)
-string(SUBSTRING "${classify}" ${fence} -1 from_fence)
-first_at("${from_fence}" "bar.sync" "classify-publish: the barrier after the fence" barrier)
-math(EXPR barrier "${fence} + ${barrier}")
-if(NOT fence LESS release OR NOT barrier LESS release)
-  message(FATAL_ERROR "classify-publish: the release of req_seq (at ${release}) must follow the "
-                      "system fence (${fence}) and the barrier after it (${barrier})")
-endif()
-first_at("${classify}" "bar.red.popc" "classify-publish: the cold count (__syncthreads_count)" c)
-first_at("${classify}" "ld.relaxed.gpu" "classify-publish: the sticky error read" e)
+# Publish, in the kernel whose name contains `name`: every thread's system fence, the barrier,
+# then thread 0's release of req_seq.
+function(check_publish name)
+  entry_body("${name}" classify)
+  first_at("${classify}" "membar.sys" "${name}: the payload's system fence" fence)
+  first_at("${classify}" "st.release.sys.b64" "${name}: the doorbell's release" release)
+  string(SUBSTRING "${classify}" ${fence} -1 from_fence)
+  first_at("${from_fence}" "bar.sync" "${name}: the barrier after the fence" barrier)
+  math(EXPR barrier "${fence} + ${barrier}")
+  if(NOT fence LESS release OR NOT barrier LESS release)
+    message(FATAL_ERROR "${name}: the release of req_seq (at ${release}) must follow the "
+                        "system fence (${fence}) and the barrier after it (${barrier})")
+  endif()
+  first_at("${classify}" "bar.red.popc" "${name}: the cold count (__syncthreads_count)" c)
+  first_at("${classify}" "ld.relaxed.gpu" "${name}: the sticky error read" e)
+  message(STATUS "${name}: fence ${fence} < barrier ${barrier} < release ${release}")
+endfunction()
 
-entry_body("wait_accumulate" wait)
-first_at("${wait}" "ld.acquire.sys.b64" "wait-accumulate: the acquire of done_seq" acquire)
-first_at("${wait}" "%globaltimer" "wait-accumulate: the deadline's clock" clock)
-first_at("${wait}" "ld.global.cv" "wait-accumulate: the uncached reads of the answer" cv)
-first_at("${wait}" "atom.global.or" "wait-accumulate: the sticky error" sticky)
-if(NOT acquire LESS cv)
-  message(FATAL_ERROR "wait-accumulate: the answer is read (at ${cv}) before done_seq is "
-                      "acquired (${acquire})")
-endif()
-message(STATUS "offload PTX: fence ${fence} < barrier ${barrier} < release ${release}; "
-               "acquire ${acquire} < uncached read ${cv}")
+# Wait, in the kernel whose name contains `name`: the acquire of done_seq before the uncached
+# reads of the answer.
+function(check_wait name)
+  entry_body("${name}" wait)
+  first_at("${wait}" "ld.acquire.sys.b64" "${name}: the acquire of done_seq" acquire)
+  first_at("${wait}" "%globaltimer" "${name}: the deadline's clock" clock)
+  first_at("${wait}" "ld.global.cv" "${name}: the uncached reads of the answer" cv)
+  first_at("${wait}" "atom.global.or" "${name}: the sticky error" sticky)
+  if(NOT acquire LESS cv)
+    message(FATAL_ERROR "${name}: the answer is read (at ${cv}) before done_seq is acquired "
+                        "(${acquire})")
+  endif()
+  message(STATUS "${name}: acquire ${acquire} < uncached read ${cv}")
+endfunction()
+
+# The standalone kernels (lib/cuda/offload_kernels.cu) and the MoE layer's, which carry the same
+# bodies (lib/cuda/moe_layer.cu: FC1's block 0 publishes, every FC2 block waits).
+check_publish("classify_publish")
+check_wait("wait_accumulate")
+check_publish("moe_fc1_kernel")
+check_wait("moe_fc2_kernel")

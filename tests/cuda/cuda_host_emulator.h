@@ -99,6 +99,7 @@ struct Block {
   Barrier barrier;
   std::vector<std::unique_ptr<Warp>> warps;
   int or_value = 0;
+  int count_value = 0;
   std::mutex or_mutex;
 };
 
@@ -179,6 +180,22 @@ inline int __syncthreads_or(int predicate) {
   const int result = b.or_value;
   b.barrier.wait();
   if (threadIdx.x == 0) b.or_value = 0;
+  b.barrier.wait();
+  return result;
+}
+
+// The offload bodies' cold count (lib/offload/kernels.h through lib/cuda/offload_cta.cuh).
+inline int __syncthreads_count(int predicate) {
+  qmoe_emu::Block& b = *qmoe_emu::tl_block;
+  b.barrier.wait();  // the last round's readers are done
+  {
+    std::lock_guard<std::mutex> lock(b.or_mutex);
+    b.count_value += predicate != 0 ? 1 : 0;
+  }
+  b.barrier.wait();
+  const int result = b.count_value;
+  b.barrier.wait();
+  if (threadIdx.x == 0) b.count_value = 0;
   b.barrier.wait();
   return result;
 }
