@@ -6,6 +6,8 @@
 #include <cinttypes>
 #include <cmath>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "gpu_rms_norm.h"
 #include "progress.h"
@@ -117,6 +119,77 @@ qmoe_cuda_offload_telemetry read_telemetry(qmoe_cuda_offload* session, cudaStrea
   t.struct_size = sizeof t;
   *status = qmoe_cuda_offload_get_telemetry(session, stream, &t);
   return t;
+}
+
+// The hybrid's cold work on the CPU alone, to tell the hand-off's cost from the executor's: per
+// step, every layer call that had a cold selection (the others publish nothing, so the service
+// never sees them), in layer order as the service thread answers them, through
+// qmoe_moe_forward on the same context (its thread count, its pool) and CPU sets, with the
+// layer's cold experts as the run mask, the step's routing, FP32 x [M, H] and y = the result
+// (accumulate 0), as the service's handler runs them. The calling thread is the pool's caller
+// here, as the service thread is in the hybrid. x is one fixed [M, H] buffer: the values do not
+// change the work. Step 0 is the warm-up, as in the GPU passes; each timed step's wall time
+// goes to `ms`.
+int run_cpu_alone(const RunOptions& o, qmoe_context* context,
+                  const std::vector<const qmoe_expert_set*>& host_layers,
+                  const std::vector<std::vector<uint8_t>>& is_resident, const Routing& routing,
+                  const std::vector<float>& x, std::vector<double>* ms) {
+  const ModelShape& shape = o.shape;
+  const uint32_t L = shape.layers, E = shape.experts, K = shape.top_k, M = o.batch;
+  const uint32_t H = shape.hidden, steps = o.tokens + 1;
+  const size_t per_layer = size_t{M} * K, per_step = per_layer * L;
+  std::vector<std::vector<uint8_t>> cold(L, std::vector<uint8_t>(E));
+  size_t workspace_bytes = 0;
+  for (uint32_t l = 0; l < L; ++l) {
+    for (uint32_t e = 0; e < E; ++e) cold[l][e] = is_resident[l][e] ? 0 : 1;
+    size_t bytes = 0;
+    QMOE_CHECK(qmoe_moe_workspace_size(context, host_layers[l], o.accuracy, M, K, &bytes));
+    workspace_bytes = std::max(workspace_bytes, bytes);
+  }
+  // A workspace of the caller's, as the service's handler has its own: no scratch lease a call.
+  std::vector<unsigned char> workspace(workspace_bytes);
+  std::vector<float> y(size_t{M} * H);
+  // Which calls the device would publish (a cold expert with a nonzero weight), decided before
+  // the clock runs: the hybrid's classification is the GPU's work, not the CPU's.
+  std::vector<uint8_t> served(size_t{steps} * L, 0);
+  for (size_t call = 0; call < served.size(); ++call) {
+    const uint32_t l = static_cast<uint32_t>(call % L);
+    for (size_t j = call * per_layer; j < (call + 1) * per_layer; ++j) {
+      if (routing.weights[j] != 0.0f && cold[l][routing.ids[j]]) served[call] = 1;
+    }
+  }
+  ms->reserve(o.tokens);
+  Progress progress("cold experts on the cpu alone", o.tokens, true);
+  for (uint32_t s = 0; s < steps; ++s) {
+    const auto start = Clock::now();
+    for (uint32_t l = 0; l < L; ++l) {
+      if (!served[size_t{s} * L + l]) continue;
+      const size_t at = s * per_step + l * per_layer;
+      qmoe_moe_params p;
+      qmoe_moe_params_init(&p);
+      p.accuracy = o.accuracy;
+      p.m = M;
+      p.dtype = QMOE_DTYPE_F32;
+      p.x = x.data();
+      p.ldx = H;
+      p.y = y.data();
+      p.ldy = H;
+      p.k = K;
+      p.ids = routing.ids.data() + at;
+      p.weights = routing.weights.data() + at;
+      p.run_mask = cold[l].data();
+      p.accumulate = 0;
+      p.workspace = workspace.data();
+      p.workspace_bytes = workspace.size();
+      QMOE_CHECK(qmoe_moe_forward(context, host_layers[l], &p));
+    }
+    const double elapsed = seconds_since(start) * 1e3;
+    if (s == 0) continue;
+    ms->push_back(elapsed);
+    progress.update(s);
+  }
+  progress.finish();
+  return 0;
 }
 
 }  // namespace
@@ -350,6 +423,17 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   QMOE_CHECK(qmoe_cuda_moe_check(workspace.get(), stream));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  // The CPU's share alone, after the GPU passes so that their numbers are as before. The
+  // session goes first: its parked service thread would still wake every park_poll_us to poll
+  // the ring, beside the pool's threads. Its counters were read above.
+  session.reset();
+  if (any_cold) {
+    if (const int code = run_cpu_alone(options, context, host_layers, is_resident, routing, x0,
+                                       &result->cpu_alone_ms);
+        code != 0) {
+      return code;
+    }
+  }
 
   // Conservation: the device's counters against each other, the host's, and the routing.
   const qmoe_cuda_offload_telemetry& a = result->after;
@@ -390,6 +474,14 @@ double median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
 }
 
+// `value` in `format` for the JSON, or null when there is no such number.
+std::string json_number(bool known, const char* format, double value) {
+  if (!known) return "null";
+  char text[64];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
 }  // namespace
 
 void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContext& run,
@@ -404,6 +496,11 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
   const double resident_bytes = g.resident_experts * expert / steps;
   const double roof = bandwidth.reference;
   const double cpu_floor = roof > 0 ? cold_bytes / roof * 1e3 : 0.0;  // ms per step
+  // The cold work on the CPU alone, when it ran: the hybrid's time over the floor is the
+  // hand-off (hybrid - cpu alone) plus the executor below the read roof (cpu alone - floor).
+  const bool alone_ran = !g.cpu_alone_ms.empty();
+  const double cpu_alone = median(g.cpu_alone_ms);
+  const double us_per_layer = 1e3 / options.shape.layers;  // ms per step to us per layer
   const auto& a = g.after;
   const auto& b = g.before;
   const double wakeups = (a.wakeups - b.wakeups) / steps;
@@ -436,6 +533,25 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
     std::fprintf(out, "  %-28s %.3f (hybrid / resident alone)\n", "over the resident layers",
                  hybrid / resident);
   }
+  if (alone_ran) {
+    char ratio[32] = "-";
+    if (cpu_floor > 0) std::snprintf(ratio, sizeof ratio, "%.3f", cpu_alone / cpu_floor);
+    std::fprintf(
+        out, "  %-28s %.3f ms per step, %s (cpu alone / cpu floor; the same cold work, no GPU)\n",
+        "cpu alone", cpu_alone, ratio);
+  } else {
+    std::fprintf(out, "  %-28s - (no cold experts)\n", "cpu alone");
+  }
+  if (alone_ran && cpu_floor > 0) {
+    const double hand_off = hybrid - cpu_alone, below_roof = cpu_alone - cpu_floor;
+    std::fprintf(out,
+                 "  %-28s hand-off %.3f ms per step (%.1f us a layer), executor below the roof "
+                 "%.3f ms per step (%.1f us a layer)\n",
+                 "hybrid over the cpu floor", hand_off, hand_off * us_per_layer, below_roof,
+                 below_roof * us_per_layer);
+  } else {
+    std::fprintf(out, "  %-28s -\n", "hybrid over the cpu floor");
+  }
   std::fprintf(out,
                "  %-28s %.1f%% of selections; %.1f MB resident, %.1f MB cold weights read a step\n",
                "resident hits", hit * 100.0, resident_bytes * 1e-6, cold_bytes * 1e-6);
@@ -459,6 +575,7 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       " \"resident_only_ms_per_step\": %.4f, \"cpu_floor_ms_per_step\": %.4f, \"cpu_read_gbps\": "
       "%.3f,\n"
       " \"over_cpu_floor\": %.4f, \"over_resident_only\": %.4f, \"resident_hit_rate\": %.4f,\n"
+      " \"cpu_alone_ms_per_step\": %s, \"over_cpu_alone\": %s, \"cpu_alone_over_cpu_floor\": %s,\n"
       " \"cold_bytes_per_step\": %.0f, \"resident_bytes_per_step\": %.0f,\n"
       " \"wakeups_per_step\": %.3f, \"requests_per_step\": %.3f, \"short_circuits_per_step\": "
       "%.3f, "
@@ -471,6 +588,10 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       run_format(options.shape.format).name, expert, options.tokens, options.batch, options.seed,
       routing_name(options.routing), options.residency, g.resident_per_layer, hybrid, hybrid / M,
       wall, resident, cpu_floor, roof * 1e-9, cpu_floor > 0 ? hybrid / cpu_floor : 0.0,
-      resident > 0 ? hybrid / resident : 0.0, hit, cold_bytes, resident_bytes, wakeups, published,
-      shorted, host_bytes, g.conserved ? "true" : "false", g.checksum, g.finite ? "true" : "false");
+      resident > 0 ? hybrid / resident : 0.0, hit,
+      json_number(alone_ran, "%.4f", cpu_alone).c_str(),
+      json_number(alone_ran && cpu_alone > 0, "%.4f", hybrid / cpu_alone).c_str(),
+      json_number(alone_ran && cpu_floor > 0, "%.4f", cpu_alone / cpu_floor).c_str(), cold_bytes,
+      resident_bytes, wakeups, published, shorted, host_bytes, g.conserved ? "true" : "false",
+      g.checksum, g.finite ? "true" : "false");
 }

@@ -3,7 +3,10 @@
 // layers, each layer a qmoe_cuda_offload_forward (the resident experts on the GPU, the cold
 // ones on the CPU through the offload ring) and the tool's RMS rescale. The same steps then run
 // through a graph of the resident layers alone (qmoe_cuda_moe_forward, cold experts skipped):
-// the GPU's share of the work, timed in the same process.
+// the GPU's share of the work, timed in the same process. Last, the CPU's share alone: each
+// step's cold work through qmoe_moe_forward on the session's context, no GPU involved, so that
+// the hybrid's time over the CPU floor splits into the hand-off and the executor's own shortfall
+// below the read roof.
 #ifndef QMOE_TOOLS_QMOE_RUN_GPU_H_
 #define QMOE_TOOLS_QMOE_RUN_GPU_H_
 
@@ -25,6 +28,10 @@ struct GpuDecodeResult {
   // Each timed step's graph, GPU time from CUDA events (the routing copy before it excluded),
   // and the host's wall time of the whole step (wake, routing copy, launch, synchronise).
   std::vector<double> hybrid_ms, resident_ms, hybrid_wall_ms;
+  // Each timed step's wall time of the same cold work on the CPU alone: every layer call with a
+  // cold selection, in layer order, through qmoe_moe_forward with the layer's cold experts as
+  // the run mask. Empty when no expert is cold (the pass does not run).
+  std::vector<double> cpu_alone_ms;
   // Over the timed steps, from the routing as drawn on the host: distinct experts a layer call
   // reads, cold (on the CPU) and resident; (token, slot) selections with a nonzero weight, and
   // those of cold experts; layer calls with at least one cold selection.
