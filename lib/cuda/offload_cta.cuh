@@ -6,6 +6,8 @@
 //   store_relaxed_system   st.relaxed.sys.b32
 //   fence_system           fence.sc.sys           (__threadfence_system)
 //   load_relaxed           ld.relaxed.gpu.b32     (the sticky error, device memory)
+//   load_acquire_device    ld.acquire.gpu.b64     (answered_seq, device memory)
+//   store_release_device   st.release.gpu.b64
 //   atomic_or              atom.or (device scope; on the sticky error word)
 //   load_uncached/_result  ld.global.cv           (host-written payload: never a cached line)
 //   now_ns                 %globaltimer           (ns; its resolution, ~1 us, is far below any
@@ -40,6 +42,7 @@ namespace offload_cta_detail {
 using SystemU64 = ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_system>;
 using SystemU32 = ::cuda::atomic_ref<unsigned int, ::cuda::thread_scope_system>;
 using DeviceU32 = ::cuda::atomic_ref<unsigned int, ::cuda::thread_scope_device>;
+using DeviceU64 = ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>;
 static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit sequence words");
 }  // namespace offload_cta_detail
 #endif
@@ -67,6 +70,15 @@ struct DeviceCta {
   __device__ static void store_relaxed_system(uint32_t* p, uint32_t v) {
     offload_cta_detail::SystemU32 word(*reinterpret_cast<unsigned int*>(p));
     word.store(v, ::cuda::memory_order_relaxed);
+  }
+  __device__ static uint64_t load_acquire_device(const uint64_t* p) {
+    offload_cta_detail::DeviceU64 word(
+        *reinterpret_cast<unsigned long long*>(const_cast<uint64_t*>(p)));
+    return word.load(::cuda::memory_order_acquire);
+  }
+  __device__ static void store_release_device(uint64_t* p, uint64_t v) {
+    offload_cta_detail::DeviceU64 word(*reinterpret_cast<unsigned long long*>(p));
+    word.store(v, ::cuda::memory_order_release);
   }
   __device__ static void fence_system() {
     __threadfence_system();
@@ -101,6 +113,12 @@ struct DeviceCta {
   }
   static void store_relaxed_system(uint32_t* p, uint32_t v) {
     __atomic_store_n(p, v, __ATOMIC_RELAXED);
+  }
+  static uint64_t load_acquire_device(const uint64_t* p) {
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  }
+  static void store_release_device(uint64_t* p, uint64_t v) {
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
   }
   static void fence_system() {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);

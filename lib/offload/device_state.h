@@ -44,6 +44,10 @@ struct OffloadDeviceState {
   /// OR of kError* bits. Writers: any thread of either kernel, with an atomic OR.
   uint32_t error;
   uint32_t reserved;
+  /// The last request wait block 0 saw answered on the host (done_seq), release-stored for the
+  /// call's other wait blocks, which poll it instead of the host's word. Writer: wait block 0
+  /// thread 0.
+  uint64_t answered_seq;
   DeviceTelemetry telemetry;
 };
 

@@ -56,6 +56,12 @@ class HostCta {
   static void store_relaxed_system(uint32_t* p, uint32_t v) {
     __atomic_store_n(p, v, __ATOMIC_RELAXED);
   }
+  static uint64_t load_acquire_device(const uint64_t* p) {
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  }
+  static void store_release_device(uint64_t* p, uint64_t v) {
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+  }
   static void fence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
   static uint32_t load_relaxed(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
   static void atomic_or(uint32_t* p, uint32_t v) { __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }

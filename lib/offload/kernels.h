@@ -13,6 +13,8 @@
 //   load_acquire_system(const uint64_t*), store_release_system(uint64_t*, uint64_t),
 //   store_relaxed_system(uint32_t*, uint32_t), fence_system()       (mapped host memory)
 //   load_relaxed(const uint32_t*), atomic_or(uint32_t*, uint32_t)   (the sticky error word)
+//   load_acquire_device(const uint64_t*), store_release_device(uint64_t*, uint64_t)
+//                                                  (answered_seq: device memory, GPU scope)
 //   shared_or(uint32_t*, uint32_t)                                   (shared memory)
 //   load_uncached(const uint32_t*), load_result(dtype, p, i)         (host-written payload)
 //   load_element(dtype, p, i), store_element(dtype, p, i, float)     (y in device memory)
@@ -33,7 +35,10 @@
 //    with older stores). Thread 0 of each wait block loads done_seq with ld.acquire.sys; once it
 //    reads s, the barrier passes that to the block's other threads, which read the result. They
 //    read it with ld.global.cv (load_uncached / load_result: never from a cached line), so no
-//    stale copy of a previous lap's result in L1 or L2 can be returned.
+//    stale copy of a previous lap's result in L1 or L2 can be returned. Only block 0 polls
+//    done_seq over PCIe; once it has acquired s it release-stores s into answered_seq (device
+//    memory), and a block that acquires s there reads the result after it: release and acquire
+//    chains are transitive (causality order), so the host's writes are visible to it too.
 //  - Device-only state (next_seq, consumed_seq, records, telemetry) is written by one thread of
 //    one kernel and read by later kernels of the same stream: kernel boundaries order them.
 #ifndef QMOE_LIB_OFFLOAD_KERNELS_H_
@@ -275,6 +280,9 @@ QMOE_OFFLOAD_BODY void classify_publish(Cta& cta, ClassifyShared& sh, const Clas
   }
 }
 
+/// How often a wait block other than block 0 looks at the host's done word itself (await_answer).
+constexpr uint32_t kHostPollInterval = 32;
+
 /// The first half of a wait: thread 0 waits, by itself and for at most timeout_ns, for the
 /// call's request to be answered. On a timeout it sets the sticky error; a failure status from
 /// the service sets it too. Block 0 records the answered request as consumed. Returns, in every
@@ -292,13 +300,25 @@ QMOE_OFFLOAD_BODY bool await_answer(Cta& cta, WaitShared& sh, const WaitArgs& a)
           ring_entry(a.ring, a.layout, slot_of(seq, a.layout.geometry.ring_size));
       const uint64_t* done = entry_field<uint64_t>(entry, a.layout.done);
       const uint64_t start = cta.now_ns();
+      // Block 0 polls the host's done word; the other blocks poll block 0's copy of it in
+      // device memory (answered_seq, an L2 hit) and the host's word only every
+      // kHostPollInterval-th time, so that they do not depend on block 0 running. One poller
+      // over PCIe instead of one per block: the MoE layer's FC2 has a block per SM.
+      const bool poller = cta.block() == 0;
       for (uint32_t spins = 0;; ++spins) {
-        if (cta.load_acquire_system(done) == seq) {
+        if ((poller || spins % kHostPollInterval == kHostPollInterval - 1) &&
+            cta.load_acquire_system(done) == seq) {
           if (cta.load_uncached(entry_field<uint32_t>(entry, a.layout.status)) == 0) {
             ok = 1;
           } else {
             cta.atomic_or(&a.state->error, kErrorHost);
           }
+          // After the error bit: a block that acquires the copy sees the bit too.
+          if (poller) cta.store_release_device(&a.state->answered_seq, seq);
+          break;
+        }
+        if (!poller && cta.load_acquire_device(&a.state->answered_seq) == seq) {
+          ok = cta.load_relaxed(&a.state->error) == 0 ? 1 : 0;
           break;
         }
         // Another block timed out, or an earlier failure: stop waiting at once.
