@@ -469,21 +469,6 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
       store_narrowed(p.y, at, p.dtype, sum);
     }
   }
-
-  // The offload's wait-accumulate over this block's own columns, the groups it has just
-  // written (moe_layer.cuh).
-  if (p.offload.enabled) {
-    __shared__ offload::WaitShared wait_shared;
-    __syncthreads();  // the writes above are done: the add reads y back
-    DeviceCta cta;
-    if (offload::await_answer(cta, wait_shared, p.offload.wait)) {
-      const uint32_t b = blockIdx.x, grid = gridDim.x;
-      offload::add_answer(cta, wait_shared, p.offload.wait, kp.fc2_rounds * kGroupRows,
-                          [b, grid](uint32_t i) {
-                            return (b + i / kGroupRows * grid) * kGroupRows + i % kGroupRows;
-                          });
-    }
-  }
 }
 
 // ---- Host side ---------------------------------------------------------------------------------

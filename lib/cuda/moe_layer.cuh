@@ -23,8 +23,8 @@
 //       the grid, the device or timing).
 // The grids fit side by side on every SM (80 registers a thread), so (b)'s blocks route and
 // prefetch while (a) computes, and the next layer's (a) does the same while (b) computes.
-// A hybrid layer (offload_session.cu) is the same two kernels carrying the offload's steps
-// (MoeOffloadSteps below): one more (a) block, and a wait at the end of each (b) block.
+// A hybrid layer (offload_session.cu) is the same two kernels, (a) with one more block that
+// classifies and publishes the CPU's request (MoeOffloadSteps below), then the offload's wait.
 //
 // Routes are what the CPU executor runs (lib/moe_forward.cc): slot (t, j) with weight != 0 whose
 // expert is resident (residency[e] >= 0); slots with weight 0 or a non-resident expert are
@@ -61,19 +61,14 @@ constexpr uint32_t kMoeErrorSlotMatrix = 32u;         // a used slot's FC1/FC2 i
 constexpr uint32_t kMoeMaxExperts = 1024;
 constexpr uint32_t kMoeMaxSlots = 4096;
 
-/// The offload's two steps (lib/offload/kernels.h) carried by the layer's own kernels, so that a
-/// hybrid layer is the same two graph nodes as a resident one (offload_session.cu):
-///  - (a)'s grid gets one more block, block 0, whose whole work is classify_publish: the CPU's
-///    request goes out as soon as x is ready, beside FC1;
-///  - every (b) block, after writing its output groups of y, waits for the answer
-///    (await_answer) and adds the CPU's result into those same columns (add_answer): the
-///    blocks own disjoint columns, so no block waits for another.
-/// The arithmetic is the standalone kernels': y is rounded to its dtype, then the result is
-/// added and y rounded again.
+/// The offload's classify-publish (lib/offload/kernels.h) carried by the layer's FC1 kernel, so
+/// that it is not a graph node of its own (offload_session.cu): (a)'s grid gets one more block,
+/// block 0, whose whole work is classify_publish, and the CPU's request goes out as soon as x
+/// is ready, beside FC1. (The wait stays a kernel of its own: carried by every (b) block it
+/// cost about 270 us more a layer with a cold expert on the H200, cause not yet found.)
 struct MoeOffloadSteps {
-  bool enabled;  // false: a resident-only layer (the arguments below are not read)
+  bool enabled;  // false: a resident-only layer (classify is not read)
   offload::ClassifyArgs classify;
-  offload::WaitArgs wait;
 };
 
 struct MoeLayerParams {

@@ -276,24 +276,28 @@ qmoe_status enqueue_offload_layer(const char* function, OffloadSession* s, uint3
   p.inputs_ready_early = false;
   p.workspace = c.workspace != nullptr ? c.workspace : s->workspace;
   p.workspace_bytes = c.workspace != nullptr ? c.workspace_bytes : s->workspace_bytes;
-  // The layer's two kernels carry the offload's classify-publish and wait-accumulate
-  // (moe_layer.cuh): the resident experts (the residency map is their run mask) run on the GPU
-  // while the CPU runs the cold ones, and a layer is two graph nodes whatever its residency.
+  // The layer's FC1 kernel carries the classify-publish (moe_layer.cuh): the resident experts
+  // (the residency map is their run mask) run on the GPU while the CPU runs the cold ones.
   p.offload.enabled = true;
   p.offload.classify = a;
-  p.offload.wait = w;
   uint32_t launched = 0;
-  const cudaError_t e = launch_moe_layer(p, stream, &launched);
-  if (e == cudaSuccess) return QMOE_STATUS_OK;
-  cudaGetLastError();
-  // Its arguments were checked, so it fails only as any launch can. When (a) ran and (b) did
-  // not, a request may be published with nothing to wait for it: the standalone wait consumes
-  // it, so the ring stays in step.
-  if (launched == 1) {
-    launch_offload_wait_accumulate(w, offload_wait_blocks(g.hidden), stream);
+  const cudaError_t resident = launch_moe_layer(p, stream, &launched);
+  if (resident != cudaSuccess) {
     cudaGetLastError();
+    // Nothing published: the record still names the last call's request, so no wait either.
+    if (launched == 0) return status_from_cuda(resident, function, "launching the hybrid layer");
   }
-  return status_from_cuda(e, function, "launching the hybrid MoE layer");
+  // Launched even when FC2's launch failed, so that a request already published is consumed
+  // and the ring stays in step.
+  const cudaError_t e = launch_offload_wait_accumulate(w, offload_wait_blocks(g.hidden), stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return status_from_cuda(e, function, "launching the offload's wait-accumulate");
+  }
+  if (resident != cudaSuccess) {
+    return status_from_cuda(resident, function, "launching the resident MoE layer");
+  }
+  return QMOE_STATUS_OK;
 }
 
 }  // namespace qmoe::cuda

@@ -3,7 +3,7 @@
 // their scopes, and a clock. lib/cuda/offload_kernels.cu instantiates them with the GPU's
 // (barriers are __syncthreads*, system-scope operations are libcu++ atomic_ref with
 // thread_scope_system, the clock is %globaltimer), and so does lib/cuda/moe_layer.cu, whose
-// FC1 and FC2 kernels carry the two steps in a hybrid layer; lib/offload/host_device.h with
+// FC1 kernel carries the classify-publish in a hybrid layer; lib/offload/host_device.h with
 // host threads (a barrier per block, __atomic builtins), so the tests on machines without a
 // GPU run this very code against the CPU service thread, under ThreadSanitizer too.
 //
@@ -283,7 +283,7 @@ QMOE_OFFLOAD_BODY void classify_publish(Cta& cta, ClassifyShared& sh, const Clas
 /// How often a wait block other than block 0 looks at the host's done word itself (await_answer).
 constexpr uint32_t kHostPollInterval = 32;
 
-/// The first half of a wait: thread 0 waits, by itself and for at most timeout_ns, for the
+/// A wait block's thread 0 waits, by itself and for at most timeout_ns, for the
 /// call's request to be answered. On a timeout it sets the sticky error; a failure status from
 /// the service sets it too. Block 0 records the answered request as consumed. Returns, in every
 /// thread (after a barrier), whether the block has a result to add: false also when the call
@@ -303,7 +303,7 @@ QMOE_OFFLOAD_BODY bool await_answer(Cta& cta, WaitShared& sh, const WaitArgs& a)
       // Block 0 polls the host's done word; the other blocks poll block 0's copy of it in
       // device memory (answered_seq, an L2 hit) and the host's word only every
       // kHostPollInterval-th time, so that they do not depend on block 0 running. One poller
-      // over PCIe instead of one per block: the MoE layer's FC2 has a block per SM.
+      // over PCIe instead of one per block (up to 64).
       const bool poller = cta.block() == 0;
       for (uint32_t spins = 0;; ++spins) {
         if ((poller || spins % kHostPollInterval == kHostPollInterval - 1) &&
@@ -341,34 +341,10 @@ QMOE_OFFLOAD_BODY bool await_answer(Cta& cta, WaitShared& sh, const WaitArgs& a)
   return sh.ok != 0;
 }
 
-/// The second half: y[t, h] += result[t, h] for the rows whose token has a cold selection and
-/// the block's columns h = column(i), i < count (a column >= hidden is skipped). The blocks of
-/// one call must own disjoint columns: each adds into y without atomics.
-template <class Cta, class Column>
-QMOE_OFFLOAD_BODY void add_answer(Cta& cta, const WaitShared& sh, const WaitArgs& a, uint32_t count,
-                                  const Column& column) {
-  const uint32_t tid = cta.thread();
-  const uint32_t nt = cta.threads();
-  const unsigned char* result =
-      ring_entry(a.ring, a.layout, slot_of(sh.seq, a.layout.geometry.ring_size)) + a.layout.result;
-  const uint32_t hidden = a.layout.geometry.hidden;
-  for (uint32_t t = 0; t < sh.m; ++t) {
-    if (a.token_cold[t] == 0) continue;
-    for (uint32_t i = tid; i < count; i += nt) {
-      const uint32_t h = column(i);
-      if (h >= hidden) continue;
-      const float add = cta.load_result(a.dtype, result, uint64_t{t} * hidden + h);
-      const uint64_t at = t * a.ldy + h;
-      cta.store_element(a.dtype, a.y, at, cta.load_element(a.dtype, a.y, at) + add);
-    }
-  }
-}
-
 /// Wait for the call's request to be answered and add its result into y. Any number of blocks;
 /// block b adds columns [b * chunk, (b + 1) * chunk). After a timeout or a failed request the
 /// blocks return without touching y (so y is unspecified then, and the session's error says
-/// so). No request (short circuit, refused call): nothing to do. The MoE layer's FC2 kernel
-/// runs the same two halves over its own output columns instead (lib/cuda/moe_layer.cu).
+/// so). No request (short circuit, refused call): nothing to do.
 template <class Cta>
 QMOE_OFFLOAD_BODY void wait_accumulate(Cta& cta, WaitShared& sh, const WaitArgs& a) {
   if (!await_answer(cta, sh, a)) return;
@@ -377,7 +353,18 @@ QMOE_OFFLOAD_BODY void wait_accumulate(Cta& cta, WaitShared& sh, const WaitArgs&
   const uint32_t chunk = ((hidden + blocks - 1) / blocks + 31) / 32 * 32;
   const uint32_t h0 = cta.block() * chunk;
   const uint32_t h1 = h0 + chunk < hidden ? h0 + chunk : hidden;
-  add_answer(cta, sh, a, h1 > h0 ? h1 - h0 : 0, [h0](uint32_t i) { return h0 + i; });
+  const uint32_t tid = cta.thread();
+  const uint32_t nt = cta.threads();
+  const unsigned char* result =
+      ring_entry(a.ring, a.layout, slot_of(sh.seq, a.layout.geometry.ring_size)) + a.layout.result;
+  for (uint32_t t = 0; t < sh.m; ++t) {
+    if (a.token_cold[t] == 0) continue;
+    for (uint32_t h = h0 + tid; h < h1; h += nt) {
+      const float add = cta.load_result(a.dtype, result, uint64_t{t} * hidden + h);
+      const uint64_t at = t * a.ldy + h;
+      cta.store_element(a.dtype, a.y, at, cta.load_element(a.dtype, a.y, at) + add);
+    }
+  }
 }
 
 }  // namespace qmoe::offload
