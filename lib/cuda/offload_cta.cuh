@@ -9,7 +9,7 @@
 //   load_acquire_device    ld.acquire.gpu.b64     (answered_seq, device memory)
 //   store_release_device   st.release.gpu.b64
 //   atomic_or              atom.or (device scope; on the sticky error word)
-//   load_uncached/_result  ld.global.cv           (host-written payload: never a cached line)
+//   load_result            ld.global.cv           (host-written payload: never a cached line)
 //   now_ns                 %globaltimer           (ns; its resolution, ~1 us, is far below any
 //                                                  sensible timeout)
 // tests/cmake/check_offload_ptx.cmake checks the PTX of both files for these instructions and
@@ -87,9 +87,6 @@ struct DeviceCta {
     offload_cta_detail::DeviceU32 word(*reinterpret_cast<unsigned int*>(const_cast<uint32_t*>(p)));
     return word.load(::cuda::memory_order_relaxed);
   }
-  __device__ static uint32_t load_uncached(const uint32_t* p) {
-    return __ldcv(reinterpret_cast<const unsigned int*>(p));
-  }
   __device__ static uint32_t float_bits(float f) {
     return __float_as_uint(f);
   }
@@ -125,9 +122,6 @@ struct DeviceCta {
   }
   static uint32_t load_relaxed(const uint32_t* p) {
     return __atomic_load_n(p, __ATOMIC_RELAXED);
-  }
-  static uint32_t load_uncached(const uint32_t* p) {
-    return *p;
   }
   static uint32_t float_bits(float f) {
     uint32_t b;

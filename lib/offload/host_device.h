@@ -66,7 +66,6 @@ class HostCta {
   static uint32_t load_relaxed(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
   static void atomic_or(uint32_t* p, uint32_t v) { __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
   static void shared_or(uint32_t* p, uint32_t v) { __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
-  static uint32_t load_uncached(const uint32_t* p) { return *p; }
   static uint32_t float_bits(float f) {
     uint32_t b;
     std::memcpy(&b, &f, sizeof b);

@@ -16,7 +16,7 @@
 //   load_acquire_device(const uint64_t*), store_release_device(uint64_t*, uint64_t)
 //                                                  (answered_seq: device memory, GPU scope)
 //   shared_or(uint32_t*, uint32_t)                                   (shared memory)
-//   load_uncached(const uint32_t*), load_result(dtype, p, i)         (host-written payload)
+//   load_result(dtype, p, i)                                         (host-written payload)
 //   load_element(dtype, p, i), store_element(dtype, p, i, float)     (y in device memory)
 //   float_bits(float), now_ns(), relax(spins)
 //
@@ -31,14 +31,15 @@
 //    barrier being cumulative at system scope. The bug the vLLM offload PR had, the fence after
 //    the flag, cannot happen: the flag is the last store and comes after the barrier.)
 //  - Answer (host -> device). The service writes the result and status, then stores done_seq
-//    with a release (x86: a plain store after the compiler barrier; stores are not reordered
-//    with older stores). Thread 0 of each wait block loads done_seq with ld.acquire.sys; once it
-//    reads s, the barrier passes that to the block's other threads, which read the result. They
-//    read it with ld.global.cv (load_uncached / load_result: never from a cached line), so no
-//    stale copy of a previous lap's result in L1 or L2 can be returned. Only block 0 polls
-//    done_seq over PCIe; once it has acquired s it release-stores s into answered_seq (device
-//    memory), and a block that acquires s there reads the result after it: release and acquire
-//    chains are transitive (causality order), so the host's writes are visible to it too.
+//    (s, with kDoneFailed set when the request failed) with a release (x86: a plain store
+//    after the compiler barrier; stores are not reordered with older stores). Thread 0 of wait
+//    block 0 loads done_seq with ld.acquire.sys; once it reads s, the barrier passes that to
+//    the block's other threads, which read the result. They read it with ld.global.cv
+//    (load_result: never from a cached line), so no stale copy of a previous lap's result in
+//    L1 or L2 can be returned. Only block 0 polls done_seq over PCIe; once it has acquired s it
+//    release-stores s into answered_seq (device memory), and a block that acquires s there reads
+//    the result after it: release and acquire chains are transitive (causality order), so the
+//    host's writes are visible to it too.
 //  - Device-only state (next_seq, consumed_seq, records, telemetry) is written by one thread of
 //    one kernel and read by later kernels of the same stream: kernel boundaries order them.
 #ifndef QMOE_LIB_OFFLOAD_KERNELS_H_
@@ -122,6 +123,36 @@ QMOE_HD uint32_t lowest_bit(uint32_t v) {  // v != 0
 
 QMOE_HD uint32_t element_bytes(uint32_t dtype) {
   return dtype == QMOE_DTYPE_F32 ? 4u : 2u;
+}
+
+/// 16 bytes, copied as one load and one store where the compiler can (the device: 128-bit).
+struct alignas(16) Bytes16 {
+  uint32_t word[4];
+};
+
+/// The x tile into the ring: m rows of row_bytes, from rows src_stride bytes apart, packed.
+/// 16-byte pieces when every row starts 16-byte aligned on both sides (the common case: a
+/// quarter of the PCIe writes of 4-byte pieces), else 2-byte ones (any dtype's rows are).
+QMOE_OFFLOAD_BODY void copy_tile(uint32_t tid, uint32_t nt, uint32_t m, uint64_t row_bytes,
+                                 const unsigned char* src, uint64_t src_stride,
+                                 unsigned char* dst) {
+  const bool wide = (reinterpret_cast<uintptr_t>(src) | src_stride | row_bytes |
+                     reinterpret_cast<uintptr_t>(dst)) %
+                        16 ==
+                    0;
+  for (uint32_t t = 0; t < m; ++t) {
+    const unsigned char* from = src + t * src_stride;
+    unsigned char* to = dst + t * row_bytes;
+    if (wide) {
+      const Bytes16* f = reinterpret_cast<const Bytes16*>(from);
+      Bytes16* d = reinterpret_cast<Bytes16*>(to);
+      for (uint64_t i = tid; i < row_bytes / 16; i += nt) d[i] = f[i];
+    } else {
+      const uint16_t* f = reinterpret_cast<const uint16_t*>(from);
+      uint16_t* d = reinterpret_cast<uint16_t*>(to);
+      for (uint64_t i = tid; i < row_bytes / 2; i += nt) d[i] = f[i];
+    }
+  }
 }
 
 /// Classify one layer call's selections against the residency map and, when some are cold (or
@@ -219,22 +250,9 @@ QMOE_OFFLOAD_BODY void classify_publish(Cta& cta, ClassifyShared& sh, const Clas
           bits &= bits - 1;
         }
       }
-      const uint32_t hidden = a.layout.geometry.hidden;
-      if (element_bytes(a.dtype) == 4) {
-        const uint32_t* x = static_cast<const uint32_t*>(a.x);
-        uint32_t* tile = entry_field<uint32_t>(entry, a.layout.x);
-        for (uint32_t t = 0; t < m; ++t) {
-          for (uint32_t h = tid; h < hidden; h += nt)
-            tile[uint64_t{t} * hidden + h] = x[t * a.ldx + h];
-        }
-      } else {
-        const uint16_t* x = static_cast<const uint16_t*>(a.x);
-        uint16_t* tile = entry_field<uint16_t>(entry, a.layout.x);
-        for (uint32_t t = 0; t < m; ++t) {
-          for (uint32_t h = tid; h < hidden; h += nt)
-            tile[uint64_t{t} * hidden + h] = x[t * a.ldx + h];
-        }
-      }
+      copy_tile(tid, nt, m, a.layout.geometry.hidden * element_bytes(a.dtype),
+                static_cast<const unsigned char*>(a.x), a.ldx * element_bytes(a.dtype),
+                entry + a.layout.x);
       // The payload, then the fence, then (after every thread's fence) the doorbell.
       cta.fence_system();
       cta.sync();
@@ -306,9 +324,12 @@ QMOE_OFFLOAD_BODY bool await_answer(Cta& cta, WaitShared& sh, const WaitArgs& a)
       // over PCIe instead of one per block (up to 64).
       const bool poller = cta.block() == 0;
       for (uint32_t spins = 0;; ++spins) {
-        if ((poller || spins % kHostPollInterval == kHostPollInterval - 1) &&
-            cta.load_acquire_system(done) == seq) {
-          if (cta.load_uncached(entry_field<uint32_t>(entry, a.layout.status)) == 0) {
+        const uint64_t answer = poller || spins % kHostPollInterval == kHostPollInterval - 1
+                                    ? cta.load_acquire_system(done)
+                                    : 0;
+        if ((answer & ~kDoneFailed) == seq) {
+          // The failure bit rides in the same word: no second PCIe read for the status.
+          if ((answer & kDoneFailed) == 0) {
             ok = 1;
           } else {
             cta.atomic_or(&a.state->error, kErrorHost);

@@ -50,6 +50,9 @@ constexpr uint32_t kMaxSlotsPerCall = 4096;
 constexpr uint32_t kMaxRingSize = 1024;
 /// Bytes per tile element the ring is sized for (FP32; a 16-bit call uses half of it).
 constexpr uint32_t kMaxElementBytes = 4;
+/// done_seq's top bit: the request failed (status says how). The device reads the answer and
+/// its outcome in one load; sequences never reach 2^63.
+constexpr uint64_t kDoneFailed = uint64_t{1} << 63;
 
 /// The sizes a ring is made for (every call's m, k and E are at most these).
 struct RingGeometry {

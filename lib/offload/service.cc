@@ -178,9 +178,11 @@ bool OffloadService::serve_next() {
   if (validate_request(r, layout_.geometry, &selections, why, sizeof why)) {
     status = handler_->serve(r, why, sizeof why);
   }
-  // The answer: status, then (release) done_seq; the result the handler wrote comes before both.
+  // The answer: status, then (release) done_seq with the failure bit; the result the handler
+  // wrote comes before both.
   *entry_field<uint32_t>(entry, layout_.status) = static_cast<uint32_t>(status);
-  __atomic_store_n(entry_field<uint64_t>(entry, layout_.done), seq, __ATOMIC_RELEASE);
+  __atomic_store_n(entry_field<uint64_t>(entry, layout_.done),
+                   seq | (status != QMOE_STATUS_OK ? kDoneFailed : 0), __ATOMIC_RELEASE);
   served_.store(seq, std::memory_order_release);
   const uint64_t took = now_ns() - t0;
   add(requests_served_, 1);
