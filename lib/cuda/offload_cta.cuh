@@ -16,8 +16,8 @@
 // their order.
 //
 // tests/cuda/cuda_host_emulator.h compiles moe_layer.cu for host threads. There the memory
-// operations are those of lib/offload/host_device.h's HostCta (__atomic builtins, a steady
-// clock) and the barriers the emulator's.
+// operations are lib/offload/host_memory_ops.h's, as the offload protocol tests' HostCta has
+// them (__atomic builtins, a steady clock), and the barriers are the emulator's.
 #ifndef QMOE_LIB_CUDA_OFFLOAD_CTA_CUH_
 #define QMOE_LIB_CUDA_OFFLOAD_CTA_CUH_
 
@@ -27,8 +27,7 @@
 #include <cstdint>
 
 #if defined(QMOE_CUDA_HOST_EMULATION)
-#include <chrono>
-#include <cstring>
+#include "lib/offload/host_memory_ops.h"
 #else
 #include <cuda/atomic>
 #endif
@@ -45,19 +44,8 @@ using DeviceU32 = ::cuda::atomic_ref<unsigned int, ::cuda::thread_scope_device>;
 using DeviceU64 = ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>;
 static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit sequence words");
 }  // namespace offload_cta_detail
-#endif
 
-struct DeviceCta {
-  __device__ uint32_t thread() const { return threadIdx.x; }
-  __device__ uint32_t threads() const { return blockDim.x; }
-  __device__ uint32_t block() const { return blockIdx.x; }
-  __device__ uint32_t blocks() const { return gridDim.x; }
-
-  __device__ void sync() const { __syncthreads(); }
-  __device__ int sync_count(int predicate) const { return __syncthreads_count(predicate); }
-  __device__ int sync_or(int predicate) const { return __syncthreads_or(predicate); }
-
-#if !defined(QMOE_CUDA_HOST_EMULATION)
+struct DeviceMemoryOps {
   __device__ static uint64_t load_acquire_system(const uint64_t* p) {
     offload_cta_detail::SystemU64 word(
         *reinterpret_cast<unsigned long long*>(const_cast<uint64_t*>(p)));
@@ -80,16 +68,12 @@ struct DeviceCta {
     offload_cta_detail::DeviceU64 word(*reinterpret_cast<unsigned long long*>(p));
     word.store(v, ::cuda::memory_order_release);
   }
-  __device__ static void fence_system() {
-    __threadfence_system();
-  }
+  __device__ static void fence_system() { __threadfence_system(); }
   __device__ static uint32_t load_relaxed(const uint32_t* p) {
     offload_cta_detail::DeviceU32 word(*reinterpret_cast<unsigned int*>(const_cast<uint32_t*>(p)));
     return word.load(::cuda::memory_order_relaxed);
   }
-  __device__ static uint32_t float_bits(float f) {
-    return __float_as_uint(f);
-  }
+  __device__ static uint32_t float_bits(float f) { return __float_as_uint(f); }
   __device__ static uint64_t now_ns() {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -97,47 +81,23 @@ struct DeviceCta {
   }
   // Each poll is a PCIe round trip already; no back-off.
   __device__ static void relax(uint32_t) {}
-  __device__ static float load_result(uint32_t dtype, const void* p, uint64_t i) {
-    if (dtype == QMOE_DTYPE_F32) return __ldcv(static_cast<const float*>(p) + i);
-    return widen(dtype, __ldcv(static_cast<const unsigned short*>(p) + i));
-  }
+};
 #else
-  static uint64_t load_acquire_system(const uint64_t* p) {
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-  }
-  static void store_release_system(uint64_t* p, uint64_t v) {
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
-  }
-  static void store_relaxed_system(uint32_t* p, uint32_t v) {
-    __atomic_store_n(p, v, __ATOMIC_RELAXED);
-  }
-  static uint64_t load_acquire_device(const uint64_t* p) {
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-  }
-  static void store_release_device(uint64_t* p, uint64_t v) {
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
-  }
-  static void fence_system() {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  }
-  static uint32_t load_relaxed(const uint32_t* p) {
-    return __atomic_load_n(p, __ATOMIC_RELAXED);
-  }
-  static uint32_t float_bits(float f) {
-    uint32_t b;
-    std::memcpy(&b, &f, sizeof b);
-    return b;
-  }
-  static uint64_t now_ns() {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now().time_since_epoch())
-                                     .count());
-  }
+struct DeviceMemoryOps : offload::HostMemoryOps {
   static void relax(uint32_t) {}
-  static float load_result(uint32_t dtype, const void* p, uint64_t i) {
-    return load_element(dtype, p, i);
-  }
+};
 #endif
+
+struct DeviceCta : DeviceMemoryOps {
+  __device__ uint32_t thread() const { return threadIdx.x; }
+  __device__ uint32_t threads() const { return blockDim.x; }
+  __device__ uint32_t block() const { return blockIdx.x; }
+  __device__ uint32_t blocks() const { return gridDim.x; }
+
+  __device__ void sync() const { __syncthreads(); }
+  __device__ int sync_count(int predicate) const { return __syncthreads_count(predicate); }
+  __device__ int sync_or(int predicate) const { return __syncthreads_or(predicate); }
+
   __device__ static void atomic_or(uint32_t* p, uint32_t v) {
     atomicOr(reinterpret_cast<unsigned int*>(p), v);
   }
@@ -152,6 +112,14 @@ struct DeviceCta {
   __device__ static float load_element(uint32_t dtype, const void* p, uint64_t i) {
     if (dtype == QMOE_DTYPE_F32) return static_cast<const float*>(p)[i];
     return widen(dtype, static_cast<const uint16_t*>(p)[i]);
+  }
+  __device__ static float load_result(uint32_t dtype, const void* p, uint64_t i) {
+#if !defined(QMOE_CUDA_HOST_EMULATION)
+    if (dtype == QMOE_DTYPE_F32) return __ldcv(static_cast<const float*>(p) + i);
+    return widen(dtype, __ldcv(static_cast<const unsigned short*>(p) + i));
+#else
+    return load_element(dtype, p, i);
+#endif
   }
   __device__ static void store_element(uint32_t dtype, void* p, uint64_t i, float v) {
     if (dtype == QMOE_DTYPE_F32) {

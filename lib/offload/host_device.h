@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "lib/offload/device_state.h"
+#include "lib/offload/host_memory_ops.h"
 #include "lib/offload/kernels.h"
 #include "lib/offload/ring_layout.h"
 #include "qmoe/qmoe.h"
@@ -35,7 +36,7 @@ namespace qmoe::offload {
 class HostGrid;
 
 /// One thread of an emulated CTA (the Cta of lib/offload/kernels.h).
-class HostCta {
+class HostCta : public HostMemoryOps {
  public:
   HostCta(HostGrid* grid, uint32_t thread) : grid_(grid), thread_(thread) {}
   uint32_t thread() const { return thread_; }
@@ -47,35 +48,8 @@ class HostCta {
   int sync_count(int predicate);
   int sync_or(int predicate);
 
-  static uint64_t load_acquire_system(const uint64_t* p) {
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-  }
-  static void store_release_system(uint64_t* p, uint64_t v) {
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
-  }
-  static void store_relaxed_system(uint32_t* p, uint32_t v) {
-    __atomic_store_n(p, v, __ATOMIC_RELAXED);
-  }
-  static uint64_t load_acquire_device(const uint64_t* p) {
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-  }
-  static void store_release_device(uint64_t* p, uint64_t v) {
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
-  }
-  static void fence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-  static uint32_t load_relaxed(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
   static void atomic_or(uint32_t* p, uint32_t v) { __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
   static void shared_or(uint32_t* p, uint32_t v) { __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
-  static uint32_t float_bits(float f) {
-    uint32_t b;
-    std::memcpy(&b, &f, sizeof b);
-    return b;
-  }
-  static uint64_t now_ns() {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now().time_since_epoch())
-                                     .count());
-  }
   /// A waiting thread gives its core away now and then: the machine running the tests may
   /// have fewer cores than threads.
   static void relax(uint32_t spins) {
