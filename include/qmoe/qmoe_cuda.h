@@ -278,9 +278,10 @@ QMOE_API qmoe_status qmoe_cuda_offload_destroy(qmoe_cuda_offload* session);
 /// host_layers[layer] for params->m tokens, its resident experts on the GPU and its cold ones
 /// (routed experts the residency map marks -1, with a nonzero weight) on the CPU. Enqueues three
 /// steps, all reading per-call values from device memory (capturable in a CUDA graph; every
-/// replay issues a new request): classify-publish (one block: the cold set via
-/// __syncthreads_count, and, when it is not empty, the request on the ring), the resident layer
-/// (as qmoe_cuda_moe_forward, the residency map its run mask), wait-accumulate (waits for the
+/// replay issues a new request): classify-publish (one extra block of the resident layer's
+/// first kernel, so no graph node of its own: the cold set via __syncthreads_count, and, when
+/// it is not empty, the request on the ring), the resident layer (as qmoe_cuda_moe_forward, the
+/// residency map its run mask), wait-accumulate (a kernel; waits for the
 /// CPU's answer, at most timeout_us, and adds it into the rows of tokens with a cold selection:
 /// y = dtype(y + cold) with the resident part already in y, so a 16-bit y is rounded twice).
 /// params as for qmoe_cuda_moe_forward, except: ids and weights are required (no logits), k at
