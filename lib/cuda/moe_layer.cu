@@ -120,6 +120,31 @@ __device__ __forceinline__ float swiglu(float g, float u, const MoeLayerParams& 
   return __fmul_rn(__fmul_rn(g, sigmoid), __fadd_rn(u, p.beta));
 }
 
+// The classify-publish arguments of the call p describes (moe_layer.cuh: MoeOffloadSteps).
+__device__ __forceinline__ offload::ClassifyArgs classify_args(const MoeLayerParams& p) {
+  offload::ClassifyArgs a{};
+  a.state = p.offload.state;
+  a.record = p.offload.record;
+  a.token_cold = p.offload.token_cold;
+  a.ring = p.offload.ring;
+  a.layout = p.offload.layout;
+  a.m = p.m;
+  a.ids = p.ids;
+  a.weights = p.weights;
+  a.residency = p.residency;
+  a.x = p.x;
+  a.ldx = p.ldx;
+  a.layer = p.offload.layer;
+  a.m_capacity = p.m_capacity;
+  a.k = p.top_k;
+  a.num_experts = p.num_experts;
+  a.num_slots = p.num_slots;
+  a.dtype = static_cast<uint32_t>(p.dtype);
+  a.accuracy = static_cast<uint32_t>(p.accuracy);
+  a.short_circuit = p.offload.short_circuit ? 1 : 0;
+  return a;
+}
+
 // ---- (a) FC1 + SwiGLU ---------------------------------------------------------------------------
 //
 // Work. The call's (work item, task) pairs, item-major, are split into one contiguous range per
@@ -274,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     allow_dependent_launch();
     DeviceCta cta;
     offload::classify_publish(cta, *reinterpret_cast<offload::ClassifyShared*>(smem),
-                              p.offload.classify);
+                              classify_args(p));
     return;
   }
   const uint32_t first_block = p.offload.enabled ? 1 : 0;

@@ -64,11 +64,19 @@ constexpr uint32_t kMoeMaxSlots = 4096;
 /// The offload's classify-publish (lib/offload/kernels.h) carried by the layer's FC1 kernel, so
 /// that it is not a graph node of its own (offload_session.cu): (a)'s grid gets one more block,
 /// block 0, whose whole work is classify_publish, and the CPU's request goes out as soon as x
-/// is ready, beside FC1. (The wait stays a kernel of its own: carried by every (b) block it
-/// cost about 270 us more a layer with a cold expert on the H200, cause not yet found.)
+/// is ready, beside FC1. The call's values (m, the routing, the residency, x, the sizes, dtype
+/// and accuracy) are the layer's own; these are where the request goes. (The wait stays a
+/// kernel of its own: carried by the (b) blocks it made hybrid layers slower;
+/// docs/results/2026-12-02-h200-offload-fold.md.)
 struct MoeOffloadSteps {
-  bool enabled;  // false: a resident-only layer (classify is not read)
-  offload::ClassifyArgs classify;
+  bool enabled;  // false: a resident-only layer (nothing below is read)
+  offload::OffloadDeviceState* state;
+  offload::OffloadCallRecord* record;  // this layer's
+  uint8_t* token_cold;                 // this layer's per-token flags
+  unsigned char* ring;                 // as the device addresses it
+  offload::RingLayout layout;
+  uint32_t layer;
+  bool short_circuit;  // a call with no cold selection publishes nothing
 };
 
 struct MoeLayerParams {

@@ -214,31 +214,12 @@ qmoe_status enqueue_offload_layer(const char* function, OffloadSession* s, uint3
   // The service may be parked: the request this call publishes is a few microseconds away.
   s->service->wake();
 
-  offload::ClassifyArgs a{};
-  a.state = s->state;
-  a.record = s->records + layer;
-  a.token_cold = s->token_cold + size_t{layer} * s->layout.geometry.m_capacity;
-  a.ring = s->ring_device;
-  a.layout = s->layout;
-  a.m = c.m;
-  a.ids = c.ids;
-  a.weights = c.weights;
-  a.residency = g.residency;
-  a.x = c.x;
-  a.ldx = c.ldx;
-  a.layer = layer;
-  a.m_capacity = c.m_capacity;
-  a.k = c.k;
-  a.num_experts = g.num_experts;
-  a.num_slots = g.num_slots;
-  a.dtype = static_cast<uint32_t>(c.dtype);
-  a.accuracy = static_cast<uint32_t>(c.accuracy);
-  a.short_circuit = s->short_circuit ? 1 : 0;
+  uint8_t* token_cold = s->token_cold + size_t{layer} * s->layout.geometry.m_capacity;
 
   offload::WaitArgs w{};
   w.state = s->state;
   w.record = s->records + layer;
-  w.token_cold = a.token_cold;
+  w.token_cold = token_cold;
   w.ring = s->ring_device;
   w.layout = s->layout;
   w.y = c.y;
@@ -279,7 +260,13 @@ qmoe_status enqueue_offload_layer(const char* function, OffloadSession* s, uint3
   // The layer's FC1 kernel carries the classify-publish (moe_layer.cuh): the resident experts
   // (the residency map is their run mask) run on the GPU while the CPU runs the cold ones.
   p.offload.enabled = true;
-  p.offload.classify = a;
+  p.offload.state = s->state;
+  p.offload.record = s->records + layer;
+  p.offload.token_cold = token_cold;
+  p.offload.ring = s->ring_device;
+  p.offload.layout = s->layout;
+  p.offload.layer = layer;
+  p.offload.short_circuit = s->short_circuit;
   uint32_t launched = 0;
   const cudaError_t resident = launch_moe_layer(p, stream, &launched);
   if (resident != cudaSuccess) {
