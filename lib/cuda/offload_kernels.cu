@@ -2,6 +2,7 @@
 // (offload_cta.cuh says what each memory operation compiles to).
 #include "lib/cuda/offload_kernels.cuh"
 
+#include "lib/cuda/grid_dependency.cuh"
 #include "lib/cuda/offload_cta.cuh"
 
 namespace qmoe::cuda {
@@ -14,8 +15,15 @@ __global__ void __launch_bounds__(kOffloadClassifyThreads)
   offload::classify_publish(cta, shared, args);
 }
 
+// Launched with programmatic serialization (launch_offload_wait_accumulate): it lets the next
+// kernel in the stream launch at once, so the next layer's FC1 is resident and its
+// classify-publish block starts as soon as this grid completes; then every block waits for the
+// preceding grid (the layer's FC2, whose completion implies FC1's, and so the classify's
+// record) before it reads anything. Without the attribute (before sm_90) both are no-ops.
 __global__ void __launch_bounds__(kOffloadWaitThreads)
     offload_wait_accumulate_kernel(const offload::WaitArgs args) {
+  allow_dependent_launch();
+  wait_for_preceding_grid();
   __shared__ offload::WaitShared shared;
   DeviceCta cta;
   offload::wait_accumulate(cta, shared, args);
@@ -36,8 +44,15 @@ cudaError_t launch_offload_classify_publish(const offload::ClassifyArgs& args,
 
 cudaError_t launch_offload_wait_accumulate(const offload::WaitArgs& args, uint32_t blocks,
                                            cudaStream_t stream) {
-  offload_wait_accumulate_kernel<<<blocks, kOffloadWaitThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  int device = 0, major = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) {
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  }
+  if (e != cudaSuccess) return e;
+  return launch_decode_kernel(offload_wait_accumulate_kernel, dim3(blocks),
+                              dim3(kOffloadWaitThreads), 0, major >= 9 && pdl_enabled(), args,
+                              stream);
 }
 
 }  // namespace qmoe::cuda
