@@ -81,8 +81,26 @@ function(check_wait name)
   message(STATUS "${name}: acquire ${acquire} < uncached read ${cv}")
 endfunction()
 
+# The wait kernel launches with programmatic dependent launch after the layer's FC2: it may start
+# before FC2 (and through it FC1's classify) has completed, so its griddepcontrol.wait must come
+# before its first read of global memory (the call record, done_seq, y).
+function(check_waits_for_preceding_grid name)
+  entry_body("${name}" wait)
+  first_at("${wait}" "griddepcontrol.wait" "${name}: the wait for the preceding grid" gridwait)
+  first_at("${wait}" "griddepcontrol.launch_dependents" "${name}: the early launch of the next"
+           launch)
+  string(REGEX MATCH "ld\\.(global|acquire|relaxed|volatile)[^\n]*" first_load "${wait}")
+  first_at("${wait}" "${first_load}" "${name}: a global load" load)
+  if(NOT gridwait LESS load)
+    message(FATAL_ERROR "${name}: global memory is read (at ${load}: ${first_load}) before the "
+                        "wait for the preceding grid (${gridwait})")
+  endif()
+  message(STATUS "${name}: griddepcontrol.wait ${gridwait} < first global load ${load}")
+endfunction()
+
 # The standalone kernels (lib/cuda/offload_kernels.cu) and the MoE layer's FC1, whose block 0
 # publishes in a hybrid layer (lib/cuda/moe_layer.cu).
 check_publish("classify_publish")
 check_wait("wait_accumulate")
+check_waits_for_preceding_grid("wait_accumulate")
 check_publish("moe_fc1_kernel")
