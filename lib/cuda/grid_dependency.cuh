@@ -140,6 +140,18 @@ inline bool pdl_enabled() {
   return enabled;
 }
 
+// Whether the current device takes the programmatic-serialization launch (sm_90 and up, unless
+// QMOE_CUDA_PDL=0), into *pdl; the runtime's error when the device cannot be asked.
+inline cudaError_t pdl_on_current_device(bool* pdl) {
+  int device = 0, major = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) {
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  }
+  *pdl = e == cudaSuccess && major >= 9 && pdl_enabled();
+  return e;
+}
+
 #ifdef QMOE_CUDA_HOST_EMULATION
 template <class Params>
 cudaError_t launch_decode_kernel(void (*fn)(Params), dim3 grid, dim3 block, size_t smem, bool,

@@ -246,16 +246,13 @@ cudaError_t launch_int4_gemv_with_config(const DeviceQuantMatrix& w, qmoe_accura
   p.prefetch_rounds = static_cast<uint32_t>(pf_rounds < config.rounds ? pf_rounds : config.rounds);
   const size_t smem = stage_bytes(accuracy, m_pad, config.tile_chunks);
   const Level level = accuracy == QMOE_ACCURACY_EXACT ? Level::kExact : Level::kFast;
-  int device = 0, major = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) {
-    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  }
+  bool pdl = false;
+  const cudaError_t e = pdl_on_current_device(&pdl);
   if (e != cudaSuccess) return e;
   KernelFn kernel = nullptr;
   with_decode_format(w.format, [&](auto f) { kernel = pick_kernel<decltype(f)>(level, m_pad); });
   return launch_decode_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem,
-                              major >= 9 && pdl_enabled(), p, stream);
+                              pdl, p, stream);
 }
 
 cudaError_t launch_int4_gemv(const DeviceQuantMatrix& w, qmoe_accuracy accuracy, uint32_t m,

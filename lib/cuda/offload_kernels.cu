@@ -44,15 +44,11 @@ cudaError_t launch_offload_classify_publish(const offload::ClassifyArgs& args,
 
 cudaError_t launch_offload_wait_accumulate(const offload::WaitArgs& args, uint32_t blocks,
                                            cudaStream_t stream) {
-  int device = 0, major = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) {
-    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  }
+  bool pdl = false;
+  const cudaError_t e = pdl_on_current_device(&pdl);
   if (e != cudaSuccess) return e;
   return launch_decode_kernel(offload_wait_accumulate_kernel, dim3(blocks),
-                              dim3(kOffloadWaitThreads), 0, major >= 9 && pdl_enabled(), args,
-                              stream);
+                              dim3(kOffloadWaitThreads), 0, pdl, args, stream);
 }
 
 }  // namespace qmoe::cuda
