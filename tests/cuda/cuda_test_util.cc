@@ -2,6 +2,7 @@
 
 #include <fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -158,6 +159,17 @@ double dtype_half_ulp(qmoe_dtype d, double v) {
   double ulp = std::ldexp(1.0, e - 1 - mantissa);
   if (d == QMOE_DTYPE_F16) ulp = std::max(ulp, std::ldexp(1.0, -24));
   return ulp / 2;
+}
+
+bool output_matches(qmoe_dtype d, double got, double want, double tol) {
+  if (std::isinf(got)) {
+    const double threshold = d == QMOE_DTYPE_F16    ? 65520.0
+                             : d == QMOE_DTYPE_BF16 ? std::ldexp(1.0, 128) - std::ldexp(1.0, 119)
+                                                    : std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
+    return (got > 0) == (want > 0) && std::fabs(want) + tol >= threshold;
+  }
+  const double round_out = 1.01 * dtype_half_ulp(d, std::max(std::fabs(want), std::fabs(got)));
+  return std::fabs(got - want) <= tol + round_out;
 }
 
 const char* dtype_label(qmoe_dtype d) {

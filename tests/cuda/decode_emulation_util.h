@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/cpu/isa_test_util.h"
 #include "tests/cuda/cuda_host_emulator.h"
 #include "tests/gemm/fp4_reference.h"
 #include "tests/gemm/int4_reference.h"
@@ -21,10 +22,6 @@
 namespace qmoe::testing {
 
 constexpr unsigned char kPoison = 0x7F;
-
-inline uint64_t fresh_seed() {
-  return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-}
 
 inline size_t dsize(qmoe_dtype d) {
   return d == QMOE_DTYPE_F32 ? 4 : 2;

@@ -15,6 +15,7 @@
 
 #include "lib/cuda/int4_gemv.cuh"
 #include "qmoe/qmoe.h"
+#include "tests/cpu/isa_test_util.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/gemm/int4_reference.h"
 
@@ -23,10 +24,6 @@ namespace {
 
 constexpr unsigned char kPoison = 0x7F;
 constexpr size_t kGuard = 64;  // elements of Y before and after the rows
-
-uint64_t fresh_seed() {
-  return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-}
 
 // One GEMV problem on the host and its device copies.
 struct Problem {

@@ -18,6 +18,7 @@
 
 #include "lib/cuda/moe_layer.cuh"
 #include "qmoe/qmoe.h"
+#include "tests/cpu/isa_test_util.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/moe/moe_reference.h"
 
@@ -26,10 +27,6 @@ namespace {
 
 constexpr unsigned char kPoison = 0x7F;
 constexpr size_t kGuard = 32;  // elements before and after Y
-
-uint64_t fresh_seed() {
-  return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-}
 
 // Experts on the device: expert e's projections are distinct matrix e % distinct; slot s holds
 // expert slot_expert[s]; residency[e] is e's slot or -1.
