@@ -58,17 +58,18 @@ __host__ __device__ constexpr uint32_t record_bytes() {
 // Every decode kernel is capped at 80 registers a thread (3 blocks of 256 threads per SM: two of
 // the running kernel's and one of the next kernel's, launched early). Quads per batch (two
 // batches are in flight) within that, chosen from the compiler's resource report (no local
-// memory in the GEMV's walks; a few reloads per batch at most in the MoE's): the GEMV, whose
-// matrix description is a kernel parameter (no registers), 3 for M <= 2, 2 for M = 4 at the
-// fast level, else 1; the MoE kernels, whose description sits in registers (loaded from shared
-// memory) beside their routing state, 2 for one row at the fast level, else 1 (the accumulators
-// and per-row temporaries, exact level: two partial sums per row, need the space).
+// memory in the GEMV's walks) and measured: the GEMV, whose matrix description is a kernel
+// parameter (no registers), 3 for M <= 2, 2 for M = 4 at the fast level, else 1; the MoE
+// kernels, whose description sits in registers (loaded from shared memory) beside their
+// routing state, 1. A second quad there pushes the walk's state to local memory at the cap, and
+// the spills cost more than the extra loads in flight gain
+// (docs/results/2026-12-02-h200-moe-one-quad.md).
 constexpr int kDecodeMinBlocksPerSm = 3;
 
 template <Level L, int MAXM>
 __host__ __device__ constexpr int batch_quads(bool params_matrix) {
   if (params_matrix) return MAXM <= 2 ? 3 : MAXM <= 4 && L == Level::kFast ? 2 : 1;
-  return MAXM == 1 && L == Level::kFast ? 2 : 1;
+  return 1;
 }
 
 // ---- Matrix descriptions ---------------------------------------------------------------------
