@@ -140,15 +140,20 @@ inline bool pdl_enabled() {
   return enabled;
 }
 
-// Whether the current device takes the programmatic-serialization launch (sm_90 and up, unless
-// QMOE_CUDA_PDL=0), into *pdl; the runtime's error when the device cannot be asked.
+// Whether a device of compute capability `major` takes the programmatic-serialization launch:
+// sm_90 and up, unless QMOE_CUDA_PDL=0. Every decode launcher decides by this rule.
+inline bool pdl_for_compute_capability(int major) {
+  return major >= 9 && pdl_enabled();
+}
+
+// The same for the current device, into *pdl; the runtime's error when it cannot be asked.
 inline cudaError_t pdl_on_current_device(bool* pdl) {
   int device = 0, major = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) {
     e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   }
-  *pdl = e == cudaSuccess && major >= 9 && pdl_enabled();
+  *pdl = e == cudaSuccess && pdl_for_compute_capability(major);
   return e;
 }
 

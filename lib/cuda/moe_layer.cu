@@ -654,7 +654,7 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
   }
   KernelFn fc1 = nullptr, fc2 = nullptr;
   if (!pick_kernels(p, T, &fc1, &fc2)) return cudaErrorInvalidValue;
-  const bool pdl = major >= 9 && pdl_enabled();
+  const bool pdl = pdl_for_compute_capability(major);
   e = launch_decode_kernel(fc1, dim3(static_cast<unsigned>(fc1_grid > 0 ? fc1_grid : 1)),
                            dim3(kThreads), smem1, pdl, kp, stream);
   if (e != cudaSuccess) return e;
