@@ -83,7 +83,8 @@ endfunction()
 
 # The wait kernel launches with programmatic dependent launch after the layer's FC2: it may start
 # before FC2 (and through it FC1's classify) has completed, so its griddepcontrol.wait must come
-# before its first read of global memory (the call record, done_seq, y).
+# before its first read of global memory (the call record, done_seq, y); and it must let the
+# next kernel launch early (griddepcontrol.launch_dependents present; where is free).
 function(check_waits_for_preceding_grid name)
   entry_body("${name}" wait)
   first_at("${wait}" "griddepcontrol.wait" "${name}: the wait for the preceding grid" gridwait)
