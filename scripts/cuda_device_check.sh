@@ -91,12 +91,12 @@ fi
 if command -v compute-sanitizer >/dev/null; then
   # Every offload test (the ring, the wait kernel, the timeout and destroy paths) and the ABI
   # layer tests run whole; of the kernel suites, the cases that reach every kernel and tail.
-  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges:CudaInt4GemmTc.ScaleAndZeroPointPlanes:CudaFp4Decode.GemmNanScalesMakeTheirRowsNan:CudaFp4Decode.MoeLayerNvfp4:CudaAbiLayer.*:Offload.*'
+  filter='CudaInt4Gemv.TailsEveryBlockSizeAndPlaneOrder:CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.GraphReplayWithNewRoutingEqualsEager:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.KTails:CudaInt4GemmTc.ColumnSubRanges:CudaInt4GemmTc.ScaleAndZeroPointPlanes:CudaInt4GemmTc.WgmmaTiles:CudaFp4Decode.GemmNanScalesMakeTheirRowsNan:CudaFp4Decode.MoeLayerNvfp4:CudaAbiLayer.*:Offload.*'
   step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$tests" --gtest_filter="$filter"
   step racecheck 240 compute-sanitizer --tool racecheck --racecheck-report hazard \
     --error-exitcode 3 "$tests" \
-    --gtest_filter='CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaFp4Decode.MoeLayerNvfp4:Offload.HybridLayerIsTheResidentLayerPlusTheCpuColdPart:Offload.ShortCircuitGivesTheBitsOfTheRingPath'
+    --gtest_filter='CudaInt4Gemv.IntegerPartsAreExact:CudaMoeLayer.ErrorWordAndZeroOutputOnInvalidInput:CudaInt4GemmTc.RowTails:CudaInt4GemmTc.WgmmaTiles:CudaFp4Decode.MoeLayerNvfp4:Offload.HybridLayerIsTheResidentLayerPlusTheCpuColdPart:Offload.ShortCircuitGivesTheBitsOfTheRingPath'
 else
   echo "compute-sanitizer: not found" | tee -a "$out/summary.txt"
   failed+=("sanitizer-missing")
@@ -105,6 +105,8 @@ fi
 # 6. Resource usage and the kernels' SASS, for the record.
 objs=("$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o"
   "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o")
+wgmma_obj="$build/lib/CMakeFiles/qmoe_cuda_sm90a.dir/cuda/int4_gemm_wgmma.cu.o"
+[[ -f $wgmma_obj ]] && objs+=("$wgmma_obj")
 cuobjdump --dump-resource-usage "${objs[@]}" >"$out/resource_usage.txt" 2>&1 || true
 cuobjdump --dump-sass "${objs[@]}" 2>&1 | gzip >"$out/decode_sass.txt.gz" || true
 

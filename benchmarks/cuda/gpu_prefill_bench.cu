@@ -300,12 +300,15 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
   state.counters["cublas_us"] = cublas_us;
   std::string tile_name = tile < 0 ? "auto " : "";
   qmoe::cuda::Int4GemmTcTile shown = static_cast<qmoe::cuda::Int4GemmTcTile>(tile);
+  const bool wgmma = qmoe::cuda::int4_gemm_tc_tile_available(
+      qmoe::cuda::Int4GemmTcTile::kWgmma128x64, QMOE_DTYPE_BF16);
   if (tile < 0 && !qmoe::cuda::choose_int4_gemm_tc_tile(m, 0, d.n, b.sm_count, b.max_shared,
-                                                        QMOE_DTYPE_BF16, kBlock, &shown)) {
+                                                        QMOE_DTYPE_BF16, kBlock, &shown, wgmma)) {
     tile_name += "none";
   } else {
     const qmoe::cuda::Int4GemmTcTileShape s = qmoe::cuda::int4_gemm_tc_tile_shape(shown);
-    tile_name += std::to_string(s.rows_m) + "x" + std::to_string(s.rows_n);
+    tile_name += std::to_string(s.rows_m) + "x" + std::to_string(s.rows_n) +
+                 (qmoe::cuda::int4_gemm_tc_tile_is_wgmma(shown) ? " wgmma" : "");
   }
   state.SetLabel(std::string(kShapes[shape].name) + " m=" + std::to_string(m) + " tile " +
                  tile_name + " weights x" + std::to_string(d.int4.size()));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <utility>
 
 #include "lib/cuda/int4_gemm_tc.cuh"
 #include "lib/cuda/int4_gemm_tc_layout.cuh"
@@ -32,10 +33,19 @@ uint32_t element_bytes(qmoe_dtype d) {
 // (ptxas reports 134-254 across the variants, which gives the same CTAs per multiprocessor:
 // 2 of 128 threads, 1 of 192 or 256) and the opt-in shared memory. Ties go to the larger
 // tile, which reloads X and W less.
+//
+// The wgmma tiles (where they run, 16-bit X) come first, by grid size, as measured on the H200
+// against every mma.sync tile (docs/results/2026-12-02-h200-wgmma-gemm.md): 128 x 128 once its
+// grid fills the multiprocessors (it halves the X reads per output, one CTA per
+// multiprocessor), else 128 x 64 once its grid fills half of them (two CTAs per
+// multiprocessor), else the model above over the mma.sync tiles (a small grid does better with
+// their more, smaller CTAs).
 constexpr uint32_t kSchedulers = 4;
 constexpr uint32_t kRegistersPerThread = 192;
 constexpr uint32_t kRegistersPerSm = 65536;
-constexpr double kIssuePerMma[kInt4GemmTcTileCount] = {1.0, 1.25, 1.25, 1.25};
+constexpr double kIssuePerMma[] = {1.0, 1.25, 1.25, 1.25};  // the mma.sync tiles, by index
+static_assert(static_cast<int>(Int4GemmTcTile::kWgmma128x64) == 4 &&
+              static_cast<int>(Int4GemmTcTile::kWgmma128x128) == 5);
 constexpr double kSchedulerRate[] = {0.0, 0.6, 0.85, 1.0};  // by resident warps, 3 or more
 
 // Per device: filled once under the mutex, then read without it (`ready` publishes it).
@@ -43,8 +53,14 @@ struct DeviceState {
   std::atomic<bool> ready{false};
   int sm_count = 0;
   size_t max_shared_bytes = 0;
+  bool wgmma = false;  // kWgmma128x64 runs here: built for sm_90a and compute capability 9.0
 };
 constexpr int kMaxDevices = 64;
+#if defined(QMOE_HAVE_WGMMA)
+constexpr bool kHaveWgmma = true;
+#else
+constexpr bool kHaveWgmma = false;
+#endif
 DeviceState g_devices[kMaxDevices];
 std::mutex g_setup_mutex;
 
@@ -57,19 +73,29 @@ cudaError_t current_device_state(const DeviceState** state) {
   if (!s.ready.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(g_setup_mutex);
     if (!s.ready.load(std::memory_order_relaxed)) {
-      int sm_count = 0, max_shared = 0;
+      int sm_count = 0, max_shared = 0, major = 0, minor = 0;
       error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
       if (error == cudaSuccess) {
         error =
             cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
       }
+      if (error == cudaSuccess) {
+        error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+      }
+      if (error == cudaSuccess) {
+        error = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+      }
       const size_t max_bytes = static_cast<size_t>(std::max(max_shared, 0));
+      // sm_90a code runs on compute capability 9.0 exactly.
+      const bool wgmma = kHaveWgmma && major == 9 && minor == 0;
       if (error == cudaSuccess) error = tc::configure_variants_bf16(max_bytes);
       if (error == cudaSuccess) error = tc::configure_variants_f16(max_bytes);
       if (error == cudaSuccess) error = tc::configure_variants_f32(max_bytes);
+      if (error == cudaSuccess && wgmma) error = tc::configure_wgmma(max_bytes);
       if (error != cudaSuccess) return error;  // not marked ready: the next call tries again
       s.sm_count = std::max(sm_count, 1);
       s.max_shared_bytes = max_bytes;
+      s.wgmma = wgmma;
       s.ready.store(true, std::memory_order_release);
     }
   }
@@ -122,16 +148,20 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
   if (given_tile != nullptr) {
     tile = *given_tile;
     if (static_cast<int>(tile) < 0 || static_cast<int>(tile) >= kInt4GemmTcTileCount ||
-        int4_gemm_tc_shared_bytes(tile, x_dtype, w.block_size) > device->max_shared_bytes) {
+        int4_gemm_tc_shared_bytes(tile, x_dtype, w.block_size) > device->max_shared_bytes ||
+        (int4_gemm_tc_tile_is_wgmma(tile) && !(device->wgmma && x_dtype != QMOE_DTYPE_F32))) {
       return cudaErrorInvalidValue;
     }
   } else if (!choose_int4_gemm_tc_tile(m, n_begin, n_end, device->sm_count,
-                                       device->max_shared_bytes, x_dtype, w.block_size, &tile)) {
+                                       device->max_shared_bytes, x_dtype, w.block_size, &tile,
+                                       device->wgmma)) {
     return cudaErrorInvalidValue;
   }
   const tc::Params p = tc::make_params(w, m, m_device, x, ldx, y_dtype, y, ldy, n_begin, n_end);
   const dim3 grid = tc::grid_for(tile, p);
   const uint32_t fold = tc::fold_k(w.block_size);
+  if (int4_gemm_tc_tile_is_wgmma(tile))
+    return tc::launch_wgmma(tile, x_dtype, fold, p, grid, stream);
   switch (x_dtype) {
     case QMOE_DTYPE_BF16:
       return tc::launch_variant_bf16(tile, fold, p, grid, stream);
@@ -156,15 +186,44 @@ size_t int4_gemm_tc_shared_bytes(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32
                           tc::fold_k(block_size));
 }
 
+bool int4_gemm_tc_tile_available(Int4GemmTcTile tile, qmoe_dtype x_dtype) {
+  const DeviceState* device = nullptr;
+  if (!valid_dtype(x_dtype) || static_cast<int>(tile) < 0 ||
+      static_cast<int>(tile) >= kInt4GemmTcTileCount ||
+      current_device_state(&device) != cudaSuccess) {
+    return false;
+  }
+  if (int4_gemm_tc_tile_is_wgmma(tile) && !(device->wgmma && x_dtype != QMOE_DTYPE_F32)) {
+    return false;
+  }
+  return int4_gemm_tc_shared_bytes(tile, x_dtype, 32) <= device->max_shared_bytes &&
+         int4_gemm_tc_shared_bytes(tile, x_dtype, 16) <= device->max_shared_bytes;
+}
+
 bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int sm_count,
                               size_t max_shared_bytes, qmoe_dtype x_dtype, uint32_t block_size,
-                              Int4GemmTcTile* tile) {
+                              Int4GemmTcTile* tile, bool wgmma) {
   const uint64_t columns = n_end - n_begin / kGroupRows * kGroupRows;
   const uint64_t sms = static_cast<uint64_t>(std::max(sm_count, 1));
+  const auto ctas = [&](Int4GemmTcTile t) {
+    const tc::TileGeometry& g = kTileGeometry[static_cast<int>(t)];
+    return (uint64_t{m} + g.bm - 1) / g.bm * ((columns + g.bn - 1) / g.bn);
+  };
+  if (wgmma && x_dtype != QMOE_DTYPE_F32) {
+    for (const auto [candidate, fill] : {std::pair{Int4GemmTcTile::kWgmma128x128, sms},
+                                         std::pair{Int4GemmTcTile::kWgmma128x64, (sms + 1) / 2}}) {
+      if (ctas(candidate) >= fill &&
+          int4_gemm_tc_shared_bytes(candidate, x_dtype, block_size) <= max_shared_bytes) {
+        *tile = candidate;
+        return true;
+      }
+    }
+  }
   bool found = false;
   double best = 0.0;
   for (int i = 0; i < kInt4GemmTcTileCount; ++i) {
     const auto candidate = static_cast<Int4GemmTcTile>(i);
+    if (int4_gemm_tc_tile_is_wgmma(candidate)) continue;  // chosen above or not at all
     const size_t shared = int4_gemm_tc_shared_bytes(candidate, x_dtype, block_size);
     if (shared > max_shared_bytes) continue;
     const tc::TileGeometry& g = kTileGeometry[i];

@@ -1,5 +1,6 @@
-// The prefill dequant-GEMM on tensor cores (sm_80+, mma.sync m16n8k16), reading the canonical
-// INT4 codes and scale planes in place (docs/formats.md): no repack, no dequantised copy.
+// The prefill dequant-GEMM on tensor cores (sm_80+, mma.sync m16n8k16; on compute capability
+// 9.0, the wgmma tiles: int4_gemm_wgmma_kernel.cuh), reading the canonical INT4 codes and scale
+// planes in place (docs/formats.md): no repack, no dequantised copy.
 //
 //   Y[i, n] = sum_k X[i, k] * W[n, k] (+ bias[n])   for i < M, n_begin <= n < n_end,
 //   W[n, k] = (code[n, k] - zero_point[n, k / B]) * scale[n, k / B]
@@ -76,10 +77,29 @@ cudaError_t launch_int4_gemm_tc_device_m(const DeviceQuantMatrix& w, uint32_t m_
 /// idempotent and thread-safe. The launchers call it themselves.
 cudaError_t prepare_int4_gemm_tc();
 
-/// CTA tiles (rows of X by rows of W), made of 64 x 32 warp tiles; all but 128x128 give each
-/// warp tile two warps, one per half of every 64-code k-tile.
-enum class Int4GemmTcTile : int { k128x128 = 0, k64x128 = 1, k64x96 = 2, k64x64 = 3 };
-constexpr int kInt4GemmTcTileCount = 4;
+/// CTA tiles (rows of X by rows of W). The first four run mma.sync (sm_80+) and are made of
+/// 64 x 32 warp tiles; all but 128x128 give each warp tile two warps, one per half of every
+/// 64-code k-tile. The kWgmma tiles run Hopper's warpgroup MMA (int4_gemm_wgmma_kernel.cuh),
+/// one warpgroup per 64 rows of W: compute capability 9.0 only, a build with sm_90 among its
+/// architectures, 16-bit X only (int4_gemm_tc_tile_available).
+enum class Int4GemmTcTile : int {
+  k128x128 = 0,
+  k64x128 = 1,
+  k64x96 = 2,
+  k64x64 = 3,
+  kWgmma128x64 = 4,
+  kWgmma128x128 = 5
+};
+constexpr int kInt4GemmTcTileCount = 6;
+
+/// Whether a tile runs on Hopper's warpgroup MMA.
+constexpr bool int4_gemm_tc_tile_is_wgmma(Int4GemmTcTile tile) {
+  return tile == Int4GemmTcTile::kWgmma128x64 || tile == Int4GemmTcTile::kWgmma128x128;
+}
+
+/// Whether `tile` runs with this X type on the current device (false also when the device
+/// cannot be queried).
+bool int4_gemm_tc_tile_available(Int4GemmTcTile tile, qmoe_dtype x_dtype);
 
 /// Rows of X, rows of W and threads of a tile's CTA.
 struct Int4GemmTcTileShape {
@@ -94,10 +114,11 @@ size_t int4_gemm_tc_shared_bytes(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32
 /// The tile the launchers pick for m rows and columns [n_begin, n_end) on a device with
 /// `sm_count` multiprocessors and `max_shared_bytes` of opt-in shared memory per block: the
 /// least work on the busiest warp scheduler, at the rate its resident warps sustain (the model
-/// is in int4_gemm_tc.cu). Returns false when no tile fits the shared memory.
+/// is in int4_gemm_tc.cu); `wgmma`: whether the kWgmma tiles run on that device (16-bit X
+/// only either way). Returns false when no tile fits the shared memory.
 bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int sm_count,
                               size_t max_shared_bytes, qmoe_dtype x_dtype, uint32_t block_size,
-                              Int4GemmTcTile* tile);
+                              Int4GemmTcTile* tile, bool wgmma = false);
 
 /// Either launcher with the tile given instead of chosen (tests, benchmarks); m_device may be
 /// nullptr (then M = m). cudaErrorInvalidValue if the tile's shared memory exceeds the

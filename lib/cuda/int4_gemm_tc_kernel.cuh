@@ -291,6 +291,37 @@ struct Loader {
     *reinterpret_cast<uint32_t*>(entry) = value << w.shift;
   }
 
+  // The pipeline's prologue: k-tiles 0 .. kStages - 2 into the stages of the same index, one
+  // cp.async group each (empty past the last k-tile, so that the group counting of the k-loop
+  // holds for any K); then k-tile 0's planes converted (its group has landed: at most
+  // kStages - 2 are pending).
+  QMOE_TC_HD void prologue(const Params& p, uint8_t* smem, uint32_t tid) const {
+#pragma unroll
+    for (uint32_t s = 0; s + 1 < C::kStages; ++s) {
+      if (s < p.k_tiles) copy_async(p, smem + s * C::kStage.bytes, s, tid);
+      ptx::cp_async_commit();
+    }
+    ptx::cp_async_wait<C::kStages - 2>();
+    convert_planes(p, smem, 0, tid);
+  }
+
+  // The k-loop's loading step for k-tile kt (in `stage`), after the barrier that follows the
+  // wait for k-tiles kt and kt + 1 (which no warp is still reading k-tile kt - 1 past): k-tile
+  // kt + kStages - 1 into kt - 1's stage, one cp.async group (empty past the last k-tile), and
+  // k-tile kt + 1's plane entries converted, this thread's own copies (landed); the warps read
+  // them after the next barrier, and nothing reads that stage now (its previous k-tile,
+  // kt + 1 - kStages, was finished before this barrier). Returns k-tile kt + 1's stage.
+  QMOE_TC_HD uint32_t advance(const Params& p, uint8_t* smem, uint32_t kt, uint32_t stage,
+                              uint32_t tid) const {
+    const uint32_t refill = stage == 0 ? C::kStages - 1 : stage - 1;
+    const uint32_t following = stage + 1 == C::kStages ? 0 : stage + 1;
+    const uint32_t next = kt + C::kStages - 1;
+    if (next < p.k_tiles) copy_async(p, smem + refill * C::kStage.bytes, next, tid);
+    ptx::cp_async_commit();
+    if (kt + 1 < p.k_tiles) convert_planes(p, smem + following * C::kStage.bytes, kt + 1, tid);
+    return following;
+  }
+
   // Turns this thread's plane entries of k-tile kt in `stage` into the FP32 scale and the zero
   // constant, in place. Only after this thread's cp.async.wait_group for k-tile kt (the entries
   // are its own copies) and before the barrier that lets the warps read them. An element's bit
@@ -563,38 +594,17 @@ QMOE_TC_HD void run_cta(const Params& p, uint8_t* smem, uint32_t bx, uint32_t by
     }
   }
 
-  // Prologue: k-tiles 0 .. kStages - 2 into the stages of the same index, one cp.async group
-  // each (empty past the last k-tile, so that group counting below holds for any K); then k-tile
-  // 0's planes converted (its group has landed: at most kStages - 2 are pending).
-  constexpr uint32_t kStages = C::kStages;
   Loader<C, kX> loader(p, rows, m0, n0, tid);
-#pragma unroll
-  for (uint32_t s = 0; s + 1 < kStages; ++s) {
-    if (s < p.k_tiles) loader.copy_async(p, smem + s * C::kStage.bytes, s, tid);
-    ptx::cp_async_commit();
-  }
-  ptx::cp_async_wait<kStages - 2>();
-  loader.convert_planes(p, smem, 0, tid);
-
+  loader.prologue(p, smem, tid);
   uint32_t stage = 0;  // of k-tile kt: kt % kStages, kept as a counter
   for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
     // kStages - 1 + kt groups are committed; with at most kStages - 3 pending, this thread's
     // copies of k-tiles kt and kt + 1 have landed.
-    ptx::cp_async_wait<kStages - 3>();
+    ptx::cp_async_wait<C::kStages - 3>();
     // All threads' copies and plane conversions of k-tile kt are now visible, and every warp has
     // finished k-tile kt - 1, whose stage (kt + kStages - 1) % kStages is refilled next.
     ptx::cta_barrier();
-    const uint32_t refill = stage == 0 ? kStages - 1 : stage - 1;
-    const uint32_t following = stage + 1 == kStages ? 0 : stage + 1;  // k-tile kt + 1's
-    const uint32_t next = kt + kStages - 1;
-    if (next < p.k_tiles) loader.copy_async(p, smem + refill * C::kStage.bytes, next, tid);
-    ptx::cp_async_commit();
-    // k-tile kt + 1's plane entries, this thread's own copies (landed, see above); the warps
-    // read them after the next iteration's barrier. Nothing reads that stage now: its previous
-    // k-tile, kt + 1 - kStages, was finished before this iteration's barrier.
-    if (kt + 1 < p.k_tiles) {
-      loader.convert_planes(p, smem + following * C::kStage.bytes, kt + 1, tid);
-    }
+    const uint32_t following = loader.advance(p, smem, kt, stage, tid);
     compute_stage<C, kX>(acc, smem + stage * C::kStage.bytes, offsets);
     stage = following;
   }
@@ -651,6 +661,9 @@ cudaError_t launch_variant(Int4GemmTcTile tile, uint32_t fold, const Params& p, 
       return launch_tile<kX, 2>(fold, p, grid, stream);
     case Int4GemmTcTile::k64x64:
       return launch_tile<kX, 3>(fold, p, grid, stream);
+    case Int4GemmTcTile::kWgmma128x64:
+    case Int4GemmTcTile::kWgmma128x128:
+      break;  // not mma.sync variants: launch_wgmma
   }
   return cudaErrorInvalidValue;
 }

@@ -47,13 +47,23 @@ constexpr uint32_t kTileK = 64;
 // 32-code chunk of every k-tile, whose sums are added at the end: twice the warps on the same
 // work, for the shapes where the tile count, not the tile speed, limits (MoE expert GEMMs at
 // prefill sizes leave a 64 x 32 warp tile per scheduler or less). Indexed by Int4GemmTcTile.
+// The wgmma tiles' geometry gives their stage layout and thread count (warps_m x warps_n "warp
+// tiles" of 64 x 32: 128 threads for 128 x 64, 256 for 128 x 128); their warps split the tile
+// otherwise (int4_gemm_wgmma_kernel.cuh).
 struct TileGeometry {
   uint32_t bm, bn, warps_m, warps_n, split_k;
+  bool wgmma = false;
 };
 constexpr uint32_t kWarpRowsM = 64;
 constexpr uint32_t kWarpRowsN = 32;
 constexpr TileGeometry kTileGeometry[kInt4GemmTcTileCount] = {
-    {128, 128, 2, 4, 1}, {64, 128, 1, 4, 2}, {64, 96, 1, 3, 2}, {64, 64, 1, 2, 2}};
+    {128, 128, 2, 4, 1}, {64, 128, 1, 4, 2},       {64, 96, 1, 3, 2},
+    {64, 64, 1, 2, 2},   {128, 64, 2, 2, 1, true}, {128, 128, 2, 4, 1, true}};
+
+// The wgmma tile's stages start on this boundary (its X tile is the 128-byte-swizzled operand
+// of the MMA's descriptor, whose 8-row atoms must be 1024-byte aligned): the kernel aligns its
+// dynamic shared memory itself, so the tile asks for this much more.
+constexpr uint32_t kWgmmaAlignment = 1024;
 
 constexpr uint32_t tile_threads(TileGeometry g) {
   return 32 * g.warps_m * g.warps_n * g.split_k;
@@ -94,14 +104,21 @@ constexpr StageLayout stage_layout(TileGeometry g, uint32_t x_element_bytes, uin
 // per-CTA reserve) within a Hopper multiprocessor's 228 KB and one within sm_86's 99 KB.
 constexpr uint32_t kMinStages = 4;
 constexpr uint32_t kMaxStages = 8;
+// The wgmma tiles have budgets of their own: 128 x 64 two CTAs per multiprocessor with 5
+// stages, 128 x 128 (one CTA, by its registers) the deepest pipeline (the largest tile's k-tile
+// takes longest, and the CTAs are fewest).
 constexpr uint32_t kStageBudget = 96 * 1024;
+constexpr uint32_t stage_budget(TileGeometry g) {
+  return !g.wgmma ? kStageBudget : g.bn == 64 ? 110 * 1024 : 200 * 1024;
+}
 constexpr uint32_t stage_count(TileGeometry g, uint32_t x_element_bytes, uint32_t fold) {
-  const uint32_t fit = kStageBudget / stage_layout(g, x_element_bytes, fold).bytes;
+  const uint32_t fit = stage_budget(g) / stage_layout(g, x_element_bytes, fold).bytes;
   return fit < kMinStages ? kMinStages : fit > kMaxStages ? kMaxStages : fit;
 }
 constexpr size_t shared_bytes(TileGeometry g, uint32_t x_element_bytes, uint32_t fold) {
   return size_t{stage_count(g, x_element_bytes, fold)} *
-         stage_layout(g, x_element_bytes, fold).bytes;
+             stage_layout(g, x_element_bytes, fold).bytes +
+         (g.wgmma ? kWgmmaAlignment : 0);
 }
 
 // The launch parameters and grid of checked arguments (int4_gemm_tc.cu): also what the
@@ -119,6 +136,11 @@ cudaError_t launch_variant_f16(Int4GemmTcTile tile, uint32_t fold, const Params&
                                cudaStream_t stream);
 cudaError_t launch_variant_f32(Int4GemmTcTile tile, uint32_t fold, const Params& p, dim3 grid,
                                cudaStream_t stream);
+// The wgmma tile (int4_gemm_wgmma.cu, built for sm_90a only when QMOE_HAVE_WGMMA is defined):
+// X in BF16 or FP16. Configure only on a compute capability 9.0 device.
+cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, const Params& p,
+                         dim3 grid, cudaStream_t stream);
+cudaError_t configure_wgmma(size_t max_shared_bytes);
 cudaError_t configure_variants_bf16(size_t max_shared_bytes);
 cudaError_t configure_variants_f16(size_t max_shared_bytes);
 cudaError_t configure_variants_f32(size_t max_shared_bytes);

@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace qmoe::cuda::ptx {
@@ -36,6 +37,16 @@ struct HostEmulator {
   }
   virtual void cp_async_commit() {}
   virtual void cp_async_wait(int /*pending*/) {}
+  // The warpgroup MMA of wgmma_ptx.cuh, for the emulators that run a wgmma kernel; the others
+  // never see these calls (a kernel without wgmma makes none).
+  virtual void fence_proxy_async() {}
+  virtual void wgmma_fence() {}
+  virtual void wgmma_m64n128k16(bool /*bf16*/, float (&/*d*/)[64], const uint32_t (&/*a*/)[4],
+                                uint64_t /*desc*/, bool /*accumulate*/) {
+    abort();
+  }
+  virtual void wgmma_commit() {}
+  virtual void wgmma_wait(int /*pending*/) {}
 };
 inline thread_local HostEmulator* host_emulator = nullptr;
 

@@ -2,7 +2,9 @@
 // host, so that CI, which has no GPU, executes it: every CTA of the grid on as many host
 // threads as the CTA has, the warp- and CTA-wide instructions emulated as the PTX ISA defines
 // them (ldmatrix: lanes 8i..8i+7 address matrix i's rows and lane L gets elements 2 (L % 4), +1
-// of row L / 4; mma.m16n8k16: the A, B, C fragment layouts; bar.sync), cp.async landing either
+// of row L / 4; mma.m16n8k16: the A, B, C fragment layouts; wgmma m64n128k16: the register A
+// and descriptor B layouts, results landing at the wait that retires their group; bar.sync),
+// the wgmma tile (run_cta_wgmma) as well as the mma.sync ones, cp.async landing either
 // at once or only at the cp.async.wait_group that covers its group (the earliest and the latest
 // the PTX ISA allows: held copies make any read of a stage, X, codes or planes, before its wait
 // a wrong value; copies at once can expose a copy into a stage still being read), the launch
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "lib/cuda/int4_gemm_tc_kernel.cuh"
+#include "lib/cuda/int4_gemm_wgmma_kernel.cuh"
 #include "tests/activation_dtype_util.h"
 #include "tests/cuda/int4_gemm_tc_test_util.h"
 #include "tests/gemm/int4_reference.h"
@@ -61,19 +64,28 @@ class Barrier {
   uint64_t generation_ = 0;
 };
 
-// One CTA: its shared memory, its barrier and, per warp, the lanes' operands of the collective
-// instruction in progress.
+// One CTA: its shared memory, its barrier and, per warp and per warpgroup, the threads'
+// operands of the collective instruction in progress.
 struct Cta {
   struct Warp {
     Barrier barrier{32};
     uint32_t address[32];
     uint32_t a[32][4], b[32][2];
   };
+  struct WarpGroup {
+    Barrier barrier{128};
+    uint32_t a[128][4];
+    uint64_t desc[128];
+  };
   Cta(uint32_t threads, size_t shared_bytes)
-      : shared(shared_bytes, 0xA5), barrier(threads), warps(threads / 32) {}
+      : shared(shared_bytes, 0xA5),
+        barrier(threads),
+        warps(threads / 32),
+        warp_groups((threads + 127) / 128) {}
   std::vector<uint8_t> shared;
   Barrier barrier;
   std::vector<Warp> warps;
+  std::vector<WarpGroup> warp_groups;
 };
 
 double half_value(bool bf16, uint16_t h) {
@@ -94,9 +106,16 @@ enum class Copies { kAtOnce, kAtWait };
 class ThreadEmulator : public ptx::HostEmulator {
  public:
   ThreadEmulator(Cta* cta, uint32_t tid, Copies copies)
-      : cta_(cta), lane_(tid % 32), warp_(cta->warps[tid / 32]), copies_(copies) {}
+      : cta_(cta),
+        lane_(tid % 32),
+        in_group_(tid % 128),
+        warp_(cta->warps[tid / 32]),
+        group_(cta->warp_groups[tid / 128]),
+        copies_(copies) {}
   ~ThreadEmulator() override {
     EXPECT_TRUE(open_.empty() && groups_.empty()) << "cp.async left pending at the kernel's end";
+    EXPECT_TRUE(mma_open_.empty() && mma_groups_.empty())
+        << "wgmma left in flight at the kernel's end";
   }
   uint8_t* shared_memory() override { return cta_->shared.data(); }
   void cta_barrier() override { cta_->barrier.arrive_and_wait(); }
@@ -167,37 +186,137 @@ class ThreadEmulator : public ptx::HostEmulator {
     for (uint32_t e = 0; e < 4; ++e) d[e] = out[e];
   }
 
+  // wgmma.mma_async m64n128k16 with A from registers and B through a K-major, 128-byte-swizzled
+  // descriptor (PTX ISA: the descriptor's start address, stride byte offset and swizzle mode; an
+  // element's address is formed unswizzled, start + (n / 8) * stride + (n % 8) * 128 + 2 k, and
+  // its 16-byte unit then XORed with bits 7-9 of that address). A[r][k] is element k % 2 of
+  // register (k / 8) * 2 + (r % 16) / 8 of thread 32 (r / 16) + 4 (r % 8) + (k % 8) / 2; this
+  // thread's D elements are d[4i + e] = D[16w + g + 8 (e / 2)][8i + 2t + e % 2]. The result is
+  // held until the wgmma_wait that retires its group (the latest the PTX ISA allows), so a read
+  // of d before that wait sees the old values; an MMA that accumulates into a d with an MMA
+  // still pending chains on that MMA's result.
+  void wgmma_m64n128k16(bool bf16, float (&d)[64], const uint32_t (&a)[4], uint64_t desc,
+                        bool accumulate) override {
+    for (uint32_t i = 0; i < 4; ++i) group_.a[in_group_][i] = a[i];
+    group_.desc[in_group_] = desc;
+    group_.barrier.arrive_and_wait();
+    EXPECT_EQ(group_.desc[0], desc) << "wgmma descriptors differ across the warpgroup";
+    const uint32_t start = static_cast<uint32_t>(desc & 0x3FFFu) << 4;
+    const uint32_t stride = static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4;
+    EXPECT_EQ(desc >> 62, 1u) << "not the 128-byte swizzle";
+    EXPECT_EQ((desc >> 49) & 7u, 0u) << "nonzero base offset";
+    EXPECT_EQ(stride, 1024u);
+    const uint32_t w = in_group_ / 32, g = lane_ / 4, t = lane_ % 4;
+    std::vector<float> out(64);
+    for (uint32_t e = 0; e < 64; ++e) {
+      const uint32_t r = 16 * w + g + 8 * ((e / 2) % 2), n = 8 * (e / 4) + 2 * t + e % 2;
+      double sum = 0.0;
+      for (uint32_t k = 0; k < 16; ++k) {
+        const uint32_t a_reg =
+            group_.a[32 * (r / 16) + 4 * (r % 8) + (k % 8) / 2][(k / 8) * 2 + (r % 16) / 8];
+        const uint32_t plain = start + (n / 8) * stride + (n % 8) * 128 + 2 * k;
+        const uint32_t address = plain ^ (((plain >> 7) & 7u) << 4);
+        EXPECT_LE(address + 2, cta_->shared.size());
+        uint16_t b;
+        std::memcpy(&b, cta_->shared.data() + address, 2);
+        sum +=
+            half_value(bf16, static_cast<uint16_t>(a_reg >> (16 * (k % 2)))) * half_value(bf16, b);
+      }
+      out[e] = static_cast<float>(sum);
+    }
+    group_.barrier.arrive_and_wait();  // the operands stay until every thread has read
+    const std::vector<float>* base = pending_result(d);
+    for (uint32_t e = 0; e < 64; ++e) {
+      if (accumulate) out[e] += base != nullptr ? (*base)[e] : d[e];
+    }
+    mma_open_.push_back({d, std::move(out)});
+  }
+  void wgmma_commit() override {
+    mma_groups_.push_back(std::move(mma_open_));
+    mma_open_.clear();
+  }
+  void wgmma_wait(int pending) override {
+    EXPECT_TRUE(mma_open_.empty()) << "wgmma issued but not committed before a wait";
+    while (mma_groups_.size() > static_cast<size_t>(pending)) {
+      for (const MmaResult& r : mma_groups_.front()) std::memcpy(r.d, r.values.data(), 64 * 4);
+      mma_groups_.pop_front();
+    }
+  }
+
  private:
   struct Copy {
     uint32_t dst, size;
     std::vector<uint8_t> bytes;
   };
+  struct MmaResult {
+    float* d;
+    std::vector<float> values;
+  };
+  // The newest pending result for the accumulators at d, if any.
+  const std::vector<float>* pending_result(const float* d) const {
+    for (auto r = mma_open_.rbegin(); r != mma_open_.rend(); ++r) {
+      if (r->d == d) return &r->values;
+    }
+    for (auto group = mma_groups_.rbegin(); group != mma_groups_.rend(); ++group) {
+      for (auto r = group->rbegin(); r != group->rend(); ++r) {
+        if (r->d == d) return &r->values;
+      }
+    }
+    return nullptr;
+  }
   Cta* cta_;
-  uint32_t lane_;
+  uint32_t lane_, in_group_;
   Cta::Warp& warp_;
+  Cta::WarpGroup& group_;
   Copies copies_;
   std::vector<Copy> open_;                // issued, not yet committed
   std::deque<std::vector<Copy>> groups_;  // committed, oldest first, not yet landed
+  std::vector<MmaResult> mma_open_;
+  std::deque<std::vector<MmaResult>> mma_groups_;
 };
 
-// Runs every CTA of the grid, one after the other, each on C::kThreads host threads.
-template <int kTile, XMode kX, uint32_t kFold>
-void emulate(const Params& p, dim3 grid, Copies copies) {
-  using C = Config<kTile, kX, kFold>;
+// Runs every CTA of the grid, one after the other, each on `threads` host threads running
+// run_one(shared memory, bx, by, tid).
+template <class RunCta>
+void emulate_grid(uint32_t threads_per_cta, size_t shared_bytes, dim3 grid, Copies copies,
+                  const RunCta& run_one) {
   for (uint32_t by = 0; by < grid.y; ++by) {
     for (uint32_t bx = 0; bx < grid.x; ++bx) {
-      Cta cta(C::kThreads, C::kSharedBytes);
+      Cta cta(threads_per_cta, shared_bytes);
       std::vector<std::thread> threads;
-      for (uint32_t tid = 0; tid < C::kThreads; ++tid) {
+      for (uint32_t tid = 0; tid < threads_per_cta; ++tid) {
         threads.emplace_back([&, tid] {
           ThreadEmulator emulator(&cta, tid, copies);
           ptx::host_emulator = &emulator;
-          run_cta<C, kX>(p, cta.shared.data(), bx, by, tid);
+          run_one(cta.shared.data(), bx, by, tid);
           ptx::host_emulator = nullptr;
         });
       }
       for (auto& t : threads) t.join();
     }
+  }
+}
+
+template <int kTile, XMode kX, uint32_t kFold>
+void emulate(const Params& p, dim3 grid, Copies copies) {
+  using C = Config<kTile, kX, kFold>;
+  emulate_grid(C::kThreads, C::kSharedBytes, grid, copies,
+               [&](uint8_t* smem, uint32_t bx, uint32_t by, uint32_t tid) {
+                 run_cta<C, kX>(p, smem, bx, by, tid);
+               });
+}
+
+// The same for a wgmma tile (16-bit X).
+template <int kTile, XMode kX, uint32_t kFold>
+void emulate_wgmma(const Params& p, dim3 grid, Copies copies) {
+  if constexpr (kX == XMode::kF32Split) {
+    ADD_FAILURE() << "the wgmma tiles take 16-bit X";
+  } else {
+    using C = WgmmaConfig<kTile, kX, kFold>;
+    emulate_grid(C::kThreads, C::kSharedBytes, grid, copies,
+                 [&](uint8_t* smem, uint32_t bx, uint32_t by, uint32_t tid) {
+                   run_cta_wgmma<C, kX>(p, smem, bx, by, tid);
+                 });
   }
 }
 
@@ -210,8 +329,12 @@ void emulate_tile(int tile, const Params& p, dim3 grid, Copies copies) {
       return emulate<1, kX, kFold>(p, grid, copies);
     case 2:
       return emulate<2, kX, kFold>(p, grid, copies);
-    default:
+    case 3:
       return emulate<3, kX, kFold>(p, grid, copies);
+    case 4:
+      return emulate_wgmma<4, kX, kFold>(p, grid, copies);
+    default:
+      return emulate_wgmma<5, kX, kFold>(p, grid, copies);
   }
 }
 
@@ -337,6 +460,9 @@ TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
   int index = 0;
   for (int tile = 0; tile < kInt4GemmTcTileCount; ++tile) {
     for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16, QMOE_DTYPE_F32}) {
+      if (int4_gemm_tc_tile_is_wgmma(static_cast<Int4GemmTcTile>(tile)) && xd == QMOE_DTYPE_F32) {
+        continue;  // 16-bit X only
+      }
       for (int b = 0; b < 3; ++b) {
         Case c;
         c.w.n = 46;
@@ -368,9 +494,9 @@ TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
 // the split-K and the plain tile, with copies landing at their waits and at once.
 TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
   static_assert(kMaxStages * 2 < 1088 / kTileK);
-  for (int tile : {0, 1, 3}) {
+  for (int tile : {0, 1, 3, 4, 5}) {
     Case c;
-    c.w.n = tile == 0 ? 136 : 72;
+    c.w.n = tile == 0 || tile >= 4 ? 136 : 72;
     c.w.k = 1088;  // 17 k-tiles
     c.w.block_size = 64;
     c.w.scale_dtype = QMOE_DTYPE_F16;
@@ -378,7 +504,7 @@ TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
     c.w.zero_points = true;
     c.w.zero_point_order = ScaleOrder::kGrouped;
     c.w.bias = true;
-    c.m = tile == 0 ? 130 : 70;
+    c.m = tile == 0 || tile >= 4 ? 130 : 70;
     c.xd = QMOE_DTYPE_BF16;
     c.yd = QMOE_DTYPE_BF16;
     c.tile = tile;
@@ -389,14 +515,16 @@ TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
 
 // The row count read through m_device: rows from it up keep their poison.
 TEST(CudaInt4GemmTcEmulation, DeviceRowCount) {
-  for (uint32_t rows : {0u, 1u, 40u}) {
-    Case c;
-    c.w.n = 24;
-    c.w.k = 64;
-    c.m = 70;
-    c.tile = 3;
-    c.device_rows = rows;
-    ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
+  for (int tile : {3, 4, 5}) {
+    for (uint32_t rows : {0u, 1u, 40u}) {
+      Case c;
+      c.w.n = 24;
+      c.w.k = 64;
+      c.m = tile == 3 ? 70 : 150;
+      c.tile = tile;
+      c.device_rows = rows;
+      ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
+    }
   }
 }
 

@@ -302,6 +302,7 @@ TEST_F(CudaInt4GemmTc, EveryTileBlockSizeAndXType) {
   for (int tile = 0; tile < cuda::kInt4GemmTcTileCount; ++tile) {
     for (int b = 0; b < 4; ++b) {
       for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16, QMOE_DTYPE_F32}) {
+        if (!cuda::int4_gemm_tc_tile_available(static_cast<Int4GemmTcTile>(tile), xd)) continue;
         Case c;
         c.w.n = 70;
         c.w.k = ks[b];
@@ -348,11 +349,66 @@ TEST_F(CudaInt4GemmTc, RowTails) {
   }
 }
 
+// The warpgroup-MMA tile where it runs (compute capability 9.0): several CTAs each way, a K
+// of 24 k-tiles (the stages wrap), every block size, against the FP64 reference and the CPU
+// library like every case; FP32 X is refused with cudaErrorInvalidValue.
+TEST_F(CudaInt4GemmTc, WgmmaTiles) {
+  if (!cuda::int4_gemm_tc_tile_available(Int4GemmTcTile::kWgmma128x64, QMOE_DTYPE_BF16)) {
+    GTEST_SKIP() << "the wgmma tiles need a compute capability 9.0 device and an sm_90 build";
+  }
+  const uint32_t blocks[] = {16, 32, 64, 128};
+  int index = 0;
+  for (const auto tile : {Int4GemmTcTile::kWgmma128x64, Int4GemmTcTile::kWgmma128x128}) {
+    EXPECT_TRUE(cuda::int4_gemm_tc_tile_available(tile, QMOE_DTYPE_F16));
+    EXPECT_FALSE(cuda::int4_gemm_tc_tile_available(tile, QMOE_DTYPE_F32));
+    for (uint32_t block : blocks) {
+      for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16}) {
+        Case c;
+        c.w.n = 200;
+        c.w.k = 1536;
+        c.w.block_size = block;
+        c.w.scale_dtype = kTypes[index % 3];
+        c.w.scale_order = kOrders[index % 4];
+        c.w.zero_points = index % 2 == 1;
+        c.w.zero_point_order = kOrders[(index + 2) % 4];
+        c.w.bias = index % 3 != 2;
+        c.w.bias_dtype = kTypes[(index + 2) % 3];
+        c.m = index % 2 == 0 ? 300 : 129;
+        c.n_begin = index % 4 == 3 ? 9 : 0;
+        c.xd = xd;
+        c.yd = kTypes[index % 3];
+        c.tile = static_cast<int>(tile);
+        c.even_ldy = index % 2 == 0;
+        ++index;
+        ASSERT_NO_FATAL_FAILURE(run_case(c, fresh_seed()));
+      }
+    }
+  }
+  const auto tile = Int4GemmTcTile::kWgmma128x128;
+  Case c;
+  c.w.n = 64;
+  c.w.k = 64;
+  c.xd = QMOE_DTYPE_F32;
+  std::mt19937_64 rng(fresh_seed());
+  const Int4Matrix w = make_int4_matrix(c.w, rng);
+  DeviceMatrix dw;
+  QMOE_CUDA_ASSERT(upload_matrix(w, &dw, 0));
+  DeviceBuffer dx, dy;
+  QMOE_CUDA_ASSERT(dx.allocate(64 * 64 * 4));
+  QMOE_CUDA_ASSERT(dy.allocate(64 * 64 * 4));
+  EXPECT_EQ(cuda::launch_int4_gemm_tc_tile(tile, dw.view, 64, nullptr, QMOE_DTYPE_F32, dx.get(), 64,
+                                           QMOE_DTYPE_F32, dy.get(), 64, 0, 64, stream_),
+            cudaErrorInvalidValue);
+}
+
 // Column sub-ranges on every tile: only [n_begin, n_end) of each row is written.
 TEST_F(CudaInt4GemmTc, ColumnSubRanges) {
   const std::pair<uint32_t, uint32_t> ranges[] = {{0, 70},  {3, 61},  {8, 16}, {13, 14},
                                                   {69, 70}, {64, 70}, {0, 1}};
   for (int tile = 0; tile < cuda::kInt4GemmTcTileCount; ++tile) {
+    if (!cuda::int4_gemm_tc_tile_available(static_cast<Int4GemmTcTile>(tile), QMOE_DTYPE_F16)) {
+      continue;
+    }
     for (const auto& range : ranges) {
       Case c;
       c.w.n = 70;
@@ -596,6 +652,43 @@ TEST_F(CudaInt4GemmTc, RejectsBadArgumentsWithoutLaunching) {
   }
 }
 
+// The wgmma tiles by grid size (132 multiprocessors, Hopper's shared memory): 128 x 128 once
+// its grid fills the device, 128 x 64 once its grid fills half, else an mma.sync tile; never
+// for FP32 X or where the device has no wgmma, and 128 x 64 where 128 x 128's stages do not fit.
+TEST(CudaInt4GemmTcTiles, WgmmaTilesByGridSize) {
+  struct Row {
+    uint32_t m, n;
+    Int4GemmTcTile want;
+  };
+  const Row rows[] = {{2048, 1536, Int4GemmTcTile::kWgmma128x128},
+                      {512, 5760, Int4GemmTcTile::kWgmma128x128},
+                      {512, 1536, Int4GemmTcTile::kWgmma128x64},
+                      {128, 5760, Int4GemmTcTile::kWgmma128x64},
+                      {512, 2048, Int4GemmTcTile::kWgmma128x64}};
+  for (const Row& r : rows) {
+    for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16}) {
+      Int4GemmTcTile tile;
+      ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, 132, 232448, xd, 32, &tile, true));
+      EXPECT_EQ(tile, r.want) << "m=" << r.m << " n=" << r.n;
+      ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, 132, 232448, xd, 32, &tile, false));
+      EXPECT_FALSE(cuda::int4_gemm_tc_tile_is_wgmma(tile));
+    }
+    Int4GemmTcTile tile;
+    ASSERT_TRUE(
+        cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, 132, 232448, QMOE_DTYPE_F32, 32, &tile, true));
+    EXPECT_FALSE(cuda::int4_gemm_tc_tile_is_wgmma(tile));
+  }
+  Int4GemmTcTile tile;
+  ASSERT_TRUE(
+      cuda::choose_int4_gemm_tc_tile(128, 0, 1536, 132, 232448, QMOE_DTYPE_BF16, 32, &tile, true));
+  EXPECT_FALSE(cuda::int4_gemm_tc_tile_is_wgmma(tile)) << "24 CTAs of 128 x 64 on 132";
+  const size_t below_128x128 =
+      cuda::int4_gemm_tc_shared_bytes(Int4GemmTcTile::kWgmma128x128, QMOE_DTYPE_BF16, 32) - 1;
+  ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(2048, 0, 1536, 132, below_128x128, QMOE_DTYPE_BF16, 32,
+                                             &tile, true));
+  EXPECT_EQ(tile, Int4GemmTcTile::kWgmma128x64);
+}
+
 // The tile choice is host logic and runs without a device: tiles that do not fit the shared
 // memory are never picked, and with none fitting the choice fails.
 TEST(CudaInt4GemmTcTiles, ChoiceRespectsSharedMemory) {
@@ -603,17 +696,23 @@ TEST(CudaInt4GemmTcTiles, ChoiceRespectsSharedMemory) {
   for (qmoe_dtype xd : kTypes) {
     for (uint32_t block : {16u, 32u}) {
       for (uint32_t m : {16u, 128u, 512u, 2048u}) {
-        size_t smallest = SIZE_MAX;
-        for (int t = 0; t < cuda::kInt4GemmTcTileCount; ++t) {
-          smallest = std::min(
-              smallest, cuda::int4_gemm_tc_shared_bytes(static_cast<Int4GemmTcTile>(t), xd, block));
-        }
-        for (size_t limit : {smallest - 1, smallest, size_t{232448}}) {
-          const bool found =
-              cuda::choose_int4_gemm_tc_tile(m, 0, 1536, 132, limit, xd, block, &tile);
-          EXPECT_EQ(found, limit >= smallest) << dtype_name(xd) << " m=" << m;
-          if (found) {
-            EXPECT_LE(cuda::int4_gemm_tc_shared_bytes(tile, xd, block), limit);
+        for (bool wgmma : {false, true}) {
+          // The wgmma tile is a candidate only where it runs, and for 16-bit X.
+          const bool wgmma_candidate = wgmma && xd != QMOE_DTYPE_F32;
+          size_t smallest = SIZE_MAX;
+          for (int t = 0; t < cuda::kInt4GemmTcTileCount; ++t) {
+            const auto candidate = static_cast<Int4GemmTcTile>(t);
+            if (cuda::int4_gemm_tc_tile_is_wgmma(candidate) && !wgmma_candidate) continue;
+            smallest = std::min(smallest, cuda::int4_gemm_tc_shared_bytes(candidate, xd, block));
+          }
+          for (size_t limit : {smallest - 1, smallest, size_t{232448}}) {
+            const bool found =
+                cuda::choose_int4_gemm_tc_tile(m, 0, 1536, 132, limit, xd, block, &tile, wgmma);
+            EXPECT_EQ(found, limit >= smallest) << dtype_name(xd) << " m=" << m;
+            if (found) {
+              EXPECT_LE(cuda::int4_gemm_tc_shared_bytes(tile, xd, block), limit);
+              EXPECT_TRUE(wgmma_candidate || !cuda::int4_gemm_tc_tile_is_wgmma(tile));
+            }
           }
         }
       }

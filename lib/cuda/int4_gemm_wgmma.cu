@@ -1,0 +1,93 @@
+// The wgmma tile of the tensor-core INT4 GEMM (int4_gemm_wgmma_kernel.cuh), for BF16 and FP16 X
+// and both fold granularities. Built for sm_90a alone (lib/CMakeLists.txt): the launcher calls
+// into this file only on a compute capability 9.0 device.
+#include "lib/cuda/int4_gemm_wgmma_kernel.cuh"
+
+namespace qmoe::cuda::tc {
+namespace {
+
+// 128 x 64: one warpgroup, two CTAs a multiprocessor (about 100 KB of shared memory and at most
+// 255 registers a thread each); 128 x 128: two warpgroups, one CTA (its registers).
+template <int kTile, XMode kX, uint32_t kFold>
+__global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold>::kThreads,
+                                  WgmmaConfig<kTile, kX, kFold>::kThreads == 128 ? 2 : 1)
+    int4_gemm_wgmma_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  run_cta_wgmma<WgmmaConfig<kTile, kX, kFold>, kX>(p, smem, blockIdx.x, blockIdx.y, threadIdx.x);
+}
+
+template <int kTile, XMode kX, uint32_t kFold>
+cudaError_t launch_one_wgmma(const Params& p, dim3 grid, cudaStream_t stream) {
+  using C = WgmmaConfig<kTile, kX, kFold>;
+  int4_gemm_wgmma_kernel<kTile, kX, kFold><<<grid, C::kThreads, C::kSharedBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kTile, XMode kX>
+cudaError_t launch_fold(uint32_t fold, const Params& p, dim3 grid, cudaStream_t stream) {
+  return fold == 16 ? launch_one_wgmma<kTile, kX, 16>(p, grid, stream)
+                    : launch_one_wgmma<kTile, kX, 32>(p, grid, stream);
+}
+
+template <int kTile>
+cudaError_t launch_x(qmoe_dtype x_dtype, uint32_t fold, const Params& p, dim3 grid,
+                     cudaStream_t stream) {
+  switch (x_dtype) {
+    case QMOE_DTYPE_BF16:
+      return launch_fold<kTile, XMode::kBf16>(fold, p, grid, stream);
+    case QMOE_DTYPE_F16:
+      return launch_fold<kTile, XMode::kF16>(fold, p, grid, stream);
+    case QMOE_DTYPE_F32:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <int kTile, XMode kX, uint32_t kFold>
+cudaError_t configure_one_wgmma(size_t max_shared_bytes) {
+  using C = WgmmaConfig<kTile, kX, kFold>;
+  if (C::kSharedBytes > max_shared_bytes) return cudaSuccess;  // never launched on this device
+  const auto kernel = int4_gemm_wgmma_kernel<kTile, kX, kFold>;
+  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(C::kSharedBytes));
+  if (error != cudaSuccess) return error;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                              cudaSharedmemCarveoutMaxShared);
+}
+
+}  // namespace
+
+cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, const Params& p,
+                         dim3 grid, cudaStream_t stream) {
+  switch (tile) {
+    case Int4GemmTcTile::kWgmma128x64:
+      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x64)>(x_dtype, fold, p, grid,
+                                                                      stream);
+    case Int4GemmTcTile::kWgmma128x128:
+      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x128)>(x_dtype, fold, p, grid,
+                                                                       stream);
+    default:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <int kTile>
+cudaError_t configure_tile_wgmma(size_t max_shared_bytes) {
+  cudaError_t error = configure_one_wgmma<kTile, XMode::kBf16, 16>(max_shared_bytes);
+  if (error == cudaSuccess) error = configure_one_wgmma<kTile, XMode::kBf16, 32>(max_shared_bytes);
+  if (error == cudaSuccess) error = configure_one_wgmma<kTile, XMode::kF16, 16>(max_shared_bytes);
+  if (error == cudaSuccess) error = configure_one_wgmma<kTile, XMode::kF16, 32>(max_shared_bytes);
+  return error;
+}
+
+cudaError_t configure_wgmma(size_t max_shared_bytes) {
+  const cudaError_t error =
+      configure_tile_wgmma<static_cast<int>(Int4GemmTcTile::kWgmma128x64)>(max_shared_bytes);
+  return error != cudaSuccess
+             ? error
+             : configure_tile_wgmma<static_cast<int>(Int4GemmTcTile::kWgmma128x128)>(
+                   max_shared_bytes);
+}
+
+}  // namespace qmoe::cuda::tc

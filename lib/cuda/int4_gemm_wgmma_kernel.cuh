@@ -1,0 +1,238 @@
+// The tensor-core INT4 GEMM on Hopper's warpgroup MMA (sm_90a wgmma): the same contract, operand
+// stages and numerics as the mma.sync kernel (int4_gemm_tc_kernel.cuh, whose Loader fills the
+// stages here too), with the product computed as Y^T = W X^T so that the dequantised codes are
+// the MMA's register operand and X its shared-memory operand.
+//
+// Work split. One or two warpgroups (128 or 256 threads) per CTA; CTA (bx, by) computes rows
+// [by * 128, by * 128 + 128) of Y (tokens, the MMA's N) against W rows [n0, n0 + bn),
+// n0 = n_base + bx * bn, bn = 64 per warpgroup (the MMA's M: eight 8-row code groups), all of
+// them sharing the CTA's X stages. Warp w owns W rows 16w .. 16w + 15 of the tile, i.e.
+// groups 2w and 2w + 1: row g of each in its A fragment (g = lane / 4), the layout of
+// dequant_chunk_row's output, so the mma.sync kernel's dequantisation gives the A registers as
+// they are. (X is what a CTA reads most: 16 KB a k-tile against 32 bytes of codes per W row, so
+// the two-warpgroup tile halves the X traffic per output where the grid is large enough.)
+//
+// Pipeline. The stages of the tile's geometry (kTileGeometry): X 128 rows x 64 k with its
+// 16-byte units swizzled by row (x_piece_offset),
+// which is exactly the 128-byte-swizzled K-major layout wgmma reads through a descriptor once
+// every stage starts on a 1024-byte boundary (the kernel aligns its shared memory; a stage is
+// a multiple of 1024 bytes). The same cp.async issue, wait, plane conversion and one barrier per
+// k-tile as the mma.sync kernel, plus a proxy fence (the MMA reads shared memory through the
+// async proxy, the copies wrote it through the generic one).
+//
+// Numerics. Each fold unit (16 or 32 k: fold_k) is summed by the MMA from zero into one of two
+// partial accumulator sets and then folded into the FP32 result with its scale,
+// acc = fma(scale, partial, acc), as the mma.sync kernel does: the same bound
+// (int4_gemm_tc_accumulation_bound). The two partial sets let unit u + 1's MMA run while unit u
+// is folded.
+#ifndef QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
+#define QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
+
+#include "lib/cuda/int4_gemm_tc_kernel.cuh"
+#include "lib/cuda/wgmma_ptx.cuh"
+
+namespace qmoe::cuda::tc {
+
+// What Loader and the kernel read of a variant, for a wgmma tile (16-bit X only).
+template <int kTileIndex, XMode kX, uint32_t kFoldK>
+struct WgmmaConfig {
+  static_assert(kX != XMode::kF32Split, "the wgmma tiles take 16-bit X");
+  static constexpr TileGeometry kGeometry = kTileGeometry[kTileIndex];
+  static constexpr uint32_t kBM = kGeometry.bm;  // tokens: the MMA's N
+  static constexpr uint32_t kBN = kGeometry.bn;  // W rows: the MMA's M
+  static constexpr uint32_t kThreads = tile_threads(kGeometry);
+  static constexpr uint32_t kFold = kFoldK;
+  static constexpr StageLayout kStage = stage_layout(kGeometry, 2, kFold);
+  static constexpr uint32_t kStages = stage_count(kGeometry, 2, kFold);
+  static constexpr size_t kSharedBytes = shared_bytes(kGeometry, 2, kFold);
+  static constexpr uint32_t kPlaneEntries = (kTileK / kFold) * kBN;
+  static constexpr uint32_t kUnits = kTileK / kFold;  // fold units per k-tile: 2 or 4
+  // The epilogue's FP32 tile [token][W row], rows padded by 4 floats: the accumulator stores of
+  // a warp (8 W rows x 4 token pairs) and the row reads (64 consecutive floats) both hit 32
+  // distinct banks.
+  static constexpr uint32_t kOutStride = kBN + 4;
+  static constexpr uint32_t kOutPairs = kBN / 2;  // epilogue threads per Y row
+
+  static_assert(kGeometry.wgmma && kBM == 128 && kBN % 64 == 0 && kThreads == 2 * kBN);
+  static_assert(kStage.bytes % kWgmmaAlignment == 0 && kStage.x_row_bytes == 128);
+  static_assert(kStages >= 3 && kStages <= kMaxStages);
+  static_assert(kSharedBytes == size_t{kStages} * kStage.bytes + kWgmmaAlignment);
+  static_assert(size_t{kBM} * kOutStride * 4 <= size_t{kStages} * kStage.bytes);
+  static_assert(kUnits % 2 == 0);  // the partial sets alternate within a k-tile
+};
+
+// A thread's fixed stage offsets: its two W rows' code words (groups 2w, 2w + 1, row g, chunk 0)
+// and plane entries (unit 0); w counts the CTA's warps, so warpgroup i's rows are 64i..64i+63.
+struct WgmmaLane {
+  uint32_t codes[2];
+  uint32_t planes[2];  // bytes: entry (unit 0, column 16w + g + 8r)
+  uint32_t permute;
+};
+
+template <class C>
+QMOE_TC_HD WgmmaLane wgmma_lane(uint32_t warp, uint32_t lane) {
+  WgmmaLane l;
+  for (uint32_t r = 0; r < 2; ++r) {
+    l.codes[r] =
+        ptx::opaque32(code_row_offset(2 * warp + r, 0, b_col(lane)) + code_word_offset(lane, 0));
+    l.planes[r] = ptx::opaque32(plane_entry(0, 16 * warp + 8 * r + b_col(lane), C::kBN) * 4);
+  }
+  l.permute = ptx::opaque32(permute_selector(lane));
+  return l;
+}
+
+// The A fragments of the stage's four k16 slices (slice s = chunk s / 2, half s % 2), from the
+// thread's two code rows: a[s] = {row g lo/hi pair 0, row g + 8 pair 0, row g pair 1,
+// row g + 8 pair 1} (wgmma_m64n128k16's A layout with dequant_chunk_row's pairs).
+template <class C, XMode kX>
+QMOE_TC_HD void dequant_stage(uint32_t (&a)[4][4], const uint8_t* stage, const WgmmaLane& l) {
+  constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
+  constexpr uint32_t kWordB = code_word_offset(0, 1) - code_word_offset(0, 0);
+  constexpr uint32_t kUnitBytes = C::kBN * 4;
+  constexpr uint32_t kUnitsPerChunk = 32 / C::kFold;
+  const uint8_t* codes = stage + C::kStage.code_offset;
+  const uint8_t* zeros = stage + C::kStage.zero_offset;
+#pragma unroll
+  for (uint32_t cc = 0; cc < 2; ++cc) {
+    const uint32_t unit_lo = cc * kUnitsPerChunk, unit_hi = unit_lo + kUnitsPerChunk - 1;
+    uint32_t lo[2][2], hi[2][2];  // [row r][pair]
+#pragma unroll
+    for (uint32_t r = 0; r < 2; ++r) {
+      const uint8_t* row = codes + l.codes[r] + cc * kChunkBytes;
+      const uint32_t word_a = *reinterpret_cast<const uint32_t*>(row);
+      const uint32_t word_b = *reinterpret_cast<const uint32_t*>(row + kWordB);
+      const uint32_t z_lo =
+          *reinterpret_cast<const uint32_t*>(zeros + l.planes[r] + unit_lo * kUnitBytes);
+      const uint32_t z_hi =
+          *reinterpret_cast<const uint32_t*>(zeros + l.planes[r] + unit_hi * kUnitBytes);
+      dequant_chunk_row<kBf16>(word_a, word_b, l.permute, z_lo, z_hi, lo[r], hi[r]);
+    }
+    uint32_t(&a_lo)[4] = a[2 * cc];
+    uint32_t(&a_hi)[4] = a[2 * cc + 1];
+    a_lo[0] = lo[0][0], a_lo[1] = lo[1][0], a_lo[2] = lo[0][1], a_lo[3] = lo[1][1];
+    a_hi[0] = hi[0][0], a_hi[1] = hi[1][0], a_hi[2] = hi[0][1], a_hi[3] = hi[1][1];
+  }
+}
+
+// Issues fold unit u's MMAs of the stage into `partial` (from zero) and closes their group.
+template <class C, XMode kX>
+QMOE_TC_HD void issue_unit(float (&partial)[64], const uint32_t (&a)[4][4], uint32_t x_stage,
+                           uint32_t u) {
+  constexpr uint32_t kSlicesPerUnit = C::kFold / 16;
+  ptx::wgmma_fence();
+#pragma unroll
+  for (uint32_t i = 0; i < kSlicesPerUnit; ++i) {
+    const uint32_t s = u * kSlicesPerUnit + i;
+    ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
+        partial, a[s], ptx::wgmma_descriptor_sw128(x_stage + s * 32), i != 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// acc += scale * partial for fold unit u: d[4i + e] is W row g + 8 (e / 2) of the warp's 16.
+template <class C>
+QMOE_TC_HD void fold_unit(float (&acc)[64], float (&partial)[64], const uint8_t* stage,
+                          const WgmmaLane& l, uint32_t u) {
+  ptx::wgmma_hold(partial);
+  const uint8_t* scales = stage + C::kStage.scale_offset + u * C::kBN * 4;
+  const float s0 = *reinterpret_cast<const float*>(scales + l.planes[0]);
+  const float s1 = *reinterpret_cast<const float*>(scales + l.planes[1]);
+#pragma unroll
+  for (uint32_t i = 0; i < 64; i += 4) {
+    acc[i] = fmaf(s0, partial[i], acc[i]);
+    acc[i + 1] = fmaf(s0, partial[i + 1], acc[i + 1]);
+    acc[i + 2] = fmaf(s1, partial[i + 2], acc[i + 2]);
+    acc[i + 3] = fmaf(s1, partial[i + 3], acc[i + 3]);
+  }
+}
+
+// One stage's MMAs and folds: unit u + 1 is issued before unit u is folded, so the tensor cores
+// work while the FFMAs run. Every MMA of the stage has completed on return.
+template <class C, XMode kX>
+QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], const uint8_t* stage,
+                                    const WgmmaLane& l) {
+  uint32_t a[4][4];
+  dequant_stage<C, kX>(a, stage, l);
+  const uint32_t x_stage = ptx::shared_address(stage);
+  issue_unit<C, kX>(partial[0], a, x_stage, 0);
+#pragma unroll
+  for (uint32_t u = 1; u < C::kUnits; ++u) {
+    issue_unit<C, kX>(partial[u % 2], a, x_stage, u);
+    ptx::wgmma_wait<1>();
+    fold_unit<C>(acc, partial[(u - 1) % 2], stage, l, u - 1);
+  }
+  ptx::wgmma_wait<0>();
+  fold_unit<C>(acc, partial[(C::kUnits - 1) % 2], stage, l, C::kUnits - 1);
+}
+
+// Writes the CTA's outputs through shared memory: the accumulators go to an FP32 tile
+// [token][W row], then each warp writes whole rows of Y, two adjacent columns a thread (rows < M,
+// columns in [n_begin, n_end) only; bias added in FP32). The caller has made the stages free.
+template <class C>
+QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], float* tile,
+                                    uint32_t rows, uint32_t m0, uint32_t n0, uint32_t tid) {
+  const uint32_t lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t token = 8 * (i / 4) + 2 * (lane & 3) + (i & 1);
+    const uint32_t w_row = 16 * warp + b_col(lane) + 8 * ((i >> 1) & 1);
+    tile[token * C::kOutStride + w_row] = acc[i];
+  }
+  ptx::cta_barrier();
+  const uint32_t pair = tid % C::kOutPairs, first_row = tid / C::kOutPairs;
+  constexpr uint32_t kRowStep = C::kThreads / C::kOutPairs;
+  const uint32_t col = n0 + 2 * pair;
+  const bool in0 = col >= p.n_begin && col < p.n_end;
+  const bool in1 = col + 1 >= p.n_begin && col + 1 < p.n_end;
+  if (!in0 && !in1) return;
+  const bool bias = p.w.bias != nullptr;
+  const float bias0 = bias && in0 ? load_as_float(p.w.bias_dtype, p.w.bias, col) : 0.0f;
+  const float bias1 = bias && in1 ? load_as_float(p.w.bias_dtype, p.w.bias, col + 1) : 0.0f;
+  for (uint32_t token = first_row; token < C::kBM && m0 + token < rows; token += kRowStep) {
+    const float* from = tile + token * C::kOutStride + 2 * pair;
+    store_pair(p, m0 + token, col, from[0] + bias0, from[1] + bias1, in0, in1);
+  }
+}
+
+// One CTA's work, as run_cta in int4_gemm_tc_kernel.cuh (the emulation test runs it on host
+// threads). `smem` holds C::kSharedBytes, of which the stages start at its first 1024-byte
+// boundary.
+template <class C, XMode kX>
+QMOE_TC_HD void run_cta_wgmma(const Params& p, uint8_t* smem, uint32_t bx, uint32_t by,
+                              uint32_t tid) {
+  const uint32_t rows = p.m_device != nullptr ? (*p.m_device < p.m ? *p.m_device : p.m) : p.m;
+  const uint32_t m0 = by * C::kBM;
+  if (m0 >= rows) return;  // the whole CTA, before any barrier
+  const uint32_t n0 = p.n_base + bx * C::kBN;
+  const uint32_t base = ptx::shared_address(smem);
+  smem += (kWgmmaAlignment - base % kWgmmaAlignment) % kWgmmaAlignment;
+  const WgmmaLane lane_offsets = wgmma_lane<C>(tid >> 5, tid & 31);
+
+  float acc[64];
+#pragma unroll
+  for (uint32_t i = 0; i < 64; ++i) acc[i] = 0.0f;
+  float partial[2][64];
+
+  // The same pipeline as run_cta (see there and Loader for the group counting), with the proxy
+  // fence between each thread's landed copies and the barrier that publishes them to the MMAs.
+  Loader<C, kX> loader(p, rows, m0, n0, tid);
+  loader.prologue(p, smem, tid);
+  uint32_t stage = 0;
+  for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+    ptx::cp_async_wait<C::kStages - 3>();
+    ptx::fence_proxy_async_shared();
+    // Also: every MMA of k-tile kt - 1 has completed (compute_stage_wgmma waits for them), so
+    // its stage may be refilled.
+    ptx::cta_barrier();
+    const uint32_t following = loader.advance(p, smem, kt, stage, tid);
+    compute_stage_wgmma<C, kX>(acc, partial, smem + stage * C::kStage.bytes, lane_offsets);
+    stage = following;
+  }
+  ptx::cp_async_wait<0>();
+  ptx::cta_barrier();  // no warp reads a stage any more: the epilogue's tile overlays them
+  store_outputs_wgmma<C>(p, acc, reinterpret_cast<float*>(smem), rows, m0, n0, tid);
+}
+
+}  // namespace qmoe::cuda::tc
+
+#endif  // QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_

@@ -1,0 +1,148 @@
+// PTX wrappers for the sm_90a warpgroup MMA (wgmma) and what goes with it: the shared-memory
+// matrix descriptor, the fence / commit / wait of the asynchronous MMA, and the proxy fence
+// between cp.async writes (generic proxy) and the MMA's shared-memory reads (async proxy). As in
+// tc_ptx.cuh, each is its instruction on the device and, on the host, goes to the emulator the
+// tests install (tests/cuda/int4_gemm_tc_emulation_test.cu), which implements the PTX ISA's
+// definitions, so that the kernel's own code runs on a machine without a GPU. Library code
+// never calls the host paths.
+//
+// The device paths exist only where the compiler targets sm_90a (__CUDA_ARCH_FEAT_SM90_ALL):
+// the wgmma kernels are built for that target alone (lib/CMakeLists.txt) and the launcher uses
+// them only on a compute capability 9.0 device.
+#ifndef QMOE_LIB_CUDA_WGMMA_PTX_CUH_
+#define QMOE_LIB_CUDA_WGMMA_PTX_CUH_
+
+#include <cstdint>
+
+#include "lib/cuda/tc_ptx.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define QMOE_WGMMA_DEVICE 1
+#else
+#define QMOE_WGMMA_DEVICE 0
+#endif
+
+namespace qmoe::cuda::ptx {
+
+// The descriptor of a K-major operand tile in shared memory with the 128-byte swizzle (PTX
+// ISA, matrix descriptor format for wgmma): rows of 64 16-bit elements (128 bytes), 8-row
+// atoms of 1024 bytes, the 16-byte unit u of row r stored at unit u ^ (r % 8) of that row,
+// the tile starting on a 1024-byte boundary. `address` is the shared address of the tile plus
+// 32 bytes per k16 slice (the swizzle is applied to the address the hardware forms, so a
+// slice's start advances by its unswizzled offset). Fields: bits 0-13 the start address / 16,
+// 16-29 the leading-dimension byte offset / 16 (unused by a swizzled K-major tile whose k16
+// slice lies within one 128-byte row; 1), 32-45 the stride byte offset / 16 (1024: from one
+// 8-row atom to the next), 49-51 the base offset (0: atoms start 1024-aligned), 62-63 the
+// swizzle mode (1: 128 bytes).
+__host__ __device__ __forceinline__ constexpr uint64_t wgmma_descriptor_sw128(uint32_t address) {
+  return uint64_t{(address & 0x3FFFFu) >> 4} | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
+// Orders this thread's earlier generic-proxy writes to shared memory (its landed cp.async
+// copies) before later async-proxy reads of it (wgmma's operand reads), once a barrier has
+// published them to the warpgroup.
+__host__ __device__ __forceinline__ void fence_proxy_async_shared() {
+#if QMOE_WGMMA_DEVICE
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#elif !defined(__CUDA_ARCH__)
+  host_emulator->fence_proxy_async();
+#endif
+}
+
+// Before the first wgmma of a warpgroup and between register accesses by other instructions
+// (the accumulators read by the fold, the A fragments written by the dequantisation) and the
+// wgmma that uses those registers.
+__host__ __device__ __forceinline__ void wgmma_fence() {
+#if QMOE_WGMMA_DEVICE
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#elif !defined(__CUDA_ARCH__)
+  host_emulator->wgmma_fence();
+#endif
+}
+
+// Closes the group of the wgmmas this warpgroup issued since the last commit.
+__host__ __device__ __forceinline__ void wgmma_commit() {
+#if QMOE_WGMMA_DEVICE
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#elif !defined(__CUDA_ARCH__)
+  host_emulator->wgmma_commit();
+#endif
+}
+
+// Waits until at most kPending of this warpgroup's groups are in flight; the accumulators of
+// the others may be read after wgmma_hold (below) and their operands reused.
+template <int kPending>
+__host__ __device__ __forceinline__ void wgmma_wait() {
+#if QMOE_WGMMA_DEVICE
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#elif !defined(__CUDA_ARCH__)
+  host_emulator->wgmma_wait(kPending);
+#endif
+}
+
+// Makes the compiler treat every element of `d` as written here, so that no read of an
+// accumulator moves above the wgmma_wait before it and no write below the wgmma_fence after it
+// (the asm statements stay in order; plain arithmetic would not).
+template <int kCount>
+__host__ __device__ __forceinline__ void wgmma_hold(float (&d)[kCount]) {
+#if QMOE_WGMMA_DEVICE
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+
+// The instruction for one operand type ("bf16" or "f16"): 64 accumulators, 4 A registers, the
+// descriptor and the accumulate predicate.
+#define QMOE_WGMMA_M64N128K16_RS(TYPE)                                                             \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                                 \
+      " {"                                                                                         \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                     \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "                     \
+      "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "                     \
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "                     \
+      "%58, %59, %60, %61, %62, %63"                                                               \
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"                                             \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+        "+f"(d[63])                                                                                \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate ? 1u : 0u));
+
+// D (+)= A * B for a 64 x 128 x 16 tile, asynchronously: D = A * B when `accumulate` is false.
+// A (64 x 16, row-major) comes from the warpgroup's registers: warp w holds rows 16w..16w+15
+// in the mma.m16n8k16 A layout (g = lane / 4, t = lane % 4):
+//   a[0] = A[16w+g][2t, 2t+1]      a[1] = A[16w+g+8][2t, 2t+1]
+//   a[2] = A[16w+g][2t+8, 2t+9]    a[3] = A[16w+g+8][2t+8, 2t+9]
+// B (16 x 128) is the K-major tile of `desc`: B[k][n] at row n, element k of the slice.
+// D (64 x 128, FP32): thread (w, g, t) holds d[4i + e] = D[16w + g + 8 (e / 2)][8i + 2t + e % 2]
+// for i = 0..15. The registers of a and d belong to the MMA until its group is waited for.
+template <bool kBf16>
+__host__ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4],
+                                                          uint64_t desc, bool accumulate) {
+#if QMOE_WGMMA_DEVICE
+  if constexpr (kBf16) {
+    QMOE_WGMMA_M64N128K16_RS("bf16");
+  } else {
+    QMOE_WGMMA_M64N128K16_RS("f16");
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // never launched: the launcher uses the wgmma kernels on sm_90a code only
+#else
+  host_emulator->wgmma_m64n128k16(kBf16, d, a, desc, accumulate);
+#endif
+}
+
+}  // namespace qmoe::cuda::ptx
+
+#undef QMOE_WGMMA_M64N128K16_RS
+
+#endif  // QMOE_LIB_CUDA_WGMMA_PTX_CUH_
