@@ -24,6 +24,18 @@ int measure_buffer_bandwidth(const RunContext& run, RunBandwidth* bandwidth) {
   return 0;
 }
 
+int measure_buffer_bandwidth_again(const RunContext& run, RunBandwidth* bandwidth) {
+  const auto start = Clock::now();
+  QMOE_CHECK(qmoe_measure_read_bandwidth(run.context.get(), bandwidth->buffer_bytes, 3,
+                                         run.threads > 1 ? 1 : 0, &bandwidth->reference_after));
+  bandwidth->seconds += seconds_since(start);
+  return 0;
+}
+
+double best_read_roof(const RunBandwidth& bandwidth) {
+  return std::max({bandwidth.reference, bandwidth.weights, bandwidth.reference_after});
+}
+
 // Whole layers from the first (the least recently written) until the buffer's size, each read
 // once per pass. On virtual machines the fresh buffer and the weights can land in memory of
 // different speed from one process to the next; this is the roof of the pages the decode reads.

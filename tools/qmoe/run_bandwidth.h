@@ -19,11 +19,21 @@ struct RunBandwidth {
   size_t weights_bytes = 0;
   uint32_t weights_layers = 0;
   double seconds = 0.0;  // both measurements
+  // --gpu: reference over the buffer again, after the decode's passes (0 until measured). The
+  // host's read bandwidth moves between processes and within one (other tenants), so the
+  // hybrid decode's CPU floor divides by the best of reference, weights and this one.
+  double reference_after = 0.0;
 };
+
+// The best of the reads measured (buffer before, the weights' pages, buffer after): the roof a
+// CPU floor can use without the floor overstating a busy moment's bandwidth.
+double best_read_roof(const RunBandwidth& bandwidth);
 
 // Both return 0, or 1 after the library's message on stderr.
 int measure_buffer_bandwidth(const RunContext& run, RunBandwidth* bandwidth);
 int measure_weights_bandwidth(const RunContext& run, const RunModel& model,
                               RunBandwidth* bandwidth);
+// reference_after: the buffer read again at the context's thread count (returns as above).
+int measure_buffer_bandwidth_again(const RunContext& run, RunBandwidth* bandwidth);
 
 #endif  // QMOE_TOOLS_QMOE_RUN_BANDWIDTH_H_

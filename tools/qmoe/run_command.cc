@@ -68,6 +68,7 @@ int run_run_command(int argc, char** argv) {
     if (const int code = run_gpu_decode(options, run.context.get(), model, &gpu); code != 0) {
       return code;
     }
+    if (const int code = measure_buffer_bandwidth_again(run, &bandwidth); code != 0) return code;
     print_gpu_report(out, options, run, model, bandwidth, gpu, seconds_since(run_start));
     if (!gpu.conserved || !gpu.finite) {
       std::fprintf(stderr, "qmoe run: %s\n",

@@ -494,7 +494,7 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
   const double wall = median(g.hybrid_wall_ms);
   const double cold_bytes = g.cold_experts * expert / steps;  // per step
   const double resident_bytes = g.resident_experts * expert / steps;
-  const double roof = bandwidth.reference;
+  const double roof = best_read_roof(bandwidth);
   const double cpu_floor = roof > 0 ? cold_bytes / roof * 1e3 : 0.0;  // ms per step
   // The cold work on the CPU alone, when it ran: the hybrid's time over the floor is the
   // hand-off (hybrid - cpu alone) plus the executor below the read roof (cpu alone - floor).
@@ -522,9 +522,11 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
   std::fprintf(out, "  %-28s %.3f ms per step (the resident experts alone, same routing)\n",
                "gpu time", resident);
   std::fprintf(out,
-               "  %-28s %.3f ms per step: %.1f MB of cold experts a step over %.1f GB/s (%s)\n",
+               "  %-28s %.3f ms per step: %.1f MB of cold experts a step over %.1f GB/s (%s; the "
+               "best of the buffer before %.1f, the weights' pages %.1f, the buffer after %.1f)\n",
                "cpu floor", cpu_floor, cold_bytes * 1e-6, roof * 1e-9,
-               run.threads > 1 ? "all threads" : "1 thread");
+               run.threads > 1 ? "all threads" : "1 thread", bandwidth.reference * 1e-9,
+               bandwidth.weights * 1e-9, bandwidth.reference_after * 1e-9);
   if (cpu_floor > 0) {
     std::fprintf(out, "  %-28s %.3f (hybrid / cpu floor)\n", "over the cpu floor",
                  hybrid / cpu_floor);
@@ -574,6 +576,8 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       "%.4f,\n"
       " \"resident_only_ms_per_step\": %.4f, \"cpu_floor_ms_per_step\": %.4f, \"cpu_read_gbps\": "
       "%.3f,\n"
+      " \"cpu_read_gbps_buffer_before\": %.3f, \"cpu_read_gbps_weights\": %.3f, "
+      "\"cpu_read_gbps_buffer_after\": %.3f,\n"
       " \"over_cpu_floor\": %.4f, \"over_resident_only\": %.4f, \"resident_hit_rate\": %.4f,\n"
       " \"cpu_alone_ms_per_step\": %s, \"over_cpu_alone\": %s, \"cpu_alone_over_cpu_floor\": %s,\n"
       " \"cold_bytes_per_step\": %.0f, \"resident_bytes_per_step\": %.0f,\n"
@@ -587,7 +591,8 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       options.shape.top_k, options.shape.hidden, options.shape.intermediate,
       run_format(options.shape.format).name, expert, options.tokens, options.batch, options.seed,
       routing_name(options.routing), options.residency, g.resident_per_layer, hybrid, hybrid / M,
-      wall, resident, cpu_floor, roof * 1e-9, cpu_floor > 0 ? hybrid / cpu_floor : 0.0,
+      wall, resident, cpu_floor, roof * 1e-9, bandwidth.reference * 1e-9, bandwidth.weights * 1e-9,
+      bandwidth.reference_after * 1e-9, cpu_floor > 0 ? hybrid / cpu_floor : 0.0,
       resident > 0 ? hybrid / resident : 0.0, hit,
       json_number(alone_ran, "%.4f", cpu_alone).c_str(),
       json_number(alone_ran && cpu_alone > 0, "%.4f", hybrid / cpu_alone).c_str(),
