@@ -56,10 +56,26 @@ struct DeviceState {
   bool wgmma = false;  // kWgmma128x64 runs here: built for sm_90a and compute capability 9.0
 };
 constexpr int kMaxDevices = 64;
+// The wgmma tiles' kernels exist only in a build that targets sm_90 (lib/CMakeLists.txt builds
+// int4_gemm_wgmma.cu for sm_90a then); elsewhere these stand in, and are never reached.
 #if defined(QMOE_HAVE_WGMMA)
 constexpr bool kHaveWgmma = true;
+cudaError_t configure_wgmma_kernels(size_t max_shared_bytes) {
+  return tc::configure_wgmma(max_shared_bytes);
+}
+cudaError_t launch_wgmma_kernel(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold,
+                                const tc::Params& p, dim3 grid, cudaStream_t stream) {
+  return tc::launch_wgmma(tile, x_dtype, fold, p, grid, stream);
+}
 #else
 constexpr bool kHaveWgmma = false;
+cudaError_t configure_wgmma_kernels(size_t) {
+  return cudaErrorInvalidValue;
+}
+cudaError_t launch_wgmma_kernel(Int4GemmTcTile, qmoe_dtype, uint32_t, const tc::Params&, dim3,
+                                cudaStream_t) {
+  return cudaErrorInvalidValue;
+}
 #endif
 DeviceState g_devices[kMaxDevices];
 std::mutex g_setup_mutex;
@@ -91,7 +107,7 @@ cudaError_t current_device_state(const DeviceState** state) {
       if (error == cudaSuccess) error = tc::configure_variants_bf16(max_bytes);
       if (error == cudaSuccess) error = tc::configure_variants_f16(max_bytes);
       if (error == cudaSuccess) error = tc::configure_variants_f32(max_bytes);
-      if (error == cudaSuccess && wgmma) error = tc::configure_wgmma(max_bytes);
+      if (error == cudaSuccess && wgmma) error = configure_wgmma_kernels(max_bytes);
       if (error != cudaSuccess) return error;  // not marked ready: the next call tries again
       s.sm_count = std::max(sm_count, 1);
       s.max_shared_bytes = max_bytes;
@@ -160,8 +176,9 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
   const tc::Params p = tc::make_params(w, m, m_device, x, ldx, y_dtype, y, ldy, n_begin, n_end);
   const dim3 grid = tc::grid_for(tile, p);
   const uint32_t fold = tc::fold_k(w.block_size);
-  if (int4_gemm_tc_tile_is_wgmma(tile))
-    return tc::launch_wgmma(tile, x_dtype, fold, p, grid, stream);
+  if (int4_gemm_tc_tile_is_wgmma(tile)) {
+    return launch_wgmma_kernel(tile, x_dtype, fold, p, grid, stream);
+  }
   switch (x_dtype) {
     case QMOE_DTYPE_BF16:
       return tc::launch_variant_bf16(tile, fold, p, grid, stream);
