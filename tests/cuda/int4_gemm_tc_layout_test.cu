@@ -18,6 +18,7 @@
 
 #include "lib/cuda/int4_gemm_tc_kernel.cuh"
 #include "lib/cuda/int4_gemm_tc_layout.cuh"
+#include "lib/cuda/wgmma_ptx.cuh"
 
 namespace qmoe::cuda::tc {
 namespace {
@@ -590,6 +591,29 @@ TEST(CudaInt4GemmTcLayout, LoaderStagesEveryPlaneEntry) {
   check_plane_staging_all<Config<2, XMode::kF16, 32>, XMode::kF16>(64);
   check_plane_staging_all<Config<3, XMode::kBf16, 32>, XMode::kBf16>(32);
   check_plane_staging_all<Config<3, XMode::kF32Split, 32>, XMode::kF32Split>(128);
+}
+
+// The wgmma tiles read the X stage through a 128-byte-swizzle descriptor: the hardware forms an
+// element's address unswizzled (row r at r * 128 from a 1024-aligned start) and XORs its 16-byte
+// unit (address bits 4-6) with bits 7-9. The loader's X layout must be exactly that, and the
+// descriptor's fields what the PTX ISA's matrix-descriptor format says.
+TEST(CudaInt4GemmTcLayout, WgmmaReadsTheXStageAsItIsLaidOut) {
+  for (uint32_t r = 0; r < 128; ++r) {
+    for (uint32_t q = 0; q < 8; ++q) {
+      const uint32_t plain = r * 128 + q * 16;
+      EXPECT_EQ(x_piece_offset(r, q, 2), plain ^ (((plain >> 7) & 7u) << 4)) << r << " " << q;
+    }
+  }
+  for (uint32_t address : {0u, 0x400u, 0x13000u + 3 * 32u, 0x2FFE0u}) {
+    const uint64_t d = ptx::wgmma_descriptor_sw128(address);
+    EXPECT_EQ(d & 0x3FFFu, (address & 0x3FFFFu) >> 4) << "start address / 16";
+    EXPECT_EQ((d >> 16) & 0x3FFFu, 1u) << "leading byte offset / 16";
+    EXPECT_EQ((d >> 32) & 0x3FFFu, 1024u / 16) << "stride byte offset / 16: one 8-row atom";
+    EXPECT_EQ((d >> 49) & 7u, 0u) << "base offset";
+    EXPECT_EQ(d >> 62, 1u) << "swizzle mode: 128 bytes";
+    EXPECT_EQ(d & ((3ull << 14) | (3ull << 30) | (7ull << 46) | (0x3FFull << 52)), 0u)
+        << "reserved bits";
+  }
 }
 
 // Stage counts: every variant has 3 or more stages (the pipeline converts one k-tile ahead),
