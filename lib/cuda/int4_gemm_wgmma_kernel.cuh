@@ -13,12 +13,12 @@
 // the two-warpgroup tile halves the X traffic per output where the grid is large enough.)
 //
 // Pipeline. The stages of the tile's geometry (kTileGeometry): X 128 rows x 64 k with its
-// 16-byte units swizzled by row (x_piece_offset),
-// which is exactly the 128-byte-swizzled K-major layout wgmma reads through a descriptor once
-// every stage starts on a 1024-byte boundary (the kernel aligns its shared memory; a stage is
-// a multiple of 1024 bytes). The same cp.async issue, wait, plane conversion and one barrier per
-// k-tile as the mma.sync kernel, plus a proxy fence (the MMA reads shared memory through the
-// async proxy, the copies wrote it through the generic one).
+// 16-byte units swizzled by row (x_piece_offset), which is exactly the 128-byte-swizzled
+// K-major layout wgmma reads through a descriptor once every stage starts on a 1024-byte
+// boundary (the kernel aligns its shared memory; a stage is a multiple of 1024 bytes). The same
+// cp.async issue, wait, plane conversion and one barrier per k-tile as the mma.sync kernel
+// (Loader::prologue, Loader::advance), plus a proxy fence: the MMA reads shared memory through
+// the async proxy, the copies wrote it through the generic one.
 //
 // Numerics. Each fold unit (16 or 32 k: fold_k) is summed by the MMA from zero into one of two
 // partial accumulator sets and then folded into the FP32 result with its scale,
