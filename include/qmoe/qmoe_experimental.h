@@ -55,13 +55,13 @@ QMOE_API qmoe_status qmoe_measure_read_bandwidth(qmoe_context* context, size_t b
                                                  double* bytes_per_second);
 
 /// The same measurement over the caller's memory [data, data + bytes), which is only read: the
-/// whole 64-byte lines inside the range (at least 4096 bytes of them), split into one
-/// contiguous slice per thread with use_all_threads. For the bandwidth of the pages a runtime's
-/// expert weights actually live in, to set beside qmoe_measure_read_bandwidth's fresh buffer
-/// (on virtual machines the two can differ from one process to the next). Use a range several
-/// times the last-level cache for DRAM bandwidth. INVALID_ARGUMENT for NULL `data` or
-/// `bytes_per_second`, a range that wraps around the address space, fewer than 4096 bytes of
-/// whole 64-byte lines in it, or repetitions = 0.
+/// whole 64-byte lines inside the range (at least 4096 bytes of them), every one read, split
+/// into eight contiguous slices per thread with use_all_threads. For the bandwidth of the pages
+/// a runtime's expert weights actually live in, to set beside qmoe_measure_read_bandwidth's
+/// fresh buffer (on virtual machines the two can differ from one process to the next). Use a
+/// range several times the last-level cache for DRAM bandwidth. INVALID_ARGUMENT for NULL
+/// `data` or `bytes_per_second`, a range that wraps around the address space, fewer than 4096
+/// bytes of whole 64-byte lines in it, or repetitions = 0.
 QMOE_API qmoe_status qmoe_measure_read_bandwidth_over(qmoe_context* context, const void* data,
                                                       size_t bytes, uint32_t repetitions,
                                                       int use_all_threads,
