@@ -53,8 +53,14 @@ struct DeviceState {
   std::atomic<bool> ready{false};
   int sm_count = 0;
   size_t max_shared_bytes = 0;
-  bool wgmma = false;  // kWgmma128x64 runs here: built for sm_90a and compute capability 9.0
+  bool wgmma = false;  // the wgmma tiles run here: built for sm_90a and compute capability 9.0
 };
+
+// Whether `tile` may run with this X type where the wgmma tiles do (`wgmma`) or do not: the
+// mma.sync tiles always; the wgmma tiles there, with 16-bit X only.
+bool tile_runs(Int4GemmTcTile tile, bool wgmma, qmoe_dtype x_dtype) {
+  return !int4_gemm_tc_tile_is_wgmma(tile) || (wgmma && x_dtype != QMOE_DTYPE_F32);
+}
 constexpr int kMaxDevices = 64;
 // The wgmma tiles' kernels exist only in a build that targets sm_90 (lib/CMakeLists.txt builds
 // int4_gemm_wgmma.cu for sm_90a then); elsewhere these stand in, and are never reached.
@@ -165,7 +171,7 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
     tile = *given_tile;
     if (static_cast<int>(tile) < 0 || static_cast<int>(tile) >= kInt4GemmTcTileCount ||
         int4_gemm_tc_shared_bytes(tile, x_dtype, w.block_size) > device->max_shared_bytes ||
-        (int4_gemm_tc_tile_is_wgmma(tile) && !(device->wgmma && x_dtype != QMOE_DTYPE_F32))) {
+        !tile_runs(tile, device->wgmma, x_dtype)) {
       return cudaErrorInvalidValue;
     }
   } else if (!choose_int4_gemm_tc_tile(m, n_begin, n_end, device->sm_count,
@@ -210,9 +216,7 @@ bool int4_gemm_tc_tile_available(Int4GemmTcTile tile, qmoe_dtype x_dtype) {
       current_device_state(&device) != cudaSuccess) {
     return false;
   }
-  if (int4_gemm_tc_tile_is_wgmma(tile) && !(device->wgmma && x_dtype != QMOE_DTYPE_F32)) {
-    return false;
-  }
+  if (!tile_runs(tile, device->wgmma, x_dtype)) return false;
   return int4_gemm_tc_shared_bytes(tile, x_dtype, 32) <= device->max_shared_bytes &&
          int4_gemm_tc_shared_bytes(tile, x_dtype, 16) <= device->max_shared_bytes;
 }
@@ -226,14 +230,12 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int 
     const tc::TileGeometry& g = kTileGeometry[static_cast<int>(t)];
     return (uint64_t{m} + g.bm - 1) / g.bm * ((columns + g.bn - 1) / g.bn);
   };
-  if (wgmma && x_dtype != QMOE_DTYPE_F32) {
-    for (const auto [candidate, fill] : {std::pair{Int4GemmTcTile::kWgmma128x128, sms},
-                                         std::pair{Int4GemmTcTile::kWgmma128x64, (sms + 1) / 2}}) {
-      if (ctas(candidate) >= fill &&
-          int4_gemm_tc_shared_bytes(candidate, x_dtype, block_size) <= max_shared_bytes) {
-        *tile = candidate;
-        return true;
-      }
+  for (const auto [candidate, fill] : {std::pair{Int4GemmTcTile::kWgmma128x128, sms},
+                                       std::pair{Int4GemmTcTile::kWgmma128x64, (sms + 1) / 2}}) {
+    if (tile_runs(candidate, wgmma, x_dtype) && ctas(candidate) >= fill &&
+        int4_gemm_tc_shared_bytes(candidate, x_dtype, block_size) <= max_shared_bytes) {
+      *tile = candidate;
+      return true;
     }
   }
   bool found = false;
