@@ -10,6 +10,7 @@
 #include "lib/cuda/int4_gemm_tc.cuh"
 #include "lib/cuda/int4_gemm_tc_layout.cuh"
 #include "lib/cuda/int4_gemm_tc_params.cuh"
+#include "lib/cuda/tensor_map.h"
 
 namespace qmoe::cuda {
 namespace {
@@ -53,7 +54,9 @@ struct DeviceState {
   std::atomic<bool> ready{false};
   int sm_count = 0;
   size_t max_shared_bytes = 0;
-  bool wgmma = false;  // the wgmma tiles run here: built for sm_90a and compute capability 9.0
+  // The wgmma tiles run here: built for sm_90a, compute capability 9.0, and a driver that
+  // encodes their X tensor maps.
+  bool wgmma = false;
 };
 
 // Whether `tile` may run with this X type where the wgmma tiles do (`wgmma`) or do not: the
@@ -70,16 +73,17 @@ cudaError_t configure_wgmma_kernels(size_t max_shared_bytes) {
   return tc::configure_wgmma(max_shared_bytes);
 }
 cudaError_t launch_wgmma_kernel(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold,
-                                const tc::Params& p, dim3 grid, cudaStream_t stream) {
-  return tc::launch_wgmma(tile, x_dtype, fold, p, grid, stream);
+                                const tc::Params& p, const CUtensorMap& x_map, dim3 grid,
+                                cudaStream_t stream) {
+  return tc::launch_wgmma(tile, x_dtype, fold, p, x_map, grid, stream);
 }
 #else
 constexpr bool kHaveWgmma = false;
 cudaError_t configure_wgmma_kernels(size_t) {
   return cudaErrorInvalidValue;
 }
-cudaError_t launch_wgmma_kernel(Int4GemmTcTile, qmoe_dtype, uint32_t, const tc::Params&, dim3,
-                                cudaStream_t) {
+cudaError_t launch_wgmma_kernel(Int4GemmTcTile, qmoe_dtype, uint32_t, const tc::Params&,
+                                const CUtensorMap&, dim3, cudaStream_t) {
   return cudaErrorInvalidValue;
 }
 #endif
@@ -109,7 +113,7 @@ cudaError_t current_device_state(const DeviceState** state) {
       }
       const size_t max_bytes = static_cast<size_t>(std::max(max_shared, 0));
       // sm_90a code runs on compute capability 9.0 exactly.
-      const bool wgmma = kHaveWgmma && major == 9 && minor == 0;
+      const bool wgmma = kHaveWgmma && major == 9 && minor == 0 && tensor_map_encoder_available();
       if (error == cudaSuccess) error = tc::configure_variants_bf16(max_bytes);
       if (error == cudaSuccess) error = tc::configure_variants_f16(max_bytes);
       if (error == cudaSuccess) error = tc::configure_variants_f32(max_bytes);
@@ -183,7 +187,12 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
   const dim3 grid = tc::grid_for(tile, p);
   const uint32_t fold = tc::fold_k(w.block_size);
   if (int4_gemm_tc_tile_is_wgmma(tile)) {
-    return launch_wgmma_kernel(tile, x_dtype, fold, p, grid, stream);
+    const tc::XTileMap d = tc::x_tile_map(p, kTileGeometry[static_cast<int>(tile)].bm);
+    CUtensorMap x_map;
+    error =
+        encode_tile_map_u16_sw128(d.base, d.k, d.rows, d.row_bytes, d.box_k, d.box_rows, &x_map);
+    if (error != cudaSuccess) return error;
+    return launch_wgmma_kernel(tile, x_dtype, fold, p, x_map, grid, stream);
   }
   switch (x_dtype) {
     case QMOE_DTYPE_BF16:
@@ -337,6 +346,11 @@ Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_dev
                                        w.zero_point_block_stride, w.zero_point_group_stride, 1);
   p.tail_ktile = static_cast<uint32_t>(size_t{blocks > 4 ? blocks - 4 : 0} * w.block_size / kTileK);
   return p;
+}
+
+XTileMap x_tile_map(const Params& p, uint32_t box_rows) {
+  // check_arguments has made x 16-byte aligned and ldx * 2 a multiple of 16, as the TMA needs.
+  return {p.x, p.w.k, p.m, p.ldx * 2, kTileK, box_rows};
 }
 
 dim3 grid_for(Int4GemmTcTile tile, const Params& p) {

@@ -72,6 +72,8 @@ struct Config {
   static constexpr uint32_t kMinBlocks = kThreads == 192 ? 1 : 0;
   // Plane entries of one stage: [unit][column], kTileK / kFold units of bn columns.
   static constexpr uint32_t kPlaneEntries = (kTileK / kFold) * kBN;
+  // X travels by cp.async with the rest of the stage (Loader copies it).
+  static constexpr bool kXByTma = false;
 
   static_assert(kBM == kWarpRowsM * kGeometry.warps_m && kBN == kWarpRowsN * kWarpsN);
   static_assert(kFold == 16 || kFold == 32);
@@ -115,7 +117,8 @@ QMOE_TC_HD float load_as_float(qmoe_dtype dtype, const void* base, size_t i) {
 // copies has the same position within its 16-byte row group and every plane entry the same
 // column, so a k-tile only moves the source pointers.
 //
-// Per stage: X rows [m0, m0 + bm) of the k-tile as 16-byte pieces (zeros past M and past K);
+// Per stage: X rows [m0, m0 + bm) of the k-tile as 16-byte pieces (zeros past M and past K;
+// a config whose kXByTma is set copies X by the TMA instead, and the Loader leaves it out);
 // the codes of W groups [group0, group0 + bn / 8), chunks 2 kt and 2 kt + 1 (zeros past the
 // last group and past the last chunk); and per fold unit and column the scale and zero-point
 // plane words (plane_word), which convert_planes turns into the FP32 scale and the zero
@@ -220,8 +223,8 @@ struct Loader {
   // Issues the cp.async copies of k-tile kt into `stage`.
   QMOE_TC_HD void copy_async(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
     const uint32_t x_s = ptx::shared_address(stage);
-    if (kXThreads == C::kThreads || tid < kXThreads) {  // warp-uniform
-      const bool k_ok = kt * kTileK + x_k < p.w.k;      // K is a multiple of 16: whole pieces
+    if (!C::kXByTma && (kXThreads == C::kThreads || tid < kXThreads)) {  // warp-uniform
+      const bool k_ok = kt * kTileK + x_k < p.w.k;  // K is a multiple of 16: whole pieces
       const size_t x_advance = k_ok ? (size_t{kt} * kTileK + x_k) * kXBytes : 0;
       // Without kept rows the row size passes through an opaque move, so that the compiler
       // recomputes each address here rather than hoisting kXPerThread of them out of the loop.
@@ -305,6 +308,12 @@ struct Loader {
     convert_planes(p, smem, 0, tid);
   }
 
+  // The stage that k-tile kt + kStages - 1 is copied into while k-tile kt is computed in
+  // `stage`: k-tile kt - 1's.
+  QMOE_TC_HD static uint32_t refill_stage(uint32_t stage) {
+    return stage == 0 ? C::kStages - 1 : stage - 1;
+  }
+
   // The k-loop's loading step for k-tile kt (in `stage`), after the barrier that follows the
   // wait for k-tiles kt and kt + 1 (which no warp is still reading k-tile kt - 1 past): k-tile
   // kt + kStages - 1 into kt - 1's stage, one cp.async group (empty past the last k-tile), and
@@ -313,7 +322,7 @@ struct Loader {
   // kt + 1 - kStages, was finished before this barrier). Returns k-tile kt + 1's stage.
   QMOE_TC_HD uint32_t advance(const Params& p, uint8_t* smem, uint32_t kt, uint32_t stage,
                               uint32_t tid) const {
-    const uint32_t refill = stage == 0 ? C::kStages - 1 : stage - 1;
+    const uint32_t refill = refill_stage(stage);
     const uint32_t following = stage + 1 == C::kStages ? 0 : stage + 1;
     const uint32_t next = kt + C::kStages - 1;
     if (next < p.k_tiles) copy_async(p, smem + refill * C::kStage.bytes, next, tid);

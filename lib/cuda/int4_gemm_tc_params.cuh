@@ -4,6 +4,7 @@
 #ifndef QMOE_LIB_CUDA_INT4_GEMM_TC_PARAMS_CUH_
 #define QMOE_LIB_CUDA_INT4_GEMM_TC_PARAMS_CUH_
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -64,6 +65,9 @@ constexpr TileGeometry kTileGeometry[kInt4GemmTcTileCount] = {
 // of the MMA's descriptor, whose 8-row atoms must be 1024-byte aligned): the kernel aligns its
 // dynamic shared memory itself, so the tile asks for this much more.
 constexpr uint32_t kWgmmaAlignment = 1024;
+// After a wgmma tile's stages: one 8-byte mbarrier per stage, on which the stage's X copy (TMA)
+// completes.
+constexpr uint32_t kWgmmaBarrierBytes = 8 * 8;
 
 constexpr uint32_t tile_threads(TileGeometry g) {
   return 32 * g.warps_m * g.warps_n * g.split_k;
@@ -104,6 +108,7 @@ constexpr StageLayout stage_layout(TileGeometry g, uint32_t x_element_bytes, uin
 // per-CTA reserve) within a Hopper multiprocessor's 228 KB and one within sm_86's 99 KB.
 constexpr uint32_t kMinStages = 4;
 constexpr uint32_t kMaxStages = 8;
+static_assert(kWgmmaBarrierBytes == 8 * kMaxStages);
 // The wgmma tiles have budgets of their own: 128 x 64 two CTAs per multiprocessor with 5
 // stages, 128 x 128 (one CTA, by its registers) the deepest pipeline (the largest tile's k-tile
 // takes longest, and the CTAs are fewest).
@@ -118,8 +123,21 @@ constexpr uint32_t stage_count(TileGeometry g, uint32_t x_element_bytes, uint32_
 constexpr size_t shared_bytes(TileGeometry g, uint32_t x_element_bytes, uint32_t fold) {
   return size_t{stage_count(g, x_element_bytes, fold)} *
              stage_layout(g, x_element_bytes, fold).bytes +
-         (g.wgmma ? kWgmmaAlignment : 0);
+         (g.wgmma ? kWgmmaAlignment + kWgmmaBarrierBytes : 0);
 }
+
+// The wgmma tiles' X operand as the tensor the TMA copies stage by stage (its CUtensorMap is
+// encoded from this by the launcher, tensor_map.h): X's rows [0, m) of K 16-bit elements, rows
+// ldx elements apart, in boxes of kTileK elements x box_rows rows, swizzled by 128 bytes (the
+// layout the wgmma descriptor reads, x_piece_offset); elements past K or row m read as zero.
+// The CUDA host emulation reads the same description.
+struct XTileMap {
+  const void* base;
+  uint64_t k, rows;    // tensor extent: elements per row, rows
+  uint64_t row_bytes;  // ldx * 2 (a multiple of 16)
+  uint32_t box_k, box_rows;
+};
+XTileMap x_tile_map(const Params& p, uint32_t box_rows);
 
 // The launch parameters and grid of checked arguments (int4_gemm_tc.cu): also what the
 // emulation test runs the kernel code with.
@@ -137,9 +155,10 @@ cudaError_t launch_variant_f16(Int4GemmTcTile tile, uint32_t fold, const Params&
 cudaError_t launch_variant_f32(Int4GemmTcTile tile, uint32_t fold, const Params& p, dim3 grid,
                                cudaStream_t stream);
 // The wgmma tile (int4_gemm_wgmma.cu, built for sm_90a only when QMOE_HAVE_WGMMA is defined):
-// X in BF16 or FP16. Configure only on a compute capability 9.0 device.
+// X in BF16 or FP16, copied by the TMA through x_map (x_tile_map(p, 128)). Configure only on a
+// compute capability 9.0 device.
 cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, const Params& p,
-                         dim3 grid, cudaStream_t stream);
+                         const CUtensorMap& x_map, dim3 grid, cudaStream_t stream);
 cudaError_t configure_wgmma(size_t max_shared_bytes);
 cudaError_t configure_variants_bf16(size_t max_shared_bytes);
 cudaError_t configure_variants_f16(size_t max_shared_bytes);

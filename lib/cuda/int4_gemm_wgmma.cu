@@ -11,32 +11,38 @@ namespace {
 template <int kTile, XMode kX, uint32_t kFold>
 __global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold>::kThreads,
                                   WgmmaConfig<kTile, kX, kFold>::kThreads == 128 ? 2 : 1)
-    int4_gemm_wgmma_kernel(const __grid_constant__ Params p) {
+    int4_gemm_wgmma_kernel(const __grid_constant__ Params p,
+                           const __grid_constant__ CUtensorMap x_map) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  run_cta_wgmma<WgmmaConfig<kTile, kX, kFold>, kX>(p, smem, blockIdx.x, blockIdx.y, threadIdx.x);
+  // x_map is used in place: the TMA takes the parameter's own address.
+  run_cta_wgmma<WgmmaConfig<kTile, kX, kFold>, kX>(p, &x_map, smem, blockIdx.x, blockIdx.y,
+                                                   threadIdx.x);
 }
 
 template <int kTile, XMode kX, uint32_t kFold>
-cudaError_t launch_one_wgmma(const Params& p, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_one_wgmma(const Params& p, const CUtensorMap& x_map, dim3 grid,
+                             cudaStream_t stream) {
   using C = WgmmaConfig<kTile, kX, kFold>;
-  int4_gemm_wgmma_kernel<kTile, kX, kFold><<<grid, C::kThreads, C::kSharedBytes, stream>>>(p);
+  int4_gemm_wgmma_kernel<kTile, kX, kFold>
+      <<<grid, C::kThreads, C::kSharedBytes, stream>>>(p, x_map);
   return cudaGetLastError();
 }
 
 template <int kTile, XMode kX>
-cudaError_t launch_fold(uint32_t fold, const Params& p, dim3 grid, cudaStream_t stream) {
-  return fold == 16 ? launch_one_wgmma<kTile, kX, 16>(p, grid, stream)
-                    : launch_one_wgmma<kTile, kX, 32>(p, grid, stream);
+cudaError_t launch_fold(uint32_t fold, const Params& p, const CUtensorMap& x_map, dim3 grid,
+                        cudaStream_t stream) {
+  return fold == 16 ? launch_one_wgmma<kTile, kX, 16>(p, x_map, grid, stream)
+                    : launch_one_wgmma<kTile, kX, 32>(p, x_map, grid, stream);
 }
 
 template <int kTile>
-cudaError_t launch_x(qmoe_dtype x_dtype, uint32_t fold, const Params& p, dim3 grid,
-                     cudaStream_t stream) {
+cudaError_t launch_x(qmoe_dtype x_dtype, uint32_t fold, const Params& p, const CUtensorMap& x_map,
+                     dim3 grid, cudaStream_t stream) {
   switch (x_dtype) {
     case QMOE_DTYPE_BF16:
-      return launch_fold<kTile, XMode::kBf16>(fold, p, grid, stream);
+      return launch_fold<kTile, XMode::kBf16>(fold, p, x_map, grid, stream);
     case QMOE_DTYPE_F16:
-      return launch_fold<kTile, XMode::kF16>(fold, p, grid, stream);
+      return launch_fold<kTile, XMode::kF16>(fold, p, x_map, grid, stream);
     case QMOE_DTYPE_F32:
       break;
   }
@@ -58,14 +64,14 @@ cudaError_t configure_one_wgmma(size_t max_shared_bytes) {
 }  // namespace
 
 cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, const Params& p,
-                         dim3 grid, cudaStream_t stream) {
+                         const CUtensorMap& x_map, dim3 grid, cudaStream_t stream) {
   switch (tile) {
     case Int4GemmTcTile::kWgmma128x64:
-      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x64)>(x_dtype, fold, p, grid,
+      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x64)>(x_dtype, fold, p, x_map, grid,
                                                                       stream);
     case Int4GemmTcTile::kWgmma128x128:
-      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x128)>(x_dtype, fold, p, grid,
-                                                                       stream);
+      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x128)>(x_dtype, fold, p, x_map,
+                                                                       grid, stream);
     default:
       break;
   }

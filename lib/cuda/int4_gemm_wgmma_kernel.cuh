@@ -15,10 +15,18 @@
 // Pipeline. The stages of the tile's geometry (kTileGeometry): X 128 rows x 64 k with its
 // 16-byte units swizzled by row (x_piece_offset), which is exactly the 128-byte-swizzled
 // K-major layout wgmma reads through a descriptor once every stage starts on a 1024-byte
-// boundary (the kernel aligns its shared memory; a stage is a multiple of 1024 bytes). The same
-// cp.async issue, wait, plane conversion and one barrier per k-tile as the mma.sync kernel
-// (Loader::prologue, Loader::advance), plus a proxy fence: the MMA reads shared memory through
-// the async proxy, the copies wrote it through the generic one.
+// boundary (the kernel aligns its shared memory; a stage is a multiple of 1024 bytes).
+//  - X: thread 0 copies each stage's X tile with one TMA instruction (XTileMap), which lays it
+//    out with the same swizzle and completes on the stage's mbarrier; every thread waits on
+//    that barrier before the stage's MMAs. The copy and the MMA both go through the async
+//    proxy, so no proxy fence lies between them. A stage's barrier completes once per use:
+//    k-tile kt is the (kt / kStages)-th use of stage kt % kStages, hence the parity.
+//  - Codes and planes: the same cp.async issue, wait, plane conversion and one CTA barrier per
+//    k-tile as the mma.sync kernel (Loader::prologue, Loader::advance; the Loader leaves X out,
+//    kXByTma). The dequantisation reads them with ordinary loads.
+// Thread 0 refills a stage with X right after the CTA barrier of the k-tile that follows its last
+// use (as Loader::advance does the rest): every warp has then finished that use, its MMAs
+// included (compute_stage_wgmma waits for them).
 //
 // Numerics. Each fold unit (16 or 32 k: fold_k) is summed by the MMA from zero into one of two
 // partial accumulator sets and then folded into the FP32 result with its scale,
@@ -29,6 +37,7 @@
 #define QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 
 #include "lib/cuda/int4_gemm_tc_kernel.cuh"
+#include "lib/cuda/tma_ptx.cuh"
 #include "lib/cuda/wgmma_ptx.cuh"
 
 namespace qmoe::cuda::tc {
@@ -52,11 +61,18 @@ struct WgmmaConfig {
   // distinct banks.
   static constexpr uint32_t kOutStride = kBN + 4;
   static constexpr uint32_t kOutPairs = kBN / 2;  // epilogue threads per Y row
+  // X comes by the TMA (the Loader copies codes and planes only).
+  static constexpr bool kXByTma = true;
+  static constexpr uint32_t kXTileBytes = kBM * kTileK * 2;  // one TMA box: a stage's X
+  // The stages' mbarriers follow the stages (from the aligned base).
+  static constexpr uint32_t kBarrierOffset = kStages * kStage.bytes;
 
   static_assert(kGeometry.wgmma && kBM == 128 && kBN % 64 == 0 && kThreads == 2 * kBN);
   static_assert(kStage.bytes % kWgmmaAlignment == 0 && kStage.x_row_bytes == 128);
   static_assert(kStages >= 3 && kStages <= kMaxStages);
-  static_assert(kSharedBytes == size_t{kStages} * kStage.bytes + kWgmmaAlignment);
+  static_assert(kSharedBytes ==
+                size_t{kStages} * kStage.bytes + kWgmmaAlignment + kWgmmaBarrierBytes);
+  static_assert(kStage.x_bytes == kXTileBytes && kStage.bytes % 8 == 0);
   static_assert(size_t{kBM} * kOutStride * 4 <= size_t{kStages} * kStage.bytes);
   static_assert(kUnits % 2 == 0);  // the partial sets alternate within a k-tile
 };
@@ -194,12 +210,25 @@ QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], flo
   }
 }
 
+// Thread 0's X copy of k-tile kt into `stage`: the barrier's arrival with the box's bytes, then
+// the box (k kt * kTileK, row m0) of x_map.
+template <class C>
+QMOE_TC_HD void copy_x_tile(const void* x_map, uint8_t* smem, uint32_t stage, uint32_t kt,
+                            uint32_t m0) {
+  const uint32_t base = ptx::shared_address(smem);
+  const uint32_t bar = base + C::kBarrierOffset + 8 * stage;
+  ptx::mbarrier_arrive_expect_tx(bar, C::kXTileBytes);
+  ptx::tma_load_2d(base + stage * C::kStage.bytes, x_map, static_cast<int32_t>(kt * kTileK),
+                   static_cast<int32_t>(m0), bar);
+}
+
 // One CTA's work, as run_cta in int4_gemm_tc_kernel.cuh (the emulation test runs it on host
 // threads). `smem` holds C::kSharedBytes, of which the stages start at its first 1024-byte
-// boundary.
+// boundary; x_map is the CUtensorMap of x_tile_map(p, C::kBM) (a __grid_constant__ parameter on
+// the device).
 template <class C, XMode kX>
-QMOE_TC_HD void run_cta_wgmma(const Params& p, uint8_t* smem, uint32_t bx, uint32_t by,
-                              uint32_t tid) {
+QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem, uint32_t bx,
+                              uint32_t by, uint32_t tid) {
   const uint32_t rows = p.m_device != nullptr ? (*p.m_device < p.m ? *p.m_device : p.m) : p.m;
   const uint32_t m0 = by * C::kBM;
   if (m0 >= rows) return;  // the whole CTA, before any barrier
@@ -213,18 +242,31 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, uint8_t* smem, uint32_t bx, uint3
   for (uint32_t i = 0; i < 64; ++i) acc[i] = 0.0f;
   float partial[2][64];
 
-  // The same pipeline as run_cta (see there and Loader for the group counting), with the proxy
-  // fence between each thread's landed copies and the barrier that publishes them to the MMAs.
-  Loader<C, kX> loader(p, rows, m0, n0, tid);
+  // The same pipeline as run_cta (see there and Loader for the group counting), X by the TMA:
+  // thread 0 sets up the barriers and copies the prologue's X tiles, which the other threads
+  // wait for only after the k-loop's first CTA barrier.
+  using L = Loader<C, kX>;
+  if (tid == 0) {
+    const uint32_t bars = ptx::shared_address(smem) + C::kBarrierOffset;
+    for (uint32_t s = 0; s < C::kStages; ++s) ptx::mbarrier_init(bars + 8 * s, 1);
+    for (uint32_t s = 0; s + 1 < C::kStages && s < p.k_tiles; ++s) {
+      copy_x_tile<C>(x_map, smem, s, s, m0);
+    }
+  }
+  L loader(p, rows, m0, n0, tid);
   loader.prologue(p, smem, tid);
   uint32_t stage = 0;
   for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
     ptx::cp_async_wait<C::kStages - 3>();
-    ptx::fence_proxy_async_shared();
     // Also: every MMA of k-tile kt - 1 has completed (compute_stage_wgmma waits for them), so
     // its stage may be refilled.
     ptx::cta_barrier();
+    if (tid == 0 && kt + C::kStages - 1 < p.k_tiles) {
+      copy_x_tile<C>(x_map, smem, L::refill_stage(stage), kt + C::kStages - 1, m0);
+    }
     const uint32_t following = loader.advance(p, smem, kt, stage, tid);
+    ptx::mbarrier_wait_parity(ptx::shared_address(smem) + C::kBarrierOffset + 8 * stage,
+                              (kt / C::kStages) & 1);
     compute_stage_wgmma<C, kX>(acc, partial, smem + stage * C::kStage.bytes, lane_offsets);
     stage = following;
   }

@@ -39,7 +39,6 @@ struct HostEmulator {
   virtual void cp_async_wait(int /*pending*/) {}
   // The warpgroup MMA of wgmma_ptx.cuh, for the emulators that run a wgmma kernel; the others
   // never see these calls (a kernel without wgmma makes none).
-  virtual void fence_proxy_async() {}
   virtual void wgmma_fence() {}
   virtual void wgmma_m64n128k16(bool /*bf16*/, float (&/*d*/)[64], const uint32_t (&/*a*/)[4],
                                 uint64_t /*desc*/, bool /*accumulate*/) {
@@ -47,6 +46,15 @@ struct HostEmulator {
   }
   virtual void wgmma_commit() {}
   virtual void wgmma_wait(int /*pending*/) {}
+  // The mbarriers and the tensor copy of tma_ptx.cuh (shared addresses; `tensor_map` is what
+  // the kernel holds, which an emulator's test fills with its own description).
+  virtual void mbarrier_init(uint32_t /*bar*/, uint32_t /*count*/) { abort(); }
+  virtual void mbarrier_arrive_expect_tx(uint32_t /*bar*/, uint32_t /*bytes*/) { abort(); }
+  virtual bool mbarrier_try_wait_parity(uint32_t /*bar*/, uint32_t /*parity*/) { abort(); }
+  virtual void tma_load_2d(uint32_t /*dst*/, const void* /*tensor_map*/, int32_t /*c0*/,
+                           int32_t /*c1*/, uint32_t /*bar*/) {
+    abort();
+  }
 };
 inline thread_local HostEmulator* host_emulator = nullptr;
 

@@ -1,6 +1,5 @@
 // PTX wrappers for the sm_90a warpgroup MMA (wgmma) and what goes with it: the shared-memory
-// matrix descriptor, the fence / commit / wait of the asynchronous MMA, and the proxy fence
-// between cp.async writes (generic proxy) and the MMA's shared-memory reads (async proxy). As in
+// matrix descriptor and the fence / commit / wait of the asynchronous MMA. As in
 // tc_ptx.cuh, each is its instruction on the device and, on the host, goes to the emulator the
 // tests install (tests/cuda/int4_gemm_tc_emulation_test.cu), which implements the PTX ISA's
 // definitions, so that the kernel's own code runs on a machine without a GPU. Library code
@@ -37,17 +36,6 @@ namespace qmoe::cuda::ptx {
 __host__ __device__ __forceinline__ constexpr uint64_t wgmma_descriptor_sw128(uint32_t address) {
   return uint64_t{(address & 0x3FFFFu) >> 4} | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
          (uint64_t{1} << 62);
-}
-
-// Orders this thread's earlier generic-proxy writes to shared memory (its landed cp.async
-// copies) before later async-proxy reads of it (wgmma's operand reads), once a barrier has
-// published them to the warpgroup.
-__host__ __device__ __forceinline__ void fence_proxy_async_shared() {
-#if QMOE_WGMMA_DEVICE
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#elif !defined(__CUDA_ARCH__)
-  host_emulator->fence_proxy_async();
-#endif
 }
 
 // Before the first wgmma of a warpgroup and between register accesses by other instructions

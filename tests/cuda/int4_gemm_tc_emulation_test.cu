@@ -3,11 +3,14 @@
 // threads as the CTA has, the warp- and CTA-wide instructions emulated as the PTX ISA defines
 // them (ldmatrix: lanes 8i..8i+7 address matrix i's rows and lane L gets elements 2 (L % 4), +1
 // of row L / 4; mma.m16n8k16: the A, B, C fragment layouts; wgmma m64n128k16: the register A
-// and descriptor B layouts, results landing at the wait that retires their group; bar.sync),
-// the wgmma tile (run_cta_wgmma) as well as the mma.sync ones, cp.async landing either
-// at once or only at the cp.async.wait_group that covers its group (the earliest and the latest
-// the PTX ISA allows: held copies make any read of a stage, X, codes or planes, before its wait
-// a wrong value; copies at once can expose a copy into a stage still being read), the launch
+// and descriptor B layouts, results landing at the wait that retires their group; bar.sync;
+// mbarrier phases with arrivals and transaction bytes; the TMA's 2-D tile copy with the 128-byte
+// swizzle and zeros outside the tensor, from the launcher's own XTileMap), the wgmma tile
+// (run_cta_wgmma) as well as the mma.sync ones, cp.async and TMA copies landing either at once
+// or only at the wait that covers them (cp.async.wait_group; a wait on the mbarrier phase the
+// copy completes) (the earliest and the latest the PTX ISA allows: held copies make any read of
+// a stage, X, codes or planes, before its wait a wrong value; copies at once can expose a copy
+// into a stage still being read), the launch
 // parameters and grid from the launcher's own make_params and grid_for. Small shapes over every
 // tile, X type, block size, row/column/K tails, column ranges, plane types, orders and
 // alignments and the device row count, against the FP64 reference from the X the kernel
@@ -16,10 +19,12 @@
 // that.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
 #include <string>
@@ -82,10 +87,29 @@ struct Cta {
         barrier(threads),
         warps(threads / 32),
         warp_groups((threads + 127) / 128) {}
+  // An mbarrier (PTX ISA): arrivals and transaction bytes pending in the current phase, the
+  // phases completed, and the TMA copies held until a wait on the phase they complete.
+  struct MBarrier {
+    struct Copy {
+      uint32_t dst;
+      std::vector<uint8_t> bytes;
+    };
+    uint32_t count = 0, pending = 0, phase = 0;
+    int64_t tx = 0;
+    std::vector<Copy> copies;
+    void complete_if_done() {
+      if (pending == 0 && tx == 0) {
+        ++phase;
+        pending = count;
+      }
+    }
+  };
   std::vector<uint8_t> shared;
   Barrier barrier;
   std::vector<Warp> warps;
   std::vector<WarpGroup> warp_groups;
+  std::mutex mbarrier_mutex;
+  std::map<uint32_t, MBarrier> mbarriers;  // by shared address
 };
 
 double half_value(bool bf16, uint16_t h) {
@@ -146,6 +170,93 @@ class ThreadEmulator : public ptx::HostEmulator {
         std::memcpy(cta_->shared.data() + c.dst, c.bytes.data(), c.size);
       }
       groups_.pop_front();
+    }
+  }
+
+  void mbarrier_init(uint32_t bar, uint32_t count) override {
+    EXPECT_EQ(bar % 8, 0u) << "mbarrier not 8-byte aligned";
+    EXPECT_LE(bar + 8, cta_->shared.size());
+    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
+    Cta::MBarrier& b = cta_->mbarriers[bar];
+    b = Cta::MBarrier{};
+    b.count = b.pending = count;
+  }
+  void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) override {
+    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
+    Cta::MBarrier& b = known_mbarrier(bar);
+    EXPECT_GT(b.pending, 0u) << "arrival on a barrier with none pending";
+    b.tx += bytes;
+    --b.pending;
+    b.complete_if_done();
+  }
+  // true once the phase of this parity has completed. Held copies land when a thread waits for
+  // the phase they complete (the current one) and every arrival is in; a wait for the other
+  // parity (a phase already complete) lands nothing.
+  bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity) override {
+    {
+      std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
+      Cta::MBarrier& b = known_mbarrier(bar);
+      if ((b.phase & 1u) == parity && b.pending == 0 && !b.copies.empty()) {
+        for (const Cta::MBarrier::Copy& c : b.copies) {
+          std::memcpy(cta_->shared.data() + c.dst, c.bytes.data(), c.bytes.size());
+          b.tx -= static_cast<int64_t>(c.bytes.size());
+        }
+        b.copies.clear();
+        EXPECT_GE(b.tx, 0) << "more bytes landed than the phase expected";
+        b.complete_if_done();
+      }
+      if ((b.phase & 1u) != parity) {
+        wait_started_ = false;
+        return true;
+      }
+    }
+    // Not yet: another thread still has to arrive or issue the copy. A phase that never
+    // completes is a kernel bug; fail rather than hang.
+    const auto now = std::chrono::steady_clock::now();
+    if (!wait_started_) {
+      wait_started_ = true;
+      wait_start_ = now;
+    } else if (now - wait_start_ > std::chrono::seconds(20)) {
+      ADD_FAILURE() << "mbarrier phase never completed";
+      std::abort();
+    }
+    std::this_thread::yield();
+    return false;
+  }
+  // cp.async.bulk.tensor.2d ... .tile with the map of x_tile_map (the test stores its XTileMap in
+  // the CUtensorMap's bytes): box (c0, c1) of box_k x box_rows 16-bit elements, zeros outside
+  // the tensor, row r's 16-byte unit u at dst + 128 r + 16 u, then XORed with bits 7-9 of that
+  // address (the 128-byte swizzle, as the wgmma descriptor reads it).
+  void tma_load_2d(uint32_t dst, const void* tensor_map, int32_t c0, int32_t c1,
+                   uint32_t bar) override {
+    XTileMap m;
+    std::memcpy(&m, tensor_map, sizeof m);
+    EXPECT_EQ(dst % 1024, 0u) << "swizzled TMA destination not 1024-byte aligned";
+    EXPECT_EQ(m.box_k * 2, 128u) << "a swizzled box row is not 128 bytes";
+    EXPECT_EQ(m.row_bytes % 16, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(m.base) % 16, 0u);
+    EXPECT_LE(dst + m.box_rows * 128, cta_->shared.size());
+    Cta::MBarrier::Copy c{dst, std::vector<uint8_t>(size_t{m.box_rows} * 128, 0)};
+    for (uint32_t r = 0; r < m.box_rows; ++r) {
+      for (uint32_t e = 0; e < m.box_k; ++e) {
+        const uint64_t k = static_cast<uint64_t>(c0) + e, row = static_cast<uint64_t>(c1) + r;
+        uint16_t v = 0;
+        if (k < m.k && row < m.rows) {
+          std::memcpy(&v, static_cast<const uint8_t*>(m.base) + row * m.row_bytes + 2 * k, 2);
+        }
+        const uint32_t plain = dst + 128 * r + 2 * e;
+        const uint32_t address = plain ^ (((plain >> 7) & 7u) << 4);
+        std::memcpy(c.bytes.data() + (address - dst), &v, 2);
+      }
+    }
+    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
+    Cta::MBarrier& b = known_mbarrier(bar);
+    if (copies_ == Copies::kAtOnce) {
+      std::memcpy(cta_->shared.data() + dst, c.bytes.data(), c.bytes.size());
+      b.tx -= static_cast<int64_t>(c.bytes.size());
+      b.complete_if_done();
+    } else {
+      b.copies.push_back(std::move(c));
     }
   }
 
@@ -252,6 +363,15 @@ class ThreadEmulator : public ptx::HostEmulator {
     float* d;
     std::vector<float> values;
   };
+  // The barrier at `bar`, which must have been initialised (the caller holds the mutex).
+  Cta::MBarrier& known_mbarrier(uint32_t bar) {
+    auto it = cta_->mbarriers.find(bar);
+    if (it == cta_->mbarriers.end()) {
+      ADD_FAILURE() << "mbarrier at " << bar << " used before its init";
+      std::abort();
+    }
+    return it->second;
+  }
   // The newest pending result for the accumulators at d, if any.
   const std::vector<float>* pending_result(const float* d) const {
     for (auto r = mma_open_.rbegin(); r != mma_open_.rend(); ++r) {
@@ -273,6 +393,8 @@ class ThreadEmulator : public ptx::HostEmulator {
   std::deque<std::vector<Copy>> groups_;  // committed, oldest first, not yet landed
   std::vector<MmaResult> mma_open_;
   std::deque<std::vector<MmaResult>> mma_groups_;
+  bool wait_started_ = false;
+  std::chrono::steady_clock::time_point wait_start_;
 };
 
 // Runs every CTA of the grid, one after the other, each on `threads` host threads running
@@ -313,9 +435,14 @@ void emulate_wgmma(const Params& p, dim3 grid, Copies copies) {
     ADD_FAILURE() << "the wgmma tiles take 16-bit X";
   } else {
     using C = WgmmaConfig<kTile, kX, kFold>;
+    // The launcher's own description of the X tensor, where the device holds its encoded map.
+    const XTileMap description = x_tile_map(p, C::kBM);
+    static_assert(sizeof(XTileMap) <= sizeof(CUtensorMap));
+    CUtensorMap map{};
+    std::memcpy(&map, &description, sizeof description);
     emulate_grid(C::kThreads, C::kSharedBytes, grid, copies,
                  [&](uint8_t* smem, uint32_t bx, uint32_t by, uint32_t tid) {
-                   run_cta_wgmma<C, kX>(p, smem, bx, by, tid);
+                   run_cta_wgmma<C, kX>(p, &map, smem, bx, by, tid);
                  });
   }
 }

@@ -629,9 +629,13 @@ TEST(CudaInt4GemmTcLayout, StageCounts) {
         const size_t stage_bytes = size_t{stages} * stage_layout(g, xb, fold).bytes;
         EXPECT_GE(stages, kMinStages);
         EXPECT_LE(stages, kMaxStages);
-        EXPECT_EQ(shared_bytes(g, xb, fold), stage_bytes + (g.wgmma ? kWgmmaAlignment : 0));
+        // The wgmma tile's: the alignment slack and a barrier per stage (its X copy's).
+        EXPECT_EQ(shared_bytes(g, xb, fold),
+                  stage_bytes + (g.wgmma ? kWgmmaAlignment + kWgmmaBarrierBytes : 0));
+        if (g.wgmma) EXPECT_LE(8 * stages, kWgmmaBarrierBytes);
         if (stages > kMinStages) EXPECT_LE(stage_bytes, stage_budget(g));
-        // The wgmma tile's stages start 1024-byte aligned, as its X descriptor needs.
+        // The wgmma tile's stages start 1024-byte aligned, as its X descriptor (and the TMA's
+        // swizzled copy) needs.
         if (g.wgmma) EXPECT_EQ(stage_layout(g, xb, fold).bytes % kWgmmaAlignment, 0u);
         if (g.bm == 64 && xb == 2) EXPECT_GE(stages, 6u) << "tile " << t << " fold " << fold;
       }
