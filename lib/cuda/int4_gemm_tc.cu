@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "lib/cuda/int4_gemm_tc.cuh"
@@ -36,17 +37,20 @@ uint32_t element_bytes(qmoe_dtype d) {
 // tile, which reloads X and W less.
 //
 // The wgmma tiles (where they run, 16-bit X) come first, by grid size, as measured on the H200
-// against every mma.sync tile (docs/results/2026-12-02-h200-wgmma-gemm.md): 128 x 128 once its
-// grid fills the multiprocessors (it halves the X reads per output, one CTA per
-// multiprocessor), else 128 x 64 once its grid fills half of them (two CTAs per
-// multiprocessor), else the model above over the mma.sync tiles (a small grid does better with
+// against every mma.sync tile (docs/results/2026-12-02-h200-wgmma-gemm.md,
+// docs/results/2026-12-02-h200-wgmma-tma-splitk.md): 128 x 128 once its grid fills the
+// multiprocessors (it halves the X reads per output, one CTA per multiprocessor); else, once
+// the 128 x 64 grid fills half of them, 128 x 64 split over K while that grid is at most one CTA
+// per multiprocessor (two warpgroups on each CTA's k-tiles) and 128 x 64 beyond (two CTAs per
+// multiprocessor); else the model above over the mma.sync tiles (a small grid does better with
 // their more, smaller CTAs).
 constexpr uint32_t kSchedulers = 4;
 constexpr uint32_t kRegistersPerThread = 192;
 constexpr uint32_t kRegistersPerSm = 65536;
 constexpr double kIssuePerMma[] = {1.0, 1.25, 1.25, 1.25};  // the mma.sync tiles, by index
 static_assert(static_cast<int>(Int4GemmTcTile::kWgmma128x64) == 4 &&
-              static_cast<int>(Int4GemmTcTile::kWgmma128x128) == 5);
+              static_cast<int>(Int4GemmTcTile::kWgmma128x128) == 5 &&
+              static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK) == 6);
 constexpr double kSchedulerRate[] = {0.0, 0.6, 0.85, 1.0};  // by resident warps, 3 or more
 
 // Per device: filled once under the mutex, then read without it (`ready` publishes it).
@@ -239,9 +243,15 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int 
     const tc::TileGeometry& g = kTileGeometry[static_cast<int>(t)];
     return (uint64_t{m} + g.bm - 1) / g.bm * ((columns + g.bn - 1) / g.bn);
   };
-  for (const auto [candidate, fill] : {std::pair{Int4GemmTcTile::kWgmma128x128, sms},
-                                       std::pair{Int4GemmTcTile::kWgmma128x64, (sms + 1) / 2}}) {
-    if (tile_runs(candidate, wgmma, x_dtype) && ctas(candidate) >= fill &&
+  // (candidate, the fewest and the most of its CTAs it is chosen for)
+  constexpr uint64_t kAny = ~uint64_t{0};
+  const uint64_t split_most = ctas(Int4GemmTcTile::kWgmma128x64) <= sms ? kAny : 0;
+  for (const auto [candidate, fewest, most] :
+       {std::tuple{Int4GemmTcTile::kWgmma128x128, sms, kAny},
+        std::tuple{Int4GemmTcTile::kWgmma128x64SplitK, (sms + 1) / 2, split_most},
+        std::tuple{Int4GemmTcTile::kWgmma128x64, (sms + 1) / 2, kAny}}) {
+    const uint64_t n = ctas(candidate);
+    if (tile_runs(candidate, wgmma, x_dtype) && n >= fewest && n <= most &&
         int4_gemm_tc_shared_bytes(candidate, x_dtype, block_size) <= max_shared_bytes) {
       *tile = candidate;
       return true;

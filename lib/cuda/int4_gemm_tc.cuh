@@ -80,7 +80,8 @@ cudaError_t prepare_int4_gemm_tc();
 /// CTA tiles (rows of X by rows of W). The first four run mma.sync (sm_80+) and are made of
 /// 64 x 32 warp tiles; all but 128x128 give each warp tile two warps, one per half of every
 /// 64-code k-tile. The kWgmma tiles run Hopper's warpgroup MMA (int4_gemm_wgmma_kernel.cuh),
-/// one warpgroup per 64 rows of W: compute capability 9.0 only, a build with sm_90 among its
+/// one warpgroup per 64 rows of W (kWgmma128x64SplitK: two warpgroups on the same 64 rows, one
+/// per 32-code half of every k-tile): compute capability 9.0 only, a build with sm_90 among its
 /// architectures, 16-bit X only (int4_gemm_tc_tile_available).
 enum class Int4GemmTcTile : int {
   k128x128 = 0,
@@ -88,13 +89,14 @@ enum class Int4GemmTcTile : int {
   k64x96 = 2,
   k64x64 = 3,
   kWgmma128x64 = 4,
-  kWgmma128x128 = 5
+  kWgmma128x128 = 5,
+  kWgmma128x64SplitK = 6
 };
-constexpr int kInt4GemmTcTileCount = 6;
+constexpr int kInt4GemmTcTileCount = 7;
 
 /// Whether a tile runs on Hopper's warpgroup MMA.
 constexpr bool int4_gemm_tc_tile_is_wgmma(Int4GemmTcTile tile) {
-  return tile == Int4GemmTcTile::kWgmma128x64 || tile == Int4GemmTcTile::kWgmma128x128;
+  return static_cast<int>(tile) >= static_cast<int>(Int4GemmTcTile::kWgmma128x64);
 }
 
 /// Whether `tile` runs with this X type on the current device (false also when the device

@@ -72,8 +72,9 @@ struct Config {
   static constexpr uint32_t kMinBlocks = kThreads == 192 ? 1 : 0;
   // Plane entries of one stage: [unit][column], kTileK / kFold units of bn columns.
   static constexpr uint32_t kPlaneEntries = (kTileK / kFold) * kBN;
-  // X travels by cp.async with the rest of the stage (Loader copies it).
+  // X travels by cp.async with the rest of the stage, and every thread copies (Loader).
   static constexpr bool kXByTma = false;
+  static constexpr uint32_t kLoaderThreads = kThreads;
 
   static_assert(kBM == kWarpRowsM * kGeometry.warps_m && kBN == kWarpRowsN * kWarpsN);
   static_assert(kFold == 16 || kFold == 32);
@@ -125,29 +126,32 @@ QMOE_TC_HD float load_as_float(qmoe_dtype dtype, const void* base, size_t i) {
 // constant (scale 0 and the default zero point past N and K, where the planes are not read: a
 // fold unit of padding then adds exactly 0). Both zero fills matter: a zero code still
 // dequantises to -zero_point, so X must be zero wherever the codes are padding. A thread's plane
-// entries are the same ones in every stage (tid + i * C::kThreads), so that the thread that
+// entries are the same ones in every stage (tid + i * kThreads), so that the thread that
 // copies an entry is the one that converts it: its own cp.async.wait_group is then all the
 // ordering the conversion needs.
 template <class C, XMode kX>
 struct Loader {
+  // The threads that copy (the first kThreads of the CTA; the others issue nothing and convert
+  // nothing, only commit and wait on empty groups).
+  static constexpr uint32_t kThreads = C::kLoaderThreads;
   static constexpr uint32_t kXBytes = XTraits<kX>::kBytes;
   static constexpr uint32_t kPiecesPerRow = C::kStage.x_row_bytes / 16;  // 8 or 16 (FP32 X)
   static constexpr uint32_t kXPieces = C::kBM * kPiecesPerRow;
   // X is copied by the first kXThreads threads: the largest power of two not above the CTA's
   // (all but for 192), so that they divide the tile's pieces evenly and a thread's pieces are
   // kXRowStep rows apart, a multiple of the swizzle period, at constant offsets from its first.
-  static constexpr uint32_t kXThreads = C::kThreads >= 256 ? 256 : C::kThreads >= 128 ? 128 : 64;
+  static constexpr uint32_t kXThreads = kThreads >= 256 ? 256 : kThreads >= 128 ? 128 : 64;
   static constexpr uint32_t kXPerThread = kXPieces / kXThreads;
   static constexpr uint32_t kXRowStep = kXThreads / kPiecesPerRow;
   // The code tile holds group j's chunk c at (2 j + c) * 128, its row r at + 16 r: piece
   // 16 j + 8 c + r, as the chunks lie in memory.
   static constexpr uint32_t kCodePieces = C::kBN * 2;
-  static constexpr uint32_t kCodePerThread = kCodePieces / C::kThreads;
-  static constexpr uint32_t kCodeGroupStep = C::kThreads / 16;
-  static constexpr uint32_t kPlanePerThread = C::kPlaneEntries / C::kThreads;
-  static constexpr uint32_t kPlaneUnitStep = C::kThreads / C::kBN;
-  static_assert(kXPieces % kXThreads == 0 && kCodePieces % C::kThreads == 0);
-  static_assert(C::kThreads % C::kBN == 0 && C::kPlaneEntries % C::kThreads == 0);
+  static constexpr uint32_t kCodePerThread = kCodePieces / kThreads;
+  static constexpr uint32_t kCodeGroupStep = kThreads / 16;
+  static constexpr uint32_t kPlanePerThread = C::kPlaneEntries / kThreads;
+  static constexpr uint32_t kPlaneUnitStep = kThreads / C::kBN;
+  static_assert(kXPieces % kXThreads == 0 && kCodePieces % kThreads == 0);
+  static_assert(kThreads % C::kBN == 0 && C::kPlaneEntries % kThreads == 0);
 
   // Row (group) starts of the pieces' sources. A piece whose row is past M (group past the
   // last) gets a row (group) that exists and is copied with source size 0, and a piece whose k
@@ -222,8 +226,9 @@ struct Loader {
 
   // Issues the cp.async copies of k-tile kt into `stage`.
   QMOE_TC_HD void copy_async(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
+    if (kThreads != C::kThreads && tid >= kThreads) return;  // warp-uniform
     const uint32_t x_s = ptx::shared_address(stage);
-    if (!C::kXByTma && (kXThreads == C::kThreads || tid < kXThreads)) {  // warp-uniform
+    if (!C::kXByTma && (kXThreads == kThreads || tid < kXThreads)) {  // warp-uniform
       const bool k_ok = kt * kTileK + x_k < p.w.k;  // K is a multiple of 16: whole pieces
       const size_t x_advance = k_ok ? (size_t{kt} * kTileK + x_k) * kXBytes : 0;
       // Without kept rows the row size passes through an opaque move, so that the compiler
@@ -248,7 +253,7 @@ struct Loader {
 #pragma unroll
     for (uint32_t i = 0; i < kCodePerThread; ++i) {
       const bool valid = chunk_ok && static_cast<int32_t>(i * kCodeGroupStep) < code_groups_left;
-      const uint32_t piece = tid + i * C::kThreads;
+      const uint32_t piece = tid + i * kThreads;
       ptx::cp_async_16(codes_s + code_row_offset(piece / 16, (piece / 8) % 2, piece % 8),
                        code_src[i] + code_advance, valid);
     }
@@ -259,7 +264,7 @@ struct Loader {
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
       uint32_t b;
       const bool valid = plane_block(p, kt, i, b);
-      const uint32_t e = (tid + i * C::kThreads) * 4;  // plane_entry(tid / bn + i * step, column)
+      const uint32_t e = (tid + i * kThreads) * 4;  // plane_entry(tid / bn + i * step, column)
       const PlaneWord s = plane_word(scale_src + size_t{b} * p.scale_block_bytes, p.scale_bytes);
       if (near_end && valid &&
           s.word + 4 > p.scale_end) {  // the plane's last word: see load_tail_entry
@@ -337,13 +342,14 @@ struct Loader {
   // position in its entry depends only on its address modulo 4, so 32-bit arithmetic on the
   // low address bits finds it.
   QMOE_TC_HD void convert_planes(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
+    if (kThreads != C::kThreads && tid >= kThreads) return;  // warp-uniform: none of its copies
     auto* scales = reinterpret_cast<uint32_t*>(stage + C::kStage.scale_offset);
     auto* zeros = reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset);
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
       uint32_t b;
       const bool valid = plane_block(p, kt, i, b);
-      const uint32_t e = tid + i * C::kThreads;
+      const uint32_t e = tid + i * kThreads;
       const uint32_t scale_low =
           static_cast<uint32_t>(scale_src) + b * static_cast<uint32_t>(p.scale_block_bytes);
       // A missing entry was zero-filled: scale 0.

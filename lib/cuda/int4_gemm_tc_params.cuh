@@ -49,8 +49,8 @@ constexpr uint32_t kTileK = 64;
 // work, for the shapes where the tile count, not the tile speed, limits (MoE expert GEMMs at
 // prefill sizes leave a 64 x 32 warp tile per scheduler or less). Indexed by Int4GemmTcTile.
 // The wgmma tiles' geometry gives their stage layout and thread count (warps_m x warps_n "warp
-// tiles" of 64 x 32: 128 threads for 128 x 64, 256 for 128 x 128); their warps split the tile
-// otherwise (int4_gemm_wgmma_kernel.cuh).
+// tiles" of 64 x 32, times split_k: 128 threads for 128 x 64, 256 for 128 x 128 and for 128 x 64
+// split over K); their warps split the tile otherwise (int4_gemm_wgmma_kernel.cuh).
 struct TileGeometry {
   uint32_t bm, bn, warps_m, warps_n, split_k;
   bool wgmma = false;
@@ -58,8 +58,8 @@ struct TileGeometry {
 constexpr uint32_t kWarpRowsM = 64;
 constexpr uint32_t kWarpRowsN = 32;
 constexpr TileGeometry kTileGeometry[kInt4GemmTcTileCount] = {
-    {128, 128, 2, 4, 1}, {64, 128, 1, 4, 2},       {64, 96, 1, 3, 2},
-    {64, 64, 1, 2, 2},   {128, 64, 2, 2, 1, true}, {128, 128, 2, 4, 1, true}};
+    {128, 128, 2, 4, 1},      {64, 128, 1, 4, 2},        {64, 96, 1, 3, 2},       {64, 64, 1, 2, 2},
+    {128, 64, 2, 2, 1, true}, {128, 128, 2, 4, 1, true}, {128, 64, 2, 2, 2, true}};
 
 // The wgmma tile's stages start on this boundary (its X tile is the 128-byte-swizzled operand
 // of the MMA's descriptor, whose 8-row atoms must be 1024-byte aligned): the kernel aligns its
@@ -110,11 +110,11 @@ constexpr uint32_t kMinStages = 4;
 constexpr uint32_t kMaxStages = 8;
 static_assert(kWgmmaBarrierBytes == 8 * kMaxStages);
 // The wgmma tiles have budgets of their own: 128 x 64 two CTAs per multiprocessor with 5
-// stages, 128 x 128 (one CTA, by its registers) the deepest pipeline (the largest tile's k-tile
-// takes longest, and the CTAs are fewest).
+// stages, 128 x 128 and 128 x 64 split over K (one CTA each, by their registers) the deepest
+// pipeline (their CTAs are fewest).
 constexpr uint32_t kStageBudget = 96 * 1024;
 constexpr uint32_t stage_budget(TileGeometry g) {
-  return !g.wgmma ? kStageBudget : g.bn == 64 ? 110 * 1024 : 200 * 1024;
+  return !g.wgmma ? kStageBudget : g.bn == 64 && g.split_k == 1 ? 110 * 1024 : 200 * 1024;
 }
 constexpr uint32_t stage_count(TileGeometry g, uint32_t x_element_bytes, uint32_t fold) {
   const uint32_t fit = stage_budget(g) / stage_layout(g, x_element_bytes, fold).bytes;

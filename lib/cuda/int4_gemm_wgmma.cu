@@ -7,7 +7,8 @@ namespace qmoe::cuda::tc {
 namespace {
 
 // 128 x 64: one warpgroup, two CTAs a multiprocessor (about 100 KB of shared memory and at most
-// 255 registers a thread each); 128 x 128: two warpgroups, one CTA (its registers).
+// 255 registers a thread each); 128 x 128 and 128 x 64 split over K: two warpgroups, one CTA (its
+// registers).
 template <int kTile, XMode kX, uint32_t kFold>
 __global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold>::kThreads,
                                   WgmmaConfig<kTile, kX, kFold>::kThreads == 128 ? 2 : 1)
@@ -72,6 +73,9 @@ cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold,
     case Int4GemmTcTile::kWgmma128x128:
       return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x128)>(x_dtype, fold, p, x_map,
                                                                        grid, stream);
+    case Int4GemmTcTile::kWgmma128x64SplitK:
+      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK)>(x_dtype, fold, p, x_map,
+                                                                            grid, stream);
     default:
       break;
   }
@@ -88,12 +92,16 @@ cudaError_t configure_tile_wgmma(size_t max_shared_bytes) {
 }
 
 cudaError_t configure_wgmma(size_t max_shared_bytes) {
-  const cudaError_t error =
+  cudaError_t error =
       configure_tile_wgmma<static_cast<int>(Int4GemmTcTile::kWgmma128x64)>(max_shared_bytes);
-  return error != cudaSuccess
-             ? error
-             : configure_tile_wgmma<static_cast<int>(Int4GemmTcTile::kWgmma128x128)>(
-                   max_shared_bytes);
+  if (error == cudaSuccess) {
+    error = configure_tile_wgmma<static_cast<int>(Int4GemmTcTile::kWgmma128x128)>(max_shared_bytes);
+  }
+  if (error == cudaSuccess) {
+    error = configure_tile_wgmma<static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK)>(
+        max_shared_bytes);
+  }
+  return error;
 }
 
 }  // namespace qmoe::cuda::tc

@@ -5,12 +5,16 @@
 //
 // Work split. One or two warpgroups (128 or 256 threads) per CTA; CTA (bx, by) computes rows
 // [by * 128, by * 128 + 128) of Y (tokens, the MMA's N) against W rows [n0, n0 + bn),
-// n0 = n_base + bx * bn, bn = 64 per warpgroup (the MMA's M: eight 8-row code groups), all of
-// them sharing the CTA's X stages. Warp w owns W rows 16w .. 16w + 15 of the tile, i.e.
-// groups 2w and 2w + 1: row g of each in its A fragment (g = lane / 4), the layout of
-// dequant_chunk_row's output, so the mma.sync kernel's dequantisation gives the A registers as
-// they are. (X is what a CTA reads most: 16 KB a k-tile against 32 bytes of codes per W row, so
-// the two-warpgroup tile halves the X traffic per output where the grid is large enough.)
+// n0 = n_base + bx * bn, all of them sharing the CTA's X stages. Either each warpgroup takes 64
+// rows of W (the MMA's M: eight 8-row code groups; bn = 64 or 128), or (split_k = 2, bn = 64)
+// both take the same 64 rows, warpgroup h the 32-code chunk h of every k-tile, and their sums
+// are added at the end (as the mma.sync split-K tiles do): the same work in two concurrent
+// chains, for grids too small to fill the multiprocessors. Warp w of a warpgroup owns W rows
+// 16w .. 16w + 15 of its 64, i.e. groups 2w and 2w + 1: row g of each in its A fragment
+// (g = lane / 4), the layout of dequant_chunk_row's output, so the mma.sync kernel's
+// dequantisation gives the A registers as they are. (X is what a CTA reads most: 16 KB a k-tile
+// against 32 bytes of codes per W row, so the 128 x 128 tile halves the X traffic per output
+// where the grid is large enough.)
 //
 // Pipeline. The stages of the tile's geometry (kTileGeometry): X 128 rows x 64 k with its
 // 16-byte units swizzled by row (x_piece_offset), which is exactly the 128-byte-swizzled
@@ -55,53 +59,68 @@ struct WgmmaConfig {
   static constexpr uint32_t kStages = stage_count(kGeometry, 2, kFold);
   static constexpr size_t kSharedBytes = shared_bytes(kGeometry, 2, kFold);
   static constexpr uint32_t kPlaneEntries = (kTileK / kFold) * kBN;
-  static constexpr uint32_t kUnits = kTileK / kFold;  // fold units per k-tile: 2 or 4
+  static constexpr uint32_t kUnits = kTileK / kFold;            // fold units per k-tile: 2 or 4
+  static constexpr uint32_t kSplitK = kGeometry.split_k;        // warpgroups on the same W rows
+  static constexpr uint32_t kChunksPerGroup = 2 / kSplitK;      // of each k-tile's two chunks
+  static constexpr uint32_t kUnitsPerGroup = kUnits / kSplitK;  // fold units a warpgroup folds
+  static constexpr uint32_t kRowWarps = kBN / 16;               // warps across the W rows
   // The epilogue's FP32 tile [token][W row], rows padded by 4 floats: the accumulator stores of
   // a warp (8 W rows x 4 token pairs) and the row reads (64 consecutive floats) both hit 32
   // distinct banks.
   static constexpr uint32_t kOutStride = kBN + 4;
   static constexpr uint32_t kOutPairs = kBN / 2;  // epilogue threads per Y row
-  // X comes by the TMA (the Loader copies codes and planes only).
+  // X comes by the TMA; the Loader copies codes and planes with the first 64-row share of
+  // threads (with split_k, the first warpgroup).
   static constexpr bool kXByTma = true;
+  static constexpr uint32_t kLoaderThreads = kThreads / kSplitK;
   static constexpr uint32_t kXTileBytes = kBM * kTileK * 2;  // one TMA box: a stage's X
   // The stages' mbarriers follow the stages (from the aligned base).
   static constexpr uint32_t kBarrierOffset = kStages * kStage.bytes;
 
-  static_assert(kGeometry.wgmma && kBM == 128 && kBN % 64 == 0 && kThreads == 2 * kBN);
+  static_assert(kGeometry.wgmma && kBM == 128 && kBN % 64 == 0 && kThreads == 2 * kBN * kSplitK);
+  static_assert(kSplitK == 1 || (kSplitK == 2 && kBN == 64));
   static_assert(kStage.bytes % kWgmmaAlignment == 0 && kStage.x_row_bytes == 128);
   static_assert(kStages >= 3 && kStages <= kMaxStages);
   static_assert(kSharedBytes ==
                 size_t{kStages} * kStage.bytes + kWgmmaAlignment + kWgmmaBarrierBytes);
   static_assert(kStage.x_bytes == kXTileBytes && kStage.bytes % 8 == 0);
   static_assert(size_t{kBM} * kOutStride * 4 <= size_t{kStages} * kStage.bytes);
-  static_assert(kUnits % 2 == 0);  // the partial sets alternate within a k-tile
 };
 
-// A thread's fixed stage offsets: its two W rows' code words (groups 2w, 2w + 1, row g, chunk 0)
-// and plane entries (unit 0); w counts the CTA's warps, so warpgroup i's rows are 64i..64i+63.
+// A thread's fixed stage offsets, from its warp's row block rw (warp % kRowWarps: W rows
+// 16 rw .. 16 rw + 15 of the tile, so without split_k warpgroup i's rows are 64i..64i+63) and its
+// warpgroup's first chunk c0 of every k-tile (warp / kRowWarps with split_k, else 0): its two
+// W rows' code words (groups 2 rw, 2 rw + 1, row g, chunk c0), plane entries (chunk c0's first
+// fold unit) and the byte offset of chunk c0's first k16 slice in an X stage.
 struct WgmmaLane {
   uint32_t codes[2];
-  uint32_t planes[2];  // bytes: entry (unit 0, column 16w + g + 8r)
+  uint32_t planes[2];  // bytes: entry (unit c0 * units per chunk, column 16 rw + g + 8r)
   uint32_t permute;
+  uint32_t x_slice;  // 2 c0 slices of 32 bytes
 };
 
 template <class C>
 QMOE_TC_HD WgmmaLane wgmma_lane(uint32_t warp, uint32_t lane) {
+  const uint32_t rw = warp % C::kRowWarps, c0 = C::kSplitK == 1 ? 0 : warp / C::kRowWarps;
+  const uint32_t unit0 = c0 * (32 / C::kFold);
   WgmmaLane l;
   for (uint32_t r = 0; r < 2; ++r) {
     l.codes[r] =
-        ptx::opaque32(code_row_offset(2 * warp + r, 0, b_col(lane)) + code_word_offset(lane, 0));
-    l.planes[r] = ptx::opaque32(plane_entry(0, 16 * warp + 8 * r + b_col(lane), C::kBN) * 4);
+        ptx::opaque32(code_row_offset(2 * rw + r, c0, b_col(lane)) + code_word_offset(lane, 0));
+    l.planes[r] = ptx::opaque32(plane_entry(unit0, 16 * rw + 8 * r + b_col(lane), C::kBN) * 4);
   }
   l.permute = ptx::opaque32(permute_selector(lane));
+  l.x_slice = ptx::opaque32(c0 * 2 * 32);
   return l;
 }
 
-// The A fragments of the stage's four k16 slices (slice s = chunk s / 2, half s % 2), from the
-// thread's two code rows: a[s] = {row g lo/hi pair 0, row g + 8 pair 0, row g pair 1,
-// row g + 8 pair 1} (wgmma_m64n128k16's A layout with dequant_chunk_row's pairs).
+// The A fragments of the warpgroup's k16 slices of the stage (its chunks c0 .. c0 +
+// kChunksPerGroup - 1; local slice s = local chunk s / 2, half s % 2), from the thread's two
+// code rows: a[s] = {row g lo/hi pair 0, row g + 8 pair 0, row g pair 1, row g + 8 pair 1}
+// (wgmma_m64n128k16's A layout with dequant_chunk_row's pairs).
 template <class C, XMode kX>
-QMOE_TC_HD void dequant_stage(uint32_t (&a)[4][4], const uint8_t* stage, const WgmmaLane& l) {
+QMOE_TC_HD void dequant_stage(uint32_t (&a)[2 * C::kChunksPerGroup][4], const uint8_t* stage,
+                              const WgmmaLane& l) {
   constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
   constexpr uint32_t kWordB = code_word_offset(0, 1) - code_word_offset(0, 0);
   constexpr uint32_t kUnitBytes = C::kBN * 4;
@@ -109,7 +128,7 @@ QMOE_TC_HD void dequant_stage(uint32_t (&a)[4][4], const uint8_t* stage, const W
   const uint8_t* codes = stage + C::kStage.code_offset;
   const uint8_t* zeros = stage + C::kStage.zero_offset;
 #pragma unroll
-  for (uint32_t cc = 0; cc < 2; ++cc) {
+  for (uint32_t cc = 0; cc < C::kChunksPerGroup; ++cc) {
     const uint32_t unit_lo = cc * kUnitsPerChunk, unit_hi = unit_lo + kUnitsPerChunk - 1;
     uint32_t lo[2][2], hi[2][2];  // [row r][pair]
 #pragma unroll
@@ -130,22 +149,24 @@ QMOE_TC_HD void dequant_stage(uint32_t (&a)[4][4], const uint8_t* stage, const W
   }
 }
 
-// Issues fold unit u's MMAs of the stage into `partial` (from zero) and closes their group.
+// Issues the warpgroup's fold unit u (local) of the stage into `partial` (from zero) and closes
+// their group; x_slices is the shared address of the warpgroup's first k16 slice of X.
 template <class C, XMode kX>
-QMOE_TC_HD void issue_unit(float (&partial)[64], const uint32_t (&a)[4][4], uint32_t x_stage,
-                           uint32_t u) {
+QMOE_TC_HD void issue_unit(float (&partial)[64], const uint32_t (&a)[2 * C::kChunksPerGroup][4],
+                           uint32_t x_slices, uint32_t u) {
   constexpr uint32_t kSlicesPerUnit = C::kFold / 16;
   ptx::wgmma_fence();
 #pragma unroll
   for (uint32_t i = 0; i < kSlicesPerUnit; ++i) {
     const uint32_t s = u * kSlicesPerUnit + i;
     ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
-        partial, a[s], ptx::wgmma_descriptor_sw128(x_stage + s * 32), i != 0);
+        partial, a[s], ptx::wgmma_descriptor_sw128(x_slices + s * 32), i != 0);
   }
   ptx::wgmma_commit();
 }
 
-// acc += scale * partial for fold unit u: d[4i + e] is W row g + 8 (e / 2) of the warp's 16.
+// acc += scale * partial for the warpgroup's fold unit u (local): d[4i + e] is W row
+// g + 8 (e / 2) of the warp's 16.
 template <class C>
 QMOE_TC_HD void fold_unit(float (&acc)[64], float (&partial)[64], const uint8_t* stage,
                           const WgmmaLane& l, uint32_t u) {
@@ -162,37 +183,51 @@ QMOE_TC_HD void fold_unit(float (&acc)[64], float (&partial)[64], const uint8_t*
   }
 }
 
-// One stage's MMAs and folds: unit u + 1 is issued before unit u is folded, so the tensor cores
-// work while the FFMAs run. Every MMA of the stage has completed on return.
+// The warpgroup's MMAs and folds of one stage: unit u + 1 is issued before unit u is folded, so
+// the tensor cores work while the FFMAs run. Every MMA of the stage has completed on return.
 template <class C, XMode kX>
 QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], const uint8_t* stage,
                                     const WgmmaLane& l) {
-  uint32_t a[4][4];
+  constexpr uint32_t kUnits = C::kUnitsPerGroup;
+  uint32_t a[2 * C::kChunksPerGroup][4];
   dequant_stage<C, kX>(a, stage, l);
-  const uint32_t x_stage = ptx::shared_address(stage);
-  issue_unit<C, kX>(partial[0], a, x_stage, 0);
+  const uint32_t x_slices = ptx::shared_address(stage) + l.x_slice;
+  issue_unit<C, kX>(partial[0], a, x_slices, 0);
 #pragma unroll
-  for (uint32_t u = 1; u < C::kUnits; ++u) {
-    issue_unit<C, kX>(partial[u % 2], a, x_stage, u);
+  for (uint32_t u = 1; u < kUnits; ++u) {
+    issue_unit<C, kX>(partial[u % 2], a, x_slices, u);
     ptx::wgmma_wait<1>();
     fold_unit<C>(acc, partial[(u - 1) % 2], stage, l, u - 1);
   }
   ptx::wgmma_wait<0>();
-  fold_unit<C>(acc, partial[(C::kUnits - 1) % 2], stage, l, C::kUnits - 1);
+  fold_unit<C>(acc, partial[(kUnits - 1) % 2], stage, l, kUnits - 1);
 }
 
 // Writes the CTA's outputs through shared memory: the accumulators go to an FP32 tile
-// [token][W row], then each warp writes whole rows of Y, two adjacent columns a thread (rows < M,
-// columns in [n_begin, n_end) only; bias added in FP32). The caller has made the stages free.
+// [token][W row] (with split_k, the second warpgroup's first, then the first warpgroup adds its
+// own to them: acc0 + acc1, one rounding, in a fixed order), then each warp writes whole rows of
+// Y, two adjacent columns a thread (rows < M, columns in [n_begin, n_end) only; bias added in
+// FP32). The caller has made the stages free.
 template <class C>
 QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], float* tile,
                                     uint32_t rows, uint32_t m0, uint32_t n0, uint32_t tid) {
   const uint32_t lane = tid & 31, warp = tid >> 5;
-#pragma unroll
-  for (uint32_t i = 0; i < 64; ++i) {
+  const uint32_t rw = warp % C::kRowWarps, half = warp / C::kRowWarps;
+  const auto at = [&](uint32_t i) {
     const uint32_t token = 8 * (i / 4) + 2 * (lane & 3) + (i & 1);
-    const uint32_t w_row = 16 * warp + b_col(lane) + 8 * ((i >> 1) & 1);
-    tile[token * C::kOutStride + w_row] = acc[i];
+    const uint32_t w_row = 16 * rw + b_col(lane) + 8 * ((i >> 1) & 1);
+    return token * C::kOutStride + w_row;
+  };
+  if (C::kSplitK == 1 || half == 1) {
+#pragma unroll
+    for (uint32_t i = 0; i < 64; ++i) tile[at(i)] = acc[i];
+  }
+  if constexpr (C::kSplitK == 2) {
+    ptx::cta_barrier();
+    if (half == 0) {
+#pragma unroll
+      for (uint32_t i = 0; i < 64; ++i) tile[at(i)] = acc[i] + tile[at(i)];
+    }
   }
   ptx::cta_barrier();
   const uint32_t pair = tid % C::kOutPairs, first_row = tid / C::kOutPairs;

@@ -460,8 +460,10 @@ void emulate_tile(int tile, const Params& p, dim3 grid, Copies copies) {
       return emulate<3, kX, kFold>(p, grid, copies);
     case 4:
       return emulate_wgmma<4, kX, kFold>(p, grid, copies);
-    default:
+    case 5:
       return emulate_wgmma<5, kX, kFold>(p, grid, copies);
+    default:
+      return emulate_wgmma<6, kX, kFold>(p, grid, copies);
   }
 }
 

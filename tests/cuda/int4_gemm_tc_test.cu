@@ -358,7 +358,8 @@ TEST_F(CudaInt4GemmTc, WgmmaTiles) {
   }
   const uint32_t blocks[] = {16, 32, 64, 128};
   int index = 0;
-  for (const auto tile : {Int4GemmTcTile::kWgmma128x64, Int4GemmTcTile::kWgmma128x128}) {
+  for (const auto tile : {Int4GemmTcTile::kWgmma128x64, Int4GemmTcTile::kWgmma128x128,
+                          Int4GemmTcTile::kWgmma128x64SplitK}) {
     EXPECT_TRUE(cuda::int4_gemm_tc_tile_available(tile, QMOE_DTYPE_F16));
     EXPECT_FALSE(cuda::int4_gemm_tc_tile_available(tile, QMOE_DTYPE_F32));
     for (uint32_t block : blocks) {
@@ -653,8 +654,9 @@ TEST_F(CudaInt4GemmTc, RejectsBadArgumentsWithoutLaunching) {
 }
 
 // The wgmma tiles by grid size (132 multiprocessors, Hopper's shared memory): 128 x 128 once
-// its grid fills the device, 128 x 64 once its grid fills half, else an mma.sync tile; never
-// for FP32 X or where the device has no wgmma, and 128 x 64 where 128 x 128's stages do not fit.
+// its grid fills the device; else, once the 128 x 64 grid fills half, 128 x 64 split over K up to
+// one CTA per multiprocessor and 128 x 64 beyond; else an mma.sync tile; never for FP32 X or
+// where the device has no wgmma, and 128 x 64 where 128 x 128's stages do not fit.
 TEST(CudaInt4GemmTcTiles, WgmmaTilesByGridSize) {
   struct Row {
     uint32_t m, n;
@@ -662,9 +664,12 @@ TEST(CudaInt4GemmTcTiles, WgmmaTilesByGridSize) {
   };
   const Row rows[] = {{2048, 1536, Int4GemmTcTile::kWgmma128x128},
                       {512, 5760, Int4GemmTcTile::kWgmma128x128},
-                      {512, 1536, Int4GemmTcTile::kWgmma128x64},
-                      {128, 5760, Int4GemmTcTile::kWgmma128x64},
-                      {512, 2048, Int4GemmTcTile::kWgmma128x64}};
+                      {512, 1536, Int4GemmTcTile::kWgmma128x64SplitK},  // 96 CTAs of 128 x 64
+                      {128, 5760, Int4GemmTcTile::kWgmma128x64SplitK},  // 90
+                      {512, 2048, Int4GemmTcTile::kWgmma128x64SplitK},  // 128
+                      {512, 2112, Int4GemmTcTile::kWgmma128x64SplitK},  // 132
+                      {512, 2120, Int4GemmTcTile::kWgmma128x64},        // 136
+                      {512, 3072, Int4GemmTcTile::kWgmma128x64}};       // 192
   for (const Row& r : rows) {
     for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16}) {
       Int4GemmTcTile tile;
