@@ -319,9 +319,12 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   const uint64_t t_begin = block * per < total ? block * per : total;
   const uint64_t t_end = t_begin + per < total ? t_begin + per : total;
 
-  // Each warp prefetches the groups of its first task into the L2 (with inputs_ready_early
-  // while the preceding kernel finishes).
-  if (t_begin + warp < t_end) {
+  // With inputs_ready_early, each warp prefetches the groups of its first task into the L2
+  // while the preceding kernel finishes. Without it the wait has already returned, and a
+  // prefetch there only delays the walks that load the same groups: measured on the H200, the
+  // 48-layer stack at M = 1 took 4.5% longer with it
+  // (docs/results/2026-12-02-h200-moe-prefetch-hybrid-split.md).
+  if (early && t_begin + warp < t_end) {
     const uint64_t task = t_begin + warp;
     const WorkItem wi = find_item(p, tab, static_cast<uint32_t>(task / kp.fc1_tasks), T);
     const DeviceQuantMatrix w = load_matrix(p.fc1 + tab.residency[wi.expert]);
