@@ -36,7 +36,8 @@
 // partial accumulator sets and then folded into the FP32 result with its scale,
 // acc = fma(scale, partial, acc), as the mma.sync kernel does: the same bound
 // (int4_gemm_tc_accumulation_bound). The two partial sets let unit u + 1's MMA run while unit u
-// is folded.
+// is folded, and with an even unit count a stage's last unit is folded during the next stage's
+// first MMAs (its scales kept in registers); the folds stay in unit order.
 #ifndef QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 #define QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 
@@ -165,42 +166,59 @@ QMOE_TC_HD void issue_unit(float (&partial)[64], const uint32_t (&a)[2 * C::kChu
   ptx::wgmma_commit();
 }
 
-// acc += scale * partial for the warpgroup's fold unit u (local): d[4i + e] is W row
-// g + 8 (e / 2) of the warp's 16.
+// The scales of the warpgroup's fold unit u (local) of a stage for the thread's two W rows.
+struct UnitScales {
+  float s0, s1;
+};
 template <class C>
-QMOE_TC_HD void fold_unit(float (&acc)[64], float (&partial)[64], const uint8_t* stage,
-                          const WgmmaLane& l, uint32_t u) {
-  ptx::wgmma_hold(partial);
+QMOE_TC_HD UnitScales unit_scales(const uint8_t* stage, const WgmmaLane& l, uint32_t u) {
   const uint8_t* scales = stage + C::kStage.scale_offset + u * C::kBN * 4;
-  const float s0 = *reinterpret_cast<const float*>(scales + l.planes[0]);
-  const float s1 = *reinterpret_cast<const float*>(scales + l.planes[1]);
+  return {*reinterpret_cast<const float*>(scales + l.planes[0]),
+          *reinterpret_cast<const float*>(scales + l.planes[1])};
+}
+
+// acc += scale * partial: d[4i + e] is W row g + 8 (e / 2) of the warp's 16.
+QMOE_TC_HD void fold_partial(float (&acc)[64], float (&partial)[64], UnitScales s) {
+  ptx::wgmma_hold(partial);
 #pragma unroll
   for (uint32_t i = 0; i < 64; i += 4) {
-    acc[i] = fmaf(s0, partial[i], acc[i]);
-    acc[i + 1] = fmaf(s0, partial[i + 1], acc[i + 1]);
-    acc[i + 2] = fmaf(s1, partial[i + 2], acc[i + 2]);
-    acc[i + 3] = fmaf(s1, partial[i + 3], acc[i + 3]);
+    acc[i] = fmaf(s.s0, partial[i], acc[i]);
+    acc[i + 1] = fmaf(s.s0, partial[i + 1], acc[i + 1]);
+    acc[i + 2] = fmaf(s.s1, partial[i + 2], acc[i + 2]);
+    acc[i + 3] = fmaf(s.s1, partial[i + 3], acc[i + 3]);
   }
 }
 
-// The warpgroup's MMAs and folds of one stage: unit u + 1 is issued before unit u is folded, so
-// the tensor cores work while the FFMAs run. Every MMA of the stage has completed on return.
+// The warpgroup's MMAs and folds of one stage. Unit u + 1 is issued before unit u is folded,
+// so the tensor cores work while the FFMAs run. With an even unit count the stage's last unit
+// (partial set 1) is left for the next stage to fold while that stage's unit 0 (set 0) runs, its
+// scales read here into `last` because the stage is refilled after the next CTA barrier; the
+// folds still run in unit order, so the sums are those of folding each unit at once. (With one
+// unit, split_k at 32-code folds, the set would alternate between stages; measured on the H200
+// that lost 2-3%, so such a stage folds its unit at once.) Every MMA of the stage has completed
+// on return, so the stage may then be refilled.
 template <class C, XMode kX>
 QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], const uint8_t* stage,
-                                    const WgmmaLane& l) {
+                                    const WgmmaLane& l, UnitScales& last, bool fold_last) {
   constexpr uint32_t kUnits = C::kUnitsPerGroup;
+  constexpr bool kCarry = kUnits % 2 == 0;
   uint32_t a[2 * C::kChunksPerGroup][4];
   dequant_stage<C, kX>(a, stage, l);
   const uint32_t x_slices = ptx::shared_address(stage) + l.x_slice;
   issue_unit<C, kX>(partial[0], a, x_slices, 0);
+  if (kCarry && fold_last) fold_partial(acc, partial[1], last);
 #pragma unroll
   for (uint32_t u = 1; u < kUnits; ++u) {
     issue_unit<C, kX>(partial[u % 2], a, x_slices, u);
     ptx::wgmma_wait<1>();
-    fold_unit<C>(acc, partial[(u - 1) % 2], stage, l, u - 1);
+    fold_partial(acc, partial[(u - 1) % 2], unit_scales<C>(stage, l, u - 1));
   }
   ptx::wgmma_wait<0>();
-  fold_unit<C>(acc, partial[(kUnits - 1) % 2], stage, l, kUnits - 1);
+  if constexpr (kCarry) {
+    last = unit_scales<C>(stage, l, kUnits - 1);
+  } else {
+    fold_partial(acc, partial[(kUnits - 1) % 2], unit_scales<C>(stage, l, kUnits - 1));
+  }
 }
 
 // Writes the CTA's outputs through shared memory: the accumulators go to an FP32 tile
@@ -276,6 +294,7 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
 #pragma unroll
   for (uint32_t i = 0; i < 64; ++i) acc[i] = 0.0f;
   float partial[2][64];
+  UnitScales last{0.0f, 0.0f};  // the previous k-tile's last fold unit (compute_stage_wgmma)
 
   // The same pipeline as run_cta (see there and Loader for the group counting), X by the TMA:
   // thread 0 sets up the barriers and copies the prologue's X tiles, which the other threads
@@ -302,9 +321,12 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
     const uint32_t following = loader.advance(p, smem, kt, stage, tid);
     ptx::mbarrier_wait_parity(ptx::shared_address(smem) + C::kBarrierOffset + 8 * stage,
                               (kt / C::kStages) & 1);
-    compute_stage_wgmma<C, kX>(acc, partial, smem + stage * C::kStage.bytes, lane_offsets);
+    compute_stage_wgmma<C, kX>(acc, partial, smem + stage * C::kStage.bytes, lane_offsets, last,
+                               kt != 0);
     stage = following;
   }
+  // The last k-tile's last unit, when compute_stage_wgmma carries it.
+  if (C::kUnitsPerGroup % 2 == 0 && p.k_tiles > 0) fold_partial(acc, partial[1], last);
   ptx::cp_async_wait<0>();
   ptx::cta_barrier();  // no warp reads a stage any more: the epilogue's tile overlays them
   store_outputs_wgmma<C>(p, acc, reinterpret_cast<float*>(smem), rows, m0, n0, tid);
