@@ -8,7 +8,8 @@
 //
 // Rows: BM_Int4GemmTcVsCublas/<shape>/<M>/<tile>. By default only the launcher's own tile
 // choice (tile -1): 9 rows, a few seconds in all. QMOE_TC_BENCH_TILES=all adds every forced
-// tile (0..3: Int4GemmTcTile) to each shape and M, for tile-choice studies.
+// tile (0 .. kInt4GemmTcTileCount - 1: Int4GemmTcTile; those the device cannot run report an
+// error) to each shape and M, for tile-choice studies.
 //
 // Timing: CUDA events around batches of kBatch launches, ours and cuBLAS's alternating within
 // each of kIterations benchmark iterations (a fixed count: the time does not depend on how fast
@@ -308,6 +309,7 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
   } else {
     const qmoe::cuda::Int4GemmTcTileShape s = qmoe::cuda::int4_gemm_tc_tile_shape(shown);
     tile_name += std::to_string(s.rows_m) + "x" + std::to_string(s.rows_n) +
+                 (shown == qmoe::cuda::Int4GemmTcTile::kWgmma128x64SplitK ? " split-k" : "") +
                  (qmoe::cuda::int4_gemm_tc_tile_is_wgmma(shown) ? " wgmma" : "");
   }
   state.SetLabel(std::string(kShapes[shape].name) + " m=" + std::to_string(m) + " tile " +

@@ -206,7 +206,12 @@ QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], c
   dequant_stage<C, kX>(a, stage, l);
   const uint32_t x_slices = ptx::shared_address(stage) + l.x_slice;
   issue_unit<C, kX>(partial[0], a, x_slices, 0);
-  if (kCarry && fold_last) fold_partial(acc, partial[1], last);
+  if (kCarry && fold_last) {
+    // Unit 0's group may stay in flight; the wait tells ptxas that set 1's MMAs (the previous
+    // stage's, complete already) are done, else it injects a wait for every group here.
+    ptx::wgmma_wait<1>();
+    fold_partial(acc, partial[1], last);
+  }
 #pragma unroll
   for (uint32_t u = 1; u < kUnits; ++u) {
     issue_unit<C, kX>(partial[u % 2], a, x_slices, u);
