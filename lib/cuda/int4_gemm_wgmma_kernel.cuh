@@ -195,7 +195,7 @@ QMOE_TC_HD void fold_partial(float (&acc)[64], float (&partial)[64], UnitScales 
 // scales read here into `last` because the stage is refilled after the next CTA barrier; the
 // folds still run in unit order, so the sums are those of folding each unit at once. (With one
 // unit, split_k at 32-code folds, the set would alternate between stages; measured on the H200
-// that lost 2-3%, so such a stage folds its unit at once.) Every MMA of the stage has completed
+// that lost 1-3%, so such a stage folds its unit at once.) Every MMA of the stage has completed
 // on return, so the stage may then be refilled.
 template <class C, XMode kX>
 QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], const uint8_t* stage,
