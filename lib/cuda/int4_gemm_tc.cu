@@ -245,10 +245,9 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int 
   };
   // (candidate, the fewest and the most of its CTAs it is chosen for)
   constexpr uint64_t kAny = ~uint64_t{0};
-  const uint64_t split_most = ctas(Int4GemmTcTile::kWgmma128x64) <= sms ? kAny : 0;
   for (const auto [candidate, fewest, most] :
        {std::tuple{Int4GemmTcTile::kWgmma128x128, sms, kAny},
-        std::tuple{Int4GemmTcTile::kWgmma128x64SplitK, (sms + 1) / 2, split_most},
+        std::tuple{Int4GemmTcTile::kWgmma128x64SplitK, (sms + 1) / 2, sms},
         std::tuple{Int4GemmTcTile::kWgmma128x64, (sms + 1) / 2, kAny}}) {
     const uint64_t n = ctas(candidate);
     if (tile_runs(candidate, wgmma, x_dtype) && n >= fewest && n <= most &&

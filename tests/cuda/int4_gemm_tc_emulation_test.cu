@@ -97,6 +97,11 @@ struct Cta {
     uint32_t count = 0, pending = 0, phase = 0;
     int64_t tx = 0;
     std::vector<Copy> copies;
+    // Writes a copy's bytes into `shared`; they count against the phase's transaction bytes.
+    void land(const Copy& c, std::vector<uint8_t>& shared) {
+      std::memcpy(shared.data() + c.dst, c.bytes.data(), c.bytes.size());
+      tx -= static_cast<int64_t>(c.bytes.size());
+    }
     void complete_if_done() {
       if (pending == 0 && tx == 0) {
         ++phase;
@@ -197,10 +202,7 @@ class ThreadEmulator : public ptx::HostEmulator {
       std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
       Cta::MBarrier& b = known_mbarrier(bar);
       if ((b.phase & 1u) == parity && b.pending == 0 && !b.copies.empty()) {
-        for (const Cta::MBarrier::Copy& c : b.copies) {
-          std::memcpy(cta_->shared.data() + c.dst, c.bytes.data(), c.bytes.size());
-          b.tx -= static_cast<int64_t>(c.bytes.size());
-        }
+        for (const Cta::MBarrier::Copy& c : b.copies) b.land(c, cta_->shared);
         b.copies.clear();
         EXPECT_GE(b.tx, 0) << "more bytes landed than the phase expected";
         b.complete_if_done();
@@ -252,8 +254,7 @@ class ThreadEmulator : public ptx::HostEmulator {
     std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
     Cta::MBarrier& b = known_mbarrier(bar);
     if (copies_ == Copies::kAtOnce) {
-      std::memcpy(cta_->shared.data() + dst, c.bytes.data(), c.bytes.size());
-      b.tx -= static_cast<int64_t>(c.bytes.size());
+      b.land(c, cta_->shared);
       b.complete_if_done();
     } else {
       b.copies.push_back(std::move(c));
