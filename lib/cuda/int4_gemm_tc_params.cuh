@@ -105,9 +105,9 @@ constexpr StageLayout stage_layout(TileGeometry g, uint32_t x_element_bytes, uin
 // per-CTA reserve) within a Hopper multiprocessor's 228 KB and one within sm_86's 99 KB.
 constexpr uint32_t kMinStages = 4;
 constexpr uint32_t kMaxStages = 8;
-// After a wgmma tile's stages: one 8-byte mbarrier per stage, on which the stage's X copy (TMA)
-// completes.
-constexpr uint32_t kWgmmaBarrierBytes = 8 * kMaxStages;
+// After a wgmma tile's stages: two 8-byte mbarriers per stage, full (on which the stage's copies
+// complete) and empty (the stage's release by the consumers).
+constexpr uint32_t kWgmmaBarrierBytes = 16 * kMaxStages;
 // The wgmma tiles have budgets of their own: 128 x 64 two CTAs per multiprocessor with 5
 // stages, 128 x 128 and 128 x 64 split over K (one CTA each, by their registers) the deepest
 // pipeline (their CTAs are fewest).

@@ -6,12 +6,13 @@
 namespace qmoe::cuda::tc {
 namespace {
 
-// 128 x 64: one warpgroup, two CTAs a multiprocessor (about 100 KB of shared memory and at most
-// 255 registers a thread each); 128 x 128 and 128 x 64 split over K: two warpgroups, one CTA (its
-// registers).
+// 128 x 64: one MMA warpgroup and the producer, two CTAs a multiprocessor (about 100 KB of
+// shared memory each); 128 x 128 and 128 x 64 split over K: two MMA warpgroups and the
+// producer, one CTA (its registers). WgmmaConfig::kConsumerRegisters says how the registers are
+// shared.
 template <int kTile, XMode kX, uint32_t kFold>
-__global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold>::kThreads,
-                                  WgmmaConfig<kTile, kX, kFold>::kThreads == 128 ? 2 : 1)
+__global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold>::kCtaThreads,
+                                  WgmmaConfig<kTile, kX, kFold>::kCtasPerSm)
     int4_gemm_wgmma_kernel(const __grid_constant__ Params p,
                            const __grid_constant__ CUtensorMap x_map) {
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -25,7 +26,7 @@ cudaError_t launch_one_wgmma(const Params& p, const CUtensorMap& x_map, dim3 gri
                              cudaStream_t stream) {
   using C = WgmmaConfig<kTile, kX, kFold>;
   int4_gemm_wgmma_kernel<kTile, kX, kFold>
-      <<<grid, C::kThreads, C::kSharedBytes, stream>>>(p, x_map);
+      <<<grid, C::kCtaThreads, C::kSharedBytes, stream>>>(p, x_map);
   return cudaGetLastError();
 }
 

@@ -19,18 +19,30 @@
 // Pipeline. The stages of the tile's geometry (kTileGeometry): X 128 rows x 64 k with its
 // 16-byte units swizzled by row (x_piece_offset), which is exactly the 128-byte-swizzled
 // K-major layout wgmma reads through a descriptor once every stage starts on a 1024-byte
-// boundary (the kernel aligns its shared memory; a stage is a multiple of 1024 bytes).
-//  - X: thread 0 copies each stage's X tile with one TMA instruction (XTileMap), which lays it
-//    out with the same swizzle and completes on the stage's mbarrier; every thread waits on
-//    that barrier before the stage's MMAs. The copy and the MMA both go through the async
-//    proxy, so no proxy fence lies between them. A stage's barrier completes once per use:
-//    k-tile kt is the (kt / kStages)-th use of stage kt % kStages, hence the parity.
-//  - Codes and planes: the same cp.async issue, wait, plane conversion and one CTA barrier per
-//    k-tile as the mma.sync kernel (Loader::prologue, Loader::advance; the Loader leaves X out,
-//    kXByTma). The dequantisation reads them with ordinary loads.
-// Thread 0 refills a stage with X right after the CTA barrier of the k-tile that follows its last
-// use (as Loader::advance does the rest): every warp has then finished that use, its MMAs
-// included (compute_stage_wgmma waits for them).
+// boundary (the kernel aligns its shared memory; a stage is a multiple of 1024 bytes). The
+// stages are filled by a producer warpgroup of their own, after the MMA warpgroups (the
+// consumers), and handed over through two mbarriers a stage, so that no barrier holds the
+// warpgroups in lock step (with one CTA barrier a k-tile, measured, 17% of the split tile's
+// stall samples sat there, and the copying warpgroup was the slowest). A producer of one warp
+// was tried first: its copy and conversion chain, four times a thread's share, took longer
+// than the consumers' k-tile, and a 9-warp CTA cannot hold 224 registers a thread (a
+// sub-partition's 16 K registers hold three of its warps at 168).
+//  - full[s] (129 arrivals a phase, plus the X bytes): producer thread 0 arrives with the X
+//    tile's bytes expected and copies it with one TMA instruction (XTileMap), which lays it out
+//    with the same swizzle and completes on full[s]; the codes and plane words come by cp.async
+//    from all 128 producer threads (Loader, kXByTma: X left out), and each, once its own copies
+//    have landed (cp.async.wait_group) and it has converted its plane entries in place
+//    (Loader::convert_planes), arrives with release. A consumer that observes the phase sees
+//    the X bytes (the TMA completes them on the barrier), the codes and the converted planes.
+//    The X copy and the MMA both go through the async proxy, so no proxy fence lies between them.
+//  - empty[s] (one arrival a consumer thread): a consumer thread arrives, with release, once it
+//    has finished with the stage, its MMAs included (compute_stage_wgmma waits for them). The
+//    producer waits for that phase before it copies anything into the stage again.
+// K-tile kt lives in stage kt % kStages and is its (kt / kStages)-th use, hence the parities:
+// full[s]'s phase kt / kStages, empty[s]'s the same one after kt is consumed. The producer
+// converts and publishes k-tile kt - kPublishLag after issuing k-tile kt's copies, so that
+// kPublishLag + 1 k-tiles of copies are in flight while it waits for the oldest one, and a
+// consumer that releases k-tile j lets the producer publish j + 2 at once (no bubble).
 //
 // Numerics. Each fold unit (16 or 32 k: fold_k) is summed by the MMA from zero into one of two
 // partial accumulator sets and then folded into the FP32 result with its scale,
@@ -70,13 +82,28 @@ struct WgmmaConfig {
   // distinct banks.
   static constexpr uint32_t kOutStride = kBN + 4;
   static constexpr uint32_t kOutPairs = kBN / 2;  // epilogue threads per Y row
-  // X comes by the TMA; the Loader copies codes and planes with the first 64-row share of
-  // threads (with split_k, the first warpgroup).
+  // X comes by the TMA; the Loader copies codes and planes in the producer warpgroup, which
+  // follows the kThreads consumer threads (the MMA warpgroups).
   static constexpr bool kXByTma = true;
-  static constexpr uint32_t kLoaderThreads = kThreads / kSplitK;
+  static constexpr uint32_t kLoaderThreads = 128;
+  static constexpr uint32_t kCtaThreads = kThreads + kLoaderThreads;
+  // Registers a thread: the launch gives every warp the same share of the multiprocessor's
+  // 64 K (a sub-partition's 16 K holds three warps of a 384-thread CTA at 168, or two CTAs'
+  // two warps each at 128); then the producer, which holds little, gives most of its share to
+  // the consumers (setmaxnreg), so that their accumulators (three sets of 64 floats) fit.
+  static constexpr uint32_t kCtasPerSm = kThreads == 128 ? 2 : 1;
+  static constexpr uint32_t kProducerRegisters = 40;
+  static constexpr uint32_t kConsumerRegisters =
+      (65536 / kCtasPerSm - kLoaderThreads * kProducerRegisters) / kThreads / 8 * 8;
   static constexpr uint32_t kXTileBytes = kBM * kTileK * 2;  // one TMA box: a stage's X
-  // The stages' mbarriers follow the stages (from the aligned base).
+  // The stages' mbarriers follow the stages (from the aligned base): full[s], then empty[s].
   static constexpr uint32_t kBarrierOffset = kStages * kStage.bytes;
+  static constexpr uint32_t kEmptyBarrierOffset = kBarrierOffset + 8 * kStages;
+  static constexpr uint32_t kFullArrivals = kLoaderThreads + 1;  // threads, and the X's expect_tx
+  static constexpr uint32_t kEmptyArrivals = kThreads;
+  static constexpr uint32_t kPublishLag = kStages - 2;
+  // The consumers' own barrier (the epilogue), apart from the CTA's barrier 0.
+  static constexpr uint32_t kConsumerBarrier = 1;
 
   static_assert(kGeometry.wgmma && kBM == 128 && kBN % 64 == 0 && kThreads == 2 * kBN * kSplitK);
   static_assert(kSplitK == 1 || (kSplitK == 2 && kBN == 64));
@@ -84,6 +111,10 @@ struct WgmmaConfig {
   static_assert(kStages >= 3 && kStages <= kMaxStages);
   static_assert(kSharedBytes ==
                 size_t{kStages} * kStage.bytes + kWgmmaAlignment + kWgmmaBarrierBytes);
+  static_assert(kWgmmaBarrierBytes >= 16 * kStages);
+  static_assert(kConsumerRegisters <= 256 &&
+                kConsumerRegisters * kThreads + kProducerRegisters * kLoaderThreads <=
+                    65536 / kCtasPerSm / kCtaThreads / 8 * 8 * kCtaThreads);
   static_assert(kStage.x_bytes == kXTileBytes && kStage.bytes % 8 == 0);
   static_assert(size_t{kBM} * kOutStride * 4 <= size_t{kStages} * kStage.bytes);
 };
@@ -230,7 +261,7 @@ QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], c
 // [token][W row] (with split_k, the second warpgroup's first, then the first warpgroup adds its
 // own to them: acc0 + acc1, one rounding, in a fixed order), then each warp writes whole rows of
 // Y, two adjacent columns a thread (rows < M, columns in [n_begin, n_end) only; bias added in
-// FP32). The caller has made the stages free.
+// FP32). The consumer threads alone (tid < kThreads), after the stages are free.
 template <class C>
 QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], float* tile,
                                     uint32_t rows, uint32_t m0, uint32_t n0, uint32_t tid) {
@@ -246,13 +277,13 @@ QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], flo
     for (uint32_t i = 0; i < 64; ++i) tile[at(i)] = acc[i];
   }
   if constexpr (C::kSplitK == 2) {
-    ptx::cta_barrier();
+    ptx::named_barrier(C::kConsumerBarrier, C::kThreads);
     if (half == 0) {
 #pragma unroll
       for (uint32_t i = 0; i < 64; ++i) tile[at(i)] = acc[i] + tile[at(i)];
     }
   }
-  ptx::cta_barrier();
+  ptx::named_barrier(C::kConsumerBarrier, C::kThreads);
   const uint32_t pair = tid % C::kOutPairs, first_row = tid / C::kOutPairs;
   constexpr uint32_t kRowStep = C::kThreads / C::kOutPairs;
   const uint32_t col = n0 + 2 * pair;
@@ -268,8 +299,8 @@ QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], flo
   }
 }
 
-// Thread 0's X copy of k-tile kt into `stage`: the barrier's arrival with the box's bytes, then
-// the box (k kt * kTileK, row m0) of x_map.
+// The producer's X copy of k-tile kt into `stage` (its thread 0): the arrival on the stage's full
+// barrier with the box's bytes, then the box (k kt * kTileK, row m0) of x_map.
 template <class C>
 QMOE_TC_HD void copy_x_tile(const void* x_map, uint8_t* smem, uint32_t stage, uint32_t kt,
                             uint32_t m0) {
@@ -280,10 +311,46 @@ QMOE_TC_HD void copy_x_tile(const void* x_map, uint8_t* smem, uint32_t stage, ui
                    static_cast<int32_t>(m0), bar);
 }
 
+// The producer warpgroup (pt: 0..127): every k-tile's X, codes and planes into its stage, in order,
+// each stage once the consumers have released its previous k-tile; k-tile kt published on
+// full[kt % kStages] once landed and converted (see the pipeline above).
+template <class C, XMode kX>
+QMOE_TC_HD void produce_stages(const Params& p, const void* x_map, uint8_t* smem, uint32_t rows,
+                               uint32_t m0, uint32_t n0, uint32_t pt) {
+  const Loader<C, kX> loader(p, rows, m0, n0, pt);
+  const uint32_t bars = ptx::shared_address(smem);
+  const auto publish = [&](uint32_t kt) {
+    const uint32_t stage = kt % C::kStages;
+    loader.convert_planes(p, smem + stage * C::kStage.bytes, kt, pt);
+    ptx::mbarrier_arrive(bars + C::kBarrierOffset + 8 * stage);
+  };
+  uint32_t stage = 0;
+  for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+    if (kt >= C::kStages) {
+      ptx::mbarrier_wait_parity(bars + C::kEmptyBarrierOffset + 8 * stage,
+                                ((kt / C::kStages) - 1) & 1);
+    }
+    if (pt == 0) copy_x_tile<C>(x_map, smem, stage, kt, m0);
+    loader.copy_async(p, smem + stage * C::kStage.bytes, kt, pt);
+    ptx::cp_async_commit();
+    if (kt >= C::kPublishLag) {
+      ptx::cp_async_wait<C::kPublishLag>();  // k-tile kt - kPublishLag's group has landed
+      publish(kt - C::kPublishLag);
+    }
+    stage = stage + 1 == C::kStages ? 0 : stage + 1;
+  }
+  ptx::cp_async_wait<0>();
+  for (uint32_t kt = p.k_tiles > C::kPublishLag ? p.k_tiles - C::kPublishLag : 0; kt < p.k_tiles;
+       ++kt) {
+    publish(kt);
+  }
+}
+
 // One CTA's work, as run_cta in int4_gemm_tc_kernel.cuh (the emulation test runs it on host
-// threads). `smem` holds C::kSharedBytes, of which the stages start at its first 1024-byte
-// boundary; x_map is the CUtensorMap of x_tile_map(p, C::kBM) (a __grid_constant__ parameter on
-// the device).
+// threads): C::kCtaThreads threads, the consumer warpgroups first and the producer last.
+// `smem` holds C::kSharedBytes, of which the stages start at its first 1024-byte boundary;
+// x_map is the CUtensorMap of x_tile_map(p, C::kBM) (a __grid_constant__ parameter on the
+// device).
 template <class C, XMode kX>
 QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem, uint32_t bx,
                               uint32_t by, uint32_t tid) {
@@ -293,47 +360,41 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
   const uint32_t n0 = p.n_base + bx * C::kBN;
   const uint32_t base = ptx::shared_address(smem);
   smem += (kWgmmaAlignment - base % kWgmmaAlignment) % kWgmmaAlignment;
-  const WgmmaLane lane_offsets = wgmma_lane<C>(tid >> 5, tid & 31);
+  const uint32_t bars = ptx::shared_address(smem);
+  if (tid == C::kThreads) {
+    for (uint32_t s = 0; s < C::kStages; ++s) {
+      ptx::mbarrier_init(bars + C::kBarrierOffset + 8 * s, C::kFullArrivals);
+      ptx::mbarrier_init(bars + C::kEmptyBarrierOffset + 8 * s, C::kEmptyArrivals);
+    }
+  }
+  ptx::cta_barrier();  // the barriers are initialised; from here on the roles part
+  if (tid >= C::kThreads) {
+    ptx::warpgroup_registers_decrease<C::kProducerRegisters>();
+    produce_stages<C, kX>(p, x_map, smem, rows, m0, n0, tid - C::kThreads);
+    return;
+  }
+  ptx::warpgroup_registers_increase<C::kConsumerRegisters>();
 
+  const WgmmaLane lane_offsets = wgmma_lane<C>(tid >> 5, tid & 31);
   float acc[64];
 #pragma unroll
   for (uint32_t i = 0; i < 64; ++i) acc[i] = 0.0f;
   float partial[2][64];
   UnitScales last{0.0f, 0.0f};  // the previous k-tile's last fold unit (compute_stage_wgmma)
-
-  // The same pipeline as run_cta (see there and Loader for the group counting), X by the TMA:
-  // thread 0 sets up the barriers and copies the prologue's X tiles, which the other threads
-  // wait for only after the k-loop's first CTA barrier.
-  using L = Loader<C, kX>;
-  if (tid == 0) {
-    const uint32_t bars = ptx::shared_address(smem) + C::kBarrierOffset;
-    for (uint32_t s = 0; s < C::kStages; ++s) ptx::mbarrier_init(bars + 8 * s, 1);
-    for (uint32_t s = 0; s + 1 < C::kStages && s < p.k_tiles; ++s) {
-      copy_x_tile<C>(x_map, smem, s, s, m0);
-    }
-  }
-  L loader(p, rows, m0, n0, tid);
-  loader.prologue(p, smem, tid);
   uint32_t stage = 0;
   for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
-    ptx::cp_async_wait<C::kStages - 3>();
-    // Also: every MMA of k-tile kt - 1 has completed (compute_stage_wgmma waits for them), so
-    // its stage may be refilled.
-    ptx::cta_barrier();
-    if (tid == 0 && kt + C::kStages - 1 < p.k_tiles) {
-      copy_x_tile<C>(x_map, smem, L::refill_stage(stage), kt + C::kStages - 1, m0);
-    }
-    const uint32_t following = loader.advance(p, smem, kt, stage, tid);
-    ptx::mbarrier_wait_parity(ptx::shared_address(smem) + C::kBarrierOffset + 8 * stage,
-                              (kt / C::kStages) & 1);
+    ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (kt / C::kStages) & 1);
     compute_stage_wgmma<C, kX>(acc, partial, smem + stage * C::kStage.bytes, lane_offsets, last,
                                kt != 0);
-    stage = following;
+    // Every MMA of the stage has completed, and this thread has read all it reads of it.
+    ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
+    stage = stage + 1 == C::kStages ? 0 : stage + 1;
   }
   // The last k-tile's last unit, when compute_stage_wgmma carries it.
   if (C::kUnitsPerGroup % 2 == 0 && p.k_tiles > 0) fold_partial(acc, partial[1], last);
-  ptx::cp_async_wait<0>();
-  ptx::cta_barrier();  // no warp reads a stage any more: the epilogue's tile overlays them
+  // No consumer reads a stage any more, and every copy into one has landed (each was observed
+  // on its full barrier): the epilogue's tile overlays them.
+  ptx::named_barrier(C::kConsumerBarrier, C::kThreads);
   store_outputs_wgmma<C>(p, acc, reinterpret_cast<float*>(smem), rows, m0, n0, tid);
 }
 

@@ -51,6 +51,9 @@ struct HostEmulator {
   virtual void mbarrier_init(uint32_t /*bar*/, uint32_t /*count*/) { abort(); }
   virtual void mbarrier_arrive_expect_tx(uint32_t /*bar*/, uint32_t /*bytes*/) { abort(); }
   virtual bool mbarrier_try_wait_parity(uint32_t /*bar*/, uint32_t /*parity*/) { abort(); }
+  virtual void mbarrier_arrive(uint32_t /*bar*/) { abort(); }
+  // bar.sync id, threads: a barrier of `threads` threads (warps) of the CTA, not all of them.
+  virtual void named_barrier(uint32_t /*id*/, uint32_t /*threads*/) { abort(); }
   virtual void tma_load_2d(uint32_t /*dst*/, const void* /*tensor_map*/, int32_t /*c0*/,
                            int32_t /*c1*/, uint32_t /*bar*/) {
     abort();
@@ -72,6 +75,17 @@ __host__ __device__ __forceinline__ void cta_barrier() {
   __syncthreads();
 #else
   host_emulator->cta_barrier();
+#endif
+}
+
+// Barrier `id` (1..15; 0 is cta_barrier's) among `threads` threads, a multiple of 32: the warps
+// that take part, whole, and no other warp of the CTA uses that id meanwhile. Orders shared
+// memory as cta_barrier does, among them.
+__host__ __device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#else
+  host_emulator->named_barrier(id, threads);
 #endif
 }
 

@@ -1,7 +1,7 @@
 // PTX wrappers for Hopper's tensor memory accelerator (TMA) and the shared-memory barriers
 // (mbarrier) its copies complete on: a 2-D tiled tensor copy global -> shared, and the barrier's
-// init, arrive-with-expected-bytes and phase wait. As in tc_ptx.cuh, each is its instruction on
-// the device and, on the host, goes to the emulator the tests install
+// init, arrivals (plain and with expected bytes) and phase wait. As in tc_ptx.cuh, each is its
+// instruction on the device and, on the host, goes to the emulator the tests install
 // (tests/cuda/int4_gemm_tc_emulation_test.cu), which implements the PTX ISA's definitions, so
 // that the kernel's own code runs on a machine without a GPU. Library code never calls the host
 // paths.
@@ -55,6 +55,19 @@ __host__ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar,
   __trap();
 #else
   host_emulator->mbarrier_arrive_expect_tx(bar, bytes);
+#endif
+}
+
+// One arrival on the barrier, with release semantics at CTA scope: this thread's earlier shared
+// memory accesses (its reads of a stage, its writes of converted entries, the cp.async copies
+// its wait_group has completed) happen before the phase's completion is observed.
+__host__ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+#if QMOE_TMA_DEVICE
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#else
+  host_emulator->mbarrier_arrive(bar);
 #endif
 }
 

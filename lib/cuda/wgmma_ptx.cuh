@@ -1,5 +1,6 @@
 // PTX wrappers for the sm_90a warpgroup MMA (wgmma) and what goes with it: the shared-memory
-// matrix descriptor and the fence / commit / wait of the asynchronous MMA. As in
+// matrix descriptor, the fence / commit / wait of the asynchronous MMA, and the warpgroup
+// register reallocation of a warp-specialised kernel. As in
 // tc_ptx.cuh, each is its instruction on the device and, on the host, goes to the emulator the
 // tests install (tests/cuda/int4_gemm_tc_emulation_test.cu), which implements the PTX ISA's
 // definitions, so that the kernel's own code runs on a machine without a GPU. Library code
@@ -22,6 +23,25 @@
 #endif
 
 namespace qmoe::cuda::ptx {
+
+// setmaxnreg: the executing warpgroup's registers a thread become kCount (a multiple of 8 in
+// 24..256), released to or taken from the CTA's pool; every warp of the warpgroup executes it.
+// An increase waits until the pool holds enough (the other warpgroups' decreases). On the host,
+// nothing: the emulation has no register file.
+template <uint32_t kCount>
+__host__ __device__ __forceinline__ void warpgroup_registers_decrease() {
+  static_assert(kCount % 8 == 0 && kCount >= 24 && kCount <= 256);
+#if QMOE_WGMMA_DEVICE
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kCount));
+#endif
+}
+template <uint32_t kCount>
+__host__ __device__ __forceinline__ void warpgroup_registers_increase() {
+  static_assert(kCount % 8 == 0 && kCount >= 24 && kCount <= 256);
+#if QMOE_WGMMA_DEVICE
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kCount));
+#endif
+}
 
 // The descriptor of a K-major operand tile in shared memory with the 128-byte swizzle (PTX
 // ISA, matrix descriptor format for wgmma): rows of 64 16-bit elements (128 bytes), 8-row

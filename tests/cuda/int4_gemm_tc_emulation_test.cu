@@ -25,6 +25,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -115,6 +116,19 @@ struct Cta {
   std::vector<WarpGroup> warp_groups;
   std::mutex mbarrier_mutex;
   std::map<uint32_t, MBarrier> mbarriers;  // by shared address
+  // bar.sync id, threads for ids other than 0, made at first use.
+  Barrier& named_barrier(uint32_t id, uint32_t threads) {
+    std::lock_guard<std::mutex> lock(named_mutex);
+    auto it = named.find(id);
+    if (it == named.end()) {
+      it =
+          named.emplace(id, std::make_unique<std::pair<uint32_t, Barrier>>(threads, threads)).first;
+    }
+    EXPECT_EQ(it->second->first, threads) << "barrier " << id << " used with two thread counts";
+    return it->second->second;
+  }
+  std::mutex named_mutex;
+  std::map<uint32_t, std::unique_ptr<std::pair<uint32_t, Barrier>>> named;
 };
 
 double half_value(bool bf16, uint16_t h) {
@@ -148,6 +162,11 @@ class ThreadEmulator : public ptx::HostEmulator {
   }
   uint8_t* shared_memory() override { return cta_->shared.data(); }
   void cta_barrier() override { cta_->barrier.arrive_and_wait(); }
+  void named_barrier(uint32_t id, uint32_t threads) override {
+    EXPECT_NE(id, 0u) << "barrier 0 is the CTA's";
+    EXPECT_EQ(threads % 32, 0u);
+    cta_->named_barrier(id, threads).arrive_and_wait();
+  }
 
   void cp_async(uint32_t dst, const void* src, uint32_t cp_size, uint32_t src_bytes) override {
     EXPECT_EQ(dst % cp_size, 0u) << "cp.async destination not aligned to its size";
@@ -191,6 +210,13 @@ class ThreadEmulator : public ptx::HostEmulator {
     Cta::MBarrier& b = known_mbarrier(bar);
     EXPECT_GT(b.pending, 0u) << "arrival on a barrier with none pending";
     b.tx += bytes;
+    --b.pending;
+    b.complete_if_done();
+  }
+  void mbarrier_arrive(uint32_t bar) override {
+    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
+    Cta::MBarrier& b = known_mbarrier(bar);
+    EXPECT_GT(b.pending, 0u) << "arrival on a barrier with none pending";
     --b.pending;
     b.complete_if_done();
   }
@@ -441,7 +467,7 @@ void emulate_wgmma(const Params& p, dim3 grid, Copies copies) {
     static_assert(sizeof(XTileMap) <= sizeof(CUtensorMap));
     CUtensorMap map{};
     std::memcpy(&map, &description, sizeof description);
-    emulate_grid(C::kThreads, C::kSharedBytes, grid, copies,
+    emulate_grid(C::kCtaThreads, C::kSharedBytes, grid, copies,
                  [&](uint8_t* smem, uint32_t bx, uint32_t by, uint32_t tid) {
                    run_cta_wgmma<C, kX>(p, &map, smem, bx, by, tid);
                  });
@@ -621,10 +647,12 @@ TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
 
 // More than one CTA in each direction (rows past the first 64 or 128, columns past the first
 // tile) and a k loop that wraps the pipeline's stages more than twice (C::kStages <= 8), on
-// the split-K and the plain tile, with copies landing at their waits and at once.
+// the split-K and the plain tile, with copies landing at their waits and at once (for the wgmma
+// tiles: their producer warp's publishing past the prologue, and its waits for the consumers'
+// release of a stage).
 TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
   static_assert(kMaxStages * 2 < 1088 / kTileK);
-  for (int tile : {0, 1, 3, 4, 5}) {
+  for (int tile : {0, 1, 3, 4, 5, 6}) {
     Case c;
     c.w.n = tile == 0 || tile >= 4 ? 136 : 72;
     c.w.k = 1088;  // 17 k-tiles
@@ -638,7 +666,7 @@ TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
     c.xd = QMOE_DTYPE_BF16;
     c.yd = QMOE_DTYPE_BF16;
     c.tile = tile;
-    c.copies = tile == 1 ? Copies::kAtOnce : Copies::kAtWait;
+    c.copies = tile == 1 || tile == 6 ? Copies::kAtOnce : Copies::kAtWait;
     ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
   }
 }
