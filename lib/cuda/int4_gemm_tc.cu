@@ -38,12 +38,13 @@ uint32_t element_bytes(qmoe_dtype d) {
 //
 // The wgmma tiles (where they run, 16-bit X) come first, by grid size, as measured on the H200
 // against every mma.sync tile (docs/results/2026-12-02-h200-wgmma-gemm.md,
-// docs/results/2026-12-02-h200-wgmma-tma-splitk.md): 128 x 128 once its grid fills the
-// multiprocessors (it halves the X reads per output, one CTA per multiprocessor); else, once
-// the 128 x 64 grid fills half of them, 128 x 64 split over K while that grid is at most one CTA
-// per multiprocessor (two warpgroups on each CTA's k-tiles) and 128 x 64 beyond (two CTAs per
-// multiprocessor); else the model above over the mma.sync tiles (a small grid does better with
-// their more, smaller CTAs).
+// docs/results/2026-12-02-h200-wgmma-tma-splitk.md,
+// docs/results/2026-12-02-h200-wgmma-producer.md): once the 128 x 64 grid fills half the
+// multiprocessors, 128 x 64 split over K while that grid is at most one CTA per multiprocessor
+// (two warpgroups on each CTA's k-tiles) and 128 x 64 beyond (two CTAs per multiprocessor);
+// else the model above over the mma.sync tiles (a small grid does better with their more,
+// smaller CTAs). 128 x 128 is not chosen: with the producer warpgroup it runs 10-20% below
+// 128 x 64 at every measured shape, though it reads X half as often per output.
 constexpr uint32_t kSchedulers = 4;
 constexpr uint32_t kRegistersPerThread = 192;
 constexpr uint32_t kRegistersPerSm = 65536;
@@ -246,8 +247,7 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int 
   // (candidate, the fewest and the most of its CTAs it is chosen for)
   constexpr uint64_t kAny = ~uint64_t{0};
   for (const auto [candidate, fewest, most] :
-       {std::tuple{Int4GemmTcTile::kWgmma128x128, sms, kAny},
-        std::tuple{Int4GemmTcTile::kWgmma128x64SplitK, (sms + 1) / 2, sms},
+       {std::tuple{Int4GemmTcTile::kWgmma128x64SplitK, (sms + 1) / 2, sms},
         std::tuple{Int4GemmTcTile::kWgmma128x64, (sms + 1) / 2, kAny}}) {
     const uint64_t n = ctas(candidate);
     if (tile_runs(candidate, wgmma, x_dtype) && n >= fewest && n <= most &&
