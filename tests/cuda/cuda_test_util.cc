@@ -149,29 +149,6 @@ std::vector<float> from_dtype(qmoe_dtype d, const std::vector<unsigned char>& by
   return out;
 }
 
-double dtype_half_ulp(qmoe_dtype d, double v) {
-  if (d == QMOE_DTYPE_F32) return 0.0;
-  const int mantissa = d == QMOE_DTYPE_F16 ? 10 : 7;
-  const double a = std::fabs(v);
-  if (a == 0.0) return d == QMOE_DTYPE_F16 ? std::ldexp(1.0, -25) : 0.0;
-  int e = 0;
-  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
-  double ulp = std::ldexp(1.0, e - 1 - mantissa);
-  if (d == QMOE_DTYPE_F16) ulp = std::max(ulp, std::ldexp(1.0, -24));
-  return ulp / 2;
-}
-
-bool output_matches(qmoe_dtype d, double got, double want, double tol) {
-  if (std::isinf(got)) {
-    const double threshold = d == QMOE_DTYPE_F16    ? 65520.0
-                             : d == QMOE_DTYPE_BF16 ? std::ldexp(1.0, 128) - std::ldexp(1.0, 119)
-                                                    : std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
-    return (got > 0) == (want > 0) && std::fabs(want) + tol >= threshold;
-  }
-  const double round_out = 1.01 * dtype_half_ulp(d, std::max(std::fabs(want), std::fabs(got)));
-  return std::fabs(got - want) <= tol + round_out;
-}
-
 const char* dtype_label(qmoe_dtype d) {
   return d == QMOE_DTYPE_F32 ? "f32" : d == QMOE_DTYPE_F16 ? "f16" : "bf16";
 }

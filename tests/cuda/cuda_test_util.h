@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lib/cuda/device_quant_matrix.cuh"
+#include "tests/cuda/output_rounding.h"
 #include "tests/gemm/int4_reference.h"
 
 namespace qmoe::testing {
@@ -82,16 +83,6 @@ inline size_t dtype_size(qmoe_dtype d) {
 /// back (exact).
 std::vector<unsigned char> to_dtype(qmoe_dtype d, const std::vector<float>& v);
 std::vector<float> from_dtype(qmoe_dtype d, const std::vector<unsigned char>& bytes);
-
-/// Half an ulp of the dtype at |v| (0 for FP32): the rounding a 16-bit output adds.
-double dtype_half_ulp(qmoe_dtype d, double v);
-
-/// Whether `got`, an output stored as dtype d, can be `want` +- `tol` (an exact value and its
-/// error bound) after d's round to nearest: within tol plus d's rounding at the larger
-/// magnitude (1.01 half ulps), or, where want +- tol reaches d's overflow threshold (FP16
-/// 65520, BF16 2^128 - 2^119, FP32 2^128 - 2^103), the infinity of want's sign
-/// (docs/formats.md: overflow goes to infinity with the sign). NaN never matches.
-bool output_matches(qmoe_dtype d, double got, double want, double tol);
 
 const char* dtype_label(qmoe_dtype d);
 

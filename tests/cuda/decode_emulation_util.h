@@ -16,6 +16,7 @@
 
 #include "tests/cpu/isa_test_util.h"
 #include "tests/cuda/cuda_host_emulator.h"
+#include "tests/cuda/output_rounding.h"
 #include "tests/gemm/fp4_reference.h"
 #include "tests/gemm/int4_reference.h"
 
@@ -62,18 +63,6 @@ inline std::vector<float> round_trip(qmoe_dtype d, const std::vector<float>& v) 
   std::vector<float> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = element(d, b.data(), i);
   return out;
-}
-
-inline double half_ulp(qmoe_dtype d, double v) {
-  if (d == QMOE_DTYPE_F32) return 0.0;
-  const int mantissa = d == QMOE_DTYPE_F16 ? 10 : 7;
-  const double a = std::fabs(v);
-  if (a == 0.0) return d == QMOE_DTYPE_F16 ? std::ldexp(1.0, -25) : 0.0;
-  int e = 0;
-  std::frexp(a, &e);
-  double ulp = std::ldexp(1.0, e - 1 - mantissa);
-  if (d == QMOE_DTYPE_F16) ulp = std::max(ulp, std::ldexp(1.0, -24));
-  return ulp / 2;
 }
 
 inline const char* label(qmoe_dtype d) {

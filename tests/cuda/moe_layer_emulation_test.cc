@@ -273,8 +273,9 @@ void check_moe_case(const MoeCase& c, const MoeOptions& base, std::mt19937_64& r
       }
       const size_t at = size_t{t} * H + n;
       const double got = element(c.dtype, r.y.data(), el);
-      const double tol = slack * ref.tol[at] +
-                         1.01 * half_ulp(c.dtype, std::max(std::fabs(ref.y[at]), std::fabs(got)));
+      const double tol =
+          slack * ref.tol[at] +
+          1.01 * dtype_half_ulp(c.dtype, std::max(std::fabs(ref.y[at]), std::fabs(got)));
       if (!(std::fabs(got - ref.y[at]) <= tol) && bad++ < 5) {
         ADD_FAILURE() << "y[" << t << "," << n << "] = " << got << ", reference " << ref.y[at]
                       << " +- " << tol << "; " << what;
@@ -604,8 +605,8 @@ TEST_F(EmulatedDevice, MoeLayerFp4ExpertsMatchReferenceAndCpu) {
           size_t bad = 0;
           for (size_t o = 0; o < r.y.size(); ++o) {
             const double got = r.y[o];
-            const double t =
-                tol[o] + 1.01 * half_ulp(dtype, std::max(std::fabs(y_ref[o]), std::fabs(got)));
+            const double t = tol[o] + 1.01 * dtype_half_ulp(dtype, std::max(std::fabs(y_ref[o]),
+                                                                            std::fabs(got)));
             if (!(std::fabs(got - y_ref[o]) <= t) && bad++ < 5) {
               ADD_FAILURE() << "y[" << o << "] = " << got << ", FP64 " << y_ref[o] << " +- " << t
                             << "; " << what;
