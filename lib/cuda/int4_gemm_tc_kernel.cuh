@@ -131,8 +131,9 @@ QMOE_TC_HD float load_as_float(qmoe_dtype dtype, const void* base, size_t i) {
 // ordering the conversion needs.
 template <class C, XMode kX>
 struct Loader {
-  // The threads that copy (the first kThreads of the CTA; the others issue nothing and convert
-  // nothing, only commit and wait on empty groups).
+  // The threads that copy (tid < kThreads; the others issue nothing and convert nothing, only
+  // commit and wait on empty groups). The wgmma tiles run it in their producer warpgroup, with
+  // tid counted from that warpgroup's first thread.
   static constexpr uint32_t kThreads = C::kLoaderThreads;
   QMOE_TC_HD static bool copies(uint32_t tid) { return kThreads == C::kThreads || tid < kThreads; }
   static constexpr uint32_t kXBytes = XTraits<kX>::kBytes;

@@ -3,20 +3,20 @@
 // threads as the CTA has, the warp- and CTA-wide instructions emulated as the PTX ISA defines
 // them (ldmatrix: lanes 8i..8i+7 address matrix i's rows and lane L gets elements 2 (L % 4), +1
 // of row L / 4; mma.m16n8k16: the A, B, C fragment layouts; wgmma m64n128k16: the register A
-// and descriptor B layouts, results landing at the wait that retires their group; bar.sync;
-// mbarrier phases with arrivals and transaction bytes; the TMA's 2-D tile copy with the 128-byte
-// swizzle and zeros outside the tensor, from the launcher's own XTileMap), the wgmma tile
-// (run_cta_wgmma) as well as the mma.sync ones, cp.async and TMA copies landing either at once
-// or only at the wait that covers them (cp.async.wait_group; a wait on the mbarrier phase the
-// copy completes) (the earliest and the latest the PTX ISA allows: held copies make any read of
-// a stage, X, codes or planes, before its wait a wrong value; copies at once can expose a copy
-// into a stage still being read), the launch
-// parameters and grid from the launcher's own make_params and grid_for. Small shapes over every
-// tile, X type, block size, row/column/K tails, column ranges, plane types, orders and
-// alignments and the device row count, against the FP64 reference from the X the kernel
-// multiplies within the documented bound, with poisoned outputs. The MMA is emulated exactly
-// (FP64 sums rounded to FP32), not with the tensor cores' truncation; the device tests cover
-// that.
+// and descriptor B layouts, results landing at the wait that retires their group; bar.sync, the
+// CTA's and named ones; mbarrier phases with arrivals and transaction bytes; the TMA's 2-D tile
+// copy with the 128-byte swizzle and zeros outside the tensor, from the launcher's own
+// XTileMap), the wgmma tile (run_cta_wgmma, its producer warpgroup included) as well as the
+// mma.sync ones, cp.async and TMA copies landing either at once or only at the wait that covers
+// them (cp.async.wait_group; a wait on the mbarrier phase the copy completes) (the earliest and
+// the latest the PTX ISA allows: held copies make any read of a stage, X, codes or planes,
+// before its wait a wrong value; copies at once can expose a copy into a stage still being
+// read), the launch parameters and grid from the launcher's own make_params and grid_for. Small
+// shapes over every tile, X type, block size, row/column/K tails, column ranges, plane types,
+// orders and alignments and the device row count, against the FP64 reference from the X the
+// kernel multiplies within the documented bound, with poisoned outputs. The MMA is emulated
+// exactly (FP64 sums rounded to FP32), not with the tensor cores' truncation; the device tests
+// cover that.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -648,7 +648,7 @@ TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
 // More than one CTA in each direction (rows past the first 64 or 128, columns past the first
 // tile) and a k loop that wraps the pipeline's stages more than twice (C::kStages <= 8), on
 // the split-K and the plain tile, with copies landing at their waits and at once (for the wgmma
-// tiles: their producer warp's publishing past the prologue, and its waits for the consumers'
+// tiles: their producer warpgroup's publishing past the prologue, and its waits for the consumers'
 // release of a stage).
 TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
   static_assert(kMaxStages * 2 < 1088 / kTileK);
