@@ -44,7 +44,9 @@ uint32_t element_bytes(qmoe_dtype d) {
 // (two warpgroups on each CTA's k-tiles) and 128 x 64 beyond (two CTAs per multiprocessor);
 // else the model above over the mma.sync tiles (a small grid does better with their more,
 // smaller CTAs). 128 x 128 is not chosen: with the producer warpgroup it runs 10-20% below
-// 128 x 64 at every measured shape, though it reads X half as often per output.
+// 128 x 64 at every measured shape, though it reads X half as often per output (its one
+// producer copies and converts 128 rows' codes and planes for two MMA warpgroups, which then
+// wait for it).
 constexpr uint32_t kSchedulers = 4;
 constexpr uint32_t kRegistersPerThread = 192;
 constexpr uint32_t kRegistersPerSm = 65536;
