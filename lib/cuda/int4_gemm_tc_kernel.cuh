@@ -131,11 +131,9 @@ QMOE_TC_HD float load_as_float(qmoe_dtype dtype, const void* base, size_t i) {
 // ordering the conversion needs.
 template <class C, XMode kX>
 struct Loader {
-  // The threads that copy (tid < kThreads; the others issue nothing and convert nothing, only
-  // commit and wait on empty groups). The wgmma tiles run it in their producer warpgroup, with
-  // tid counted from that warpgroup's first thread.
+  // The threads that copy, every one of them with tid < kThreads: the CTA's for the mma.sync
+  // tiles, the producer warpgroup's for the wgmma tiles (tid counted from its first thread).
   static constexpr uint32_t kThreads = C::kLoaderThreads;
-  QMOE_TC_HD static bool copies(uint32_t tid) { return kThreads == C::kThreads || tid < kThreads; }
   static constexpr uint32_t kXBytes = XTraits<kX>::kBytes;
   static constexpr uint32_t kPiecesPerRow = C::kStage.x_row_bytes / 16;  // 8 or 16 (FP32 X)
   static constexpr uint32_t kXPieces = C::kBM * kPiecesPerRow;
@@ -228,7 +226,6 @@ struct Loader {
 
   // Issues the cp.async copies of k-tile kt into `stage`.
   QMOE_TC_HD void copy_async(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
-    if (!copies(tid)) return;  // warp-uniform
     const uint32_t x_s = ptx::shared_address(stage);
     if (!C::kXByTma && (kXThreads == kThreads || tid < kXThreads)) {  // warp-uniform
       const bool k_ok = kt * kTileK + x_k < p.w.k;  // K is a multiple of 16: whole pieces
@@ -344,7 +341,6 @@ struct Loader {
   // position in its entry depends only on its address modulo 4, so 32-bit arithmetic on the
   // low address bits finds it.
   QMOE_TC_HD void convert_planes(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
-    if (!copies(tid)) return;  // warp-uniform: none of its copies
     auto* scales = reinterpret_cast<uint32_t*>(stage + C::kStage.scale_offset);
     auto* zeros = reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset);
 #pragma unroll

@@ -205,21 +205,8 @@ class ThreadEmulator : public ptx::HostEmulator {
     b = Cta::MBarrier{};
     b.count = b.pending = count;
   }
-  void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) override {
-    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
-    Cta::MBarrier& b = known_mbarrier(bar);
-    EXPECT_GT(b.pending, 0u) << "arrival on a barrier with none pending";
-    b.tx += bytes;
-    --b.pending;
-    b.complete_if_done();
-  }
-  void mbarrier_arrive(uint32_t bar) override {
-    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
-    Cta::MBarrier& b = known_mbarrier(bar);
-    EXPECT_GT(b.pending, 0u) << "arrival on a barrier with none pending";
-    --b.pending;
-    b.complete_if_done();
-  }
+  void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) override { arrive(bar, bytes); }
+  void mbarrier_arrive(uint32_t bar) override { arrive(bar, 0); }
   // true once the phase of this parity has completed. Held copies land when a thread waits for
   // the phase they complete (the current one) and every arrival is in; a wait for the other
   // parity (a phase already complete) lands nothing.
@@ -390,6 +377,15 @@ class ThreadEmulator : public ptx::HostEmulator {
     float* d;
     std::vector<float> values;
   };
+  // One arrival on the barrier at `bar`, adding `bytes` to its phase's transaction bytes first.
+  void arrive(uint32_t bar, uint32_t bytes) {
+    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
+    Cta::MBarrier& b = known_mbarrier(bar);
+    EXPECT_GT(b.pending, 0u) << "arrival on a barrier with none pending";
+    b.tx += bytes;
+    --b.pending;
+    b.complete_if_done();
+  }
   // The barrier at `bar`, which must have been initialised (the caller holds the mutex).
   Cta::MBarrier& known_mbarrier(uint32_t bar) {
     auto it = cta_->mbarriers.find(bar);
