@@ -6,10 +6,11 @@
 // gpt-oss-20b-like [N 5760, K 2880]; M = 128, 512, 2048. INT4 codes with FP16 block-32 scales in
 // the grouped order (docs/formats.md), no zero points, no bias; X and Y in BF16.
 //
-// Rows: BM_Int4GemmTcVsCublas/<shape>/<M>/<tile>. By default only the launcher's own tile
-// choice (tile -1): 9 rows, a few seconds in all. QMOE_TC_BENCH_TILES=all adds every forced
-// tile (0 .. kInt4GemmTcTileCount - 1: Int4GemmTcTile; those the device cannot run report an
-// error) to each shape and M, for tile-choice studies.
+// Rows: BM_Int4GemmTcVsCublas/<shape>/<M>/<tile>/<level>, level 0 the exact level and 1 the
+// fast level (scaled weights on the wgmma tiles: the scales are FP16). By default only the
+// launcher's own tile choice (tile -1): 18 rows, a few seconds in all. QMOE_TC_BENCH_TILES=all adds
+// every forced tile (0 .. kInt4GemmTcTileCount - 1: Int4GemmTcTile; those the device cannot run
+// report an error) to each shape and M, for tile-choice studies.
 //
 // Timing: CUDA events around batches of kBatch launches, ours and cuBLAS's alternating within
 // each of kIterations benchmark iterations (a fixed count: the time does not depend on how fast
@@ -227,14 +228,15 @@ double median(std::vector<double> v) {
   return v.size() % 2 != 0 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
-cudaError_t ours(Bench& b, const ShapeData& d, uint32_t m, int tile, const DeviceQuantMatrix& w) {
+cudaError_t ours(Bench& b, const ShapeData& d, uint32_t m, int tile, qmoe_accuracy accuracy,
+                 const DeviceQuantMatrix& w) {
   if (tile < 0) {
     return qmoe::cuda::launch_int4_gemm_tc(w, m, QMOE_DTYPE_BF16, d.x, d.k, QMOE_DTYPE_BF16, d.y,
-                                           d.n, 0, d.n, b.stream);
+                                           d.n, 0, d.n, b.stream, accuracy);
   }
   return qmoe::cuda::launch_int4_gemm_tc_tile(static_cast<qmoe::cuda::Int4GemmTcTile>(tile), w, m,
                                               nullptr, QMOE_DTYPE_BF16, d.x, d.k, QMOE_DTYPE_BF16,
-                                              d.y, d.n, 0, d.n, b.stream);
+                                              d.y, d.n, 0, d.n, b.stream, accuracy);
 }
 
 void BM_Int4GemmTcVsCublas(benchmark::State& state) {
@@ -246,12 +248,13 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
   const int shape = static_cast<int>(state.range(0));
   const auto m = static_cast<uint32_t>(state.range(1));
   const int tile = static_cast<int>(state.range(2));
+  const auto accuracy = state.range(3) != 0 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
   const ShapeData& d = b.shapes[shape];
   size_t rot = 0, rot_bf16 = 0;
 
   // Warm-up (module load, cuBLAS heuristics), and the errors of both paths surface here.
   for (int i = 0; i < 3; ++i) {
-    cudaError_t e = ours(b, d, m, tile, d.int4[rot++ % d.int4.size()]);
+    cudaError_t e = ours(b, d, m, tile, accuracy, d.int4[rot++ % d.int4.size()]);
     if (e != cudaSuccess) {
       state.SkipWithError(cuda_message("launch_int4_gemm_tc", e).c_str());
       return;
@@ -270,7 +273,9 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
   std::vector<double> ours_ms, cublas_ms;  // per launch, one entry per batch
   for (auto _ : state) {
     cudaEventRecord(b.events[0], b.stream);
-    for (int i = 0; i < kBatch; ++i) e = ours(b, d, m, tile, d.int4[rot++ % d.int4.size()]);
+    for (int i = 0; i < kBatch; ++i) {
+      e = ours(b, d, m, tile, accuracy, d.int4[rot++ % d.int4.size()]);
+    }
     cudaEventRecord(b.events[1], b.stream);
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     for (int i = 0; i < kBatch; ++i) s = cublas_gemm(b, d, m, d.bf16[rot_bf16++ % d.bf16.size()]);
@@ -312,8 +317,11 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
                  (shown == qmoe::cuda::Int4GemmTcTile::kWgmma128x64SplitK ? " split-k" : "") +
                  (qmoe::cuda::int4_gemm_tc_tile_is_wgmma(shown) ? " wgmma" : "");
   }
+  const bool scaled =
+      qmoe::cuda::int4_gemm_tc_tile_is_wgmma(shown) && accuracy == QMOE_ACCURACY_FAST;
   state.SetLabel(std::string(kShapes[shape].name) + " m=" + std::to_string(m) + " tile " +
-                 tile_name + " weights x" + std::to_string(d.int4.size()));
+                 tile_name + (scaled ? " fast (scaled weights)" : " exact weights") + " weights x" +
+                 std::to_string(d.int4.size()));
 }
 
 // QMOE_TC_BENCH_TILES=all: every forced tile as well as the launcher's choice.
@@ -326,7 +334,9 @@ void Args(benchmark::internal::Benchmark* bm) {
   const int last_tile = all_tiles() ? qmoe::cuda::kInt4GemmTcTileCount - 1 : -1;
   for (int shape = 0; shape < 3; ++shape) {
     for (int m : {128, 512, 2048}) {
-      for (int tile = -1; tile <= last_tile; ++tile) bm->Args({shape, m, tile});
+      for (int tile = -1; tile <= last_tile; ++tile) {
+        for (int fast = 0; fast < 2; ++fast) bm->Args({shape, m, tile, fast});
+      }
     }
   }
 }

@@ -252,7 +252,7 @@ qmoe_status gemm(const char* function, const CudaGemmCall& c) {
   cudaError_t e = cudaSuccess;
   if (tc) {
     e = cuda::launch_int4_gemm_tc(d, c.m, c.x_dtype, c.x, c.ldx, c.y_dtype, c.y, c.ldy, c.n_begin,
-                                  c.n_end, stream);
+                                  c.n_end, stream, c.accuracy);
   } else {
     const size_t y_row = c.ldy * element_bytes(c.y_dtype);
     for (uint32_t m0 = 0; m0 < c.m && e == cudaSuccess; m0 += cuda::kInt4GemvMaxRows) {

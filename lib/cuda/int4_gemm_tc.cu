@@ -8,6 +8,8 @@
 #include <tuple>
 #include <utility>
 
+#include <cuda_bf16.h>
+
 #include "lib/cuda/int4_gemm_tc.cuh"
 #include "lib/cuda/int4_gemm_tc_layout.cuh"
 #include "lib/cuda/int4_gemm_tc_params.cuh"
@@ -79,17 +81,17 @@ constexpr bool kHaveWgmma = true;
 cudaError_t configure_wgmma_kernels(size_t max_shared_bytes) {
   return tc::configure_wgmma(max_shared_bytes);
 }
-cudaError_t launch_wgmma_kernel(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold,
+cudaError_t launch_wgmma_kernel(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, bool scaled,
                                 const tc::Params& p, const CUtensorMap& x_map, dim3 grid,
                                 cudaStream_t stream) {
-  return tc::launch_wgmma(tile, x_dtype, fold, p, x_map, grid, stream);
+  return tc::launch_wgmma(tile, x_dtype, fold, scaled, p, x_map, grid, stream);
 }
 #else
 constexpr bool kHaveWgmma = false;
 cudaError_t configure_wgmma_kernels(size_t) {
   return cudaErrorInvalidValue;
 }
-cudaError_t launch_wgmma_kernel(Int4GemmTcTile, qmoe_dtype, uint32_t, const tc::Params&,
+cudaError_t launch_wgmma_kernel(Int4GemmTcTile, qmoe_dtype, uint32_t, bool, const tc::Params&,
                                 const CUtensorMap&, dim3, cudaStream_t) {
   return cudaErrorInvalidValue;
 }
@@ -170,7 +172,10 @@ cudaError_t check_arguments(const DeviceQuantMatrix& w, uint32_t m, qmoe_dtype x
 cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w, uint32_t m,
                    const uint32_t* m_device, qmoe_dtype x_dtype, const void* x, size_t ldx,
                    qmoe_dtype y_dtype, void* y, size_t ldy, uint32_t n_begin, uint32_t n_end,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, qmoe_accuracy accuracy) {
+  if (accuracy != QMOE_ACCURACY_EXACT && accuracy != QMOE_ACCURACY_FAST) {
+    return cudaErrorInvalidValue;
+  }
   cudaError_t error = check_arguments(w, m, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end);
   if (error != cudaSuccess || m == 0 || n_begin == n_end) return error;
   const DeviceState* device = nullptr;
@@ -199,7 +204,8 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
     error =
         encode_tile_map_u16_sw128(d.base, d.k, d.rows, d.row_bytes, d.box_k, d.box_rows, &x_map);
     if (error != cudaSuccess) return error;
-    return launch_wgmma_kernel(tile, x_dtype, fold, p, x_map, grid, stream);
+    const bool scaled = int4_gemm_tc_scaled_weights(tile, accuracy, x_dtype, w.scale_dtype);
+    return launch_wgmma_kernel(tile, x_dtype, fold, scaled, p, x_map, grid, stream);
   }
   switch (x_dtype) {
     case QMOE_DTYPE_BF16:
@@ -293,25 +299,29 @@ cudaError_t prepare_int4_gemm_tc() {
 
 cudaError_t launch_int4_gemm_tc(const DeviceQuantMatrix& w, uint32_t m, qmoe_dtype x_dtype,
                                 const void* x, size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
-                                uint32_t n_begin, uint32_t n_end, cudaStream_t stream) {
-  return launch(nullptr, w, m, nullptr, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end, stream);
+                                uint32_t n_begin, uint32_t n_end, cudaStream_t stream,
+                                qmoe_accuracy accuracy) {
+  return launch(nullptr, w, m, nullptr, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end, stream,
+                accuracy);
 }
 
 cudaError_t launch_int4_gemm_tc_device_m(const DeviceQuantMatrix& w, uint32_t m_capacity,
                                          const uint32_t* m_device, qmoe_dtype x_dtype,
                                          const void* x, size_t ldx, qmoe_dtype y_dtype, void* y,
                                          size_t ldy, uint32_t n_begin, uint32_t n_end,
-                                         cudaStream_t stream) {
+                                         cudaStream_t stream, qmoe_accuracy accuracy) {
   if (m_device == nullptr) return cudaErrorInvalidValue;
   return launch(nullptr, w, m_capacity, m_device, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end,
-                stream);
+                stream, accuracy);
 }
 
 cudaError_t launch_int4_gemm_tc_tile(Int4GemmTcTile tile, const DeviceQuantMatrix& w, uint32_t m,
                                      const uint32_t* m_device, qmoe_dtype x_dtype, const void* x,
                                      size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
-                                     uint32_t n_begin, uint32_t n_end, cudaStream_t stream) {
-  return launch(&tile, w, m, m_device, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end, stream);
+                                     uint32_t n_begin, uint32_t n_end, cudaStream_t stream,
+                                     qmoe_accuracy accuracy) {
+  return launch(&tile, w, m, m_device, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end, stream,
+                accuracy);
 }
 
 double int4_gemm_tc_accumulation_bound(uint32_t k, uint32_t block_size, qmoe_dtype x_dtype) {
@@ -323,6 +333,21 @@ double int4_gemm_tc_accumulation_bound(uint32_t k, uint32_t block_size, qmoe_dty
 
 double int4_gemm_tc_x_split_bound(qmoe_dtype x_dtype) {
   return x_dtype == QMOE_DTYPE_F32 ? 0x1p-16 : 0.0;
+}
+
+double int4_gemm_tc_scaled_accumulation_bound(uint32_t k) {
+  const double steps = std::ceil(static_cast<double>(k) / 16.0);
+  return (32.0 * steps + 2.0) * 0x1p-23;
+}
+
+double int4_gemm_tc_fast_bound(uint32_t k) {
+  const double w = kInt4GemmTcScaledWeightBound;
+  return w + int4_gemm_tc_scaled_accumulation_bound(k) * (1.0 + w);
+}
+
+double int4_gemm_tc_scaled_weight(int code_minus_zero, float scale) {
+  // Exact in FP32 for an FP16 scale (4 significant bits times 11), then rounded once.
+  return __bfloat162float(__float2bfloat16_rn(static_cast<float>(code_minus_zero) * scale));
 }
 
 namespace tc {

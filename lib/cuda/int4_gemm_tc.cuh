@@ -29,6 +29,18 @@
 // normal range may be flushed to zero by the tensor cores (an absolute error below 2^-126 per
 // flushed value). A Y in FP16 or BF16 is then rounded to nearest even (overflow to infinity);
 // NaN payloads are not kept.
+// Scaled weights (accuracy QMOE_ACCURACY_FAST on a wgmma tile with BF16 X and FP16 scales;
+// int4_gemm_tc_scaled_weights). The scale goes into the weight before the MMA, as the usual
+// weight-only GEMMs do: each weight enters the tensor cores as the BF16 rn(W[n, k]), rounded
+// once (int4_gemm_tc_scaled_weight), and the tensor cores sum the whole of K in FP32 with no
+// fold. That removes the fold's FFMAs (64 a thread per fold unit, half the MMAs' time) and the
+// waits between the folds and the MMAs. Bound against y_ref from the exact weights:
+// int4_gemm_tc_fast_bound(K) * S, that is 2^-8 S (BF16's rounding of each weight) plus 32 * 2^-23
+// S per k16 step (the running sum is one of each step's addends): the order of the CPU fast
+// level's activation term (at least S / 254), not within it. FP16 scales only: every weight
+// then fits BF16's range (|W| <= 15 * 65504; FP16's smallest scale, 2^-24, is normal in BF16)
+// and the scale splits exactly into two BF16 parts; with other scales the fast level runs exact
+// weights.
 // Results are bitwise reproducible: fixed reduction order, no atomics, no dependence on
 // timing.
 //
@@ -62,7 +74,8 @@ namespace qmoe::cuda {
 /// n_begin == n_end.
 cudaError_t launch_int4_gemm_tc(const DeviceQuantMatrix& w, uint32_t m, qmoe_dtype x_dtype,
                                 const void* x, size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
-                                uint32_t n_begin, uint32_t n_end, cudaStream_t stream);
+                                uint32_t n_begin, uint32_t n_end, cudaStream_t stream,
+                                qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT);
 
 /// The same for a graph captured once for up to m_capacity rows: M = min(*m_device,
 /// m_capacity), read by the kernel when it runs (blocks past M exit at once). The grid and the
@@ -71,7 +84,8 @@ cudaError_t launch_int4_gemm_tc_device_m(const DeviceQuantMatrix& w, uint32_t m_
                                          const uint32_t* m_device, qmoe_dtype x_dtype,
                                          const void* x, size_t ldx, qmoe_dtype y_dtype, void* y,
                                          size_t ldy, uint32_t n_begin, uint32_t n_end,
-                                         cudaStream_t stream);
+                                         cudaStream_t stream,
+                                         qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT);
 
 /// One-time setup of the current device (shared-memory limits of every kernel that fits it);
 /// idempotent and thread-safe. The launchers call it themselves.
@@ -128,7 +142,8 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int 
 cudaError_t launch_int4_gemm_tc_tile(Int4GemmTcTile tile, const DeviceQuantMatrix& w, uint32_t m,
                                      const uint32_t* m_device, qmoe_dtype x_dtype, const void* x,
                                      size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
-                                     uint32_t n_begin, uint32_t n_end, cudaStream_t stream);
+                                     uint32_t n_begin, uint32_t n_end, cudaStream_t stream,
+                                     qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT);
 
 /// The relative bound above: (32 * steps + K / F + 2) * 2^-23, where F = 16 for block size 16
 /// and 32 otherwise (the FP32 fold granularity) and steps = F / 16 MMAs per fold, twice that
@@ -137,6 +152,32 @@ double int4_gemm_tc_accumulation_bound(uint32_t k, uint32_t block_size, qmoe_dty
 
 /// 2^-16 for FP32 X (the hi + lo split), 0 for BF16 and FP16 X.
 double int4_gemm_tc_x_split_bound(qmoe_dtype x_dtype);
+
+/// Whether a launch runs scaled weights ("Scaled weights" above): the fast level, a wgmma tile,
+/// BF16 X and FP16 scales.
+constexpr bool int4_gemm_tc_scaled_weights(Int4GemmTcTile tile, qmoe_accuracy accuracy,
+                                           qmoe_dtype x_dtype, qmoe_dtype scale_dtype) {
+  return accuracy == QMOE_ACCURACY_FAST && int4_gemm_tc_tile_is_wgmma(tile) &&
+         x_dtype == QMOE_DTYPE_BF16 && scale_dtype == QMOE_DTYPE_F16;
+}
+
+/// Scaled weights, against y_ref computed from the BF16 weights the kernel uses
+/// (int4_gemm_tc_scaled_weight): (32 * ceil(K / 16) + 2) * 2^-23.
+double int4_gemm_tc_scaled_accumulation_bound(uint32_t k);
+
+/// The relative error of a scaled weight against the exact one: 2^-8 (one rounding to BF16,
+/// whose significand has 8 bits).
+constexpr double kInt4GemmTcScaledWeightBound = 0x1p-8;
+
+/// The fast level's bound where weights are scaled, against the exact weights' y_ref:
+/// w + acc * (1 + w), w = kInt4GemmTcScaledWeightBound, acc =
+/// int4_gemm_tc_scaled_accumulation_bound(K). Where they are not, the fast level meets the exact
+/// bound, which is below this one.
+double int4_gemm_tc_fast_bound(uint32_t k);
+
+/// A scaled weight: the BF16 round-to-nearest-even of (code - zero point) * scale, for an FP16
+/// scale's value (the kernels compute it bit for bit so).
+double int4_gemm_tc_scaled_weight(int code_minus_zero, float scale);
 
 }  // namespace qmoe::cuda
 

@@ -75,6 +75,8 @@ struct Config {
   // X travels by cp.async with the rest of the stage, and every thread copies (Loader).
   static constexpr bool kXByTma = false;
   static constexpr uint32_t kLoaderThreads = kThreads;
+  // The weights enter the MMAs as (code - zero point) exactly, the scale applied in FP32.
+  static constexpr bool kScaledWeights = false;
 
   static_assert(kBM == kWarpRowsM * kGeometry.warps_m && kBN == kWarpRowsN * kWarpsN);
   static_assert(kFold == 16 || kFold == 32);
@@ -96,6 +98,15 @@ QMOE_TC_HD uint32_t bits_of(T value) {
   uint32_t bits;
   memcpy(&bits, &value, 4);
   return bits;
+}
+
+// A scale as two BF16 parts, hi = rn(s) in the low half and lo = rn(s - hi) in the high half
+// (s - hi is exact in FP32). For an FP16 scale hi + lo == s exactly (11 significant bits, 8 in
+// hi, the rest in lo), which scale_pairs relies on.
+QMOE_TC_HD uint32_t bf16_split_bits(float s) {
+  const __nv_bfloat16 hi = __float2bfloat16_rn(s);
+  const __nv_bfloat16 lo = __float2bfloat16_rn(s - __bfloat162float(hi));
+  return bits_of(__halves2bfloat162(hi, lo));
 }
 
 // One 16-bit or 32-bit plane element as FP32 (exact).
@@ -350,9 +361,11 @@ struct Loader {
       const uint32_t e = tid + i * kThreads;
       const uint32_t scale_low =
           static_cast<uint32_t>(scale_src) + b * static_cast<uint32_t>(p.scale_block_bytes);
-      // A missing entry was zero-filled: scale 0.
-      scales[e] =
-          bits_of(scale_from_entry(p.w.scale_dtype, scales[e], plane_word(scale_low, 0).shift));
+      // A missing entry was zero-filled: scale 0. With scaled weights the entry becomes the
+      // scale's two BF16 parts (bf16_split_bits).
+      const float scale =
+          scale_from_entry(p.w.scale_dtype, scales[e], plane_word(scale_low, 0).shift);
+      scales[e] = C::kScaledWeights ? bf16_split_bits(scale) : bits_of(scale);
       uint32_t z = kInt4DefaultZeroPoint;
       if (p.w.zero_points != nullptr && valid) {
         const uint32_t zero_low =

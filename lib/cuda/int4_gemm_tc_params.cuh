@@ -156,8 +156,9 @@ cudaError_t launch_variant_f32(Int4GemmTcTile tile, uint32_t fold, const Params&
 // The wgmma tile (int4_gemm_wgmma.cu, built for sm_90a only when QMOE_HAVE_WGMMA is defined):
 // X in BF16 or FP16, copied by the TMA through x_map (x_tile_map(p, 128)). Configure only on a
 // compute capability 9.0 device.
-cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, const Params& p,
-                         const CUtensorMap& x_map, dim3 grid, cudaStream_t stream);
+// `scaled`: the fast level's scaled weights (BF16 X only).
+cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, bool scaled,
+                         const Params& p, const CUtensorMap& x_map, dim3 grid, cudaStream_t stream);
 cudaError_t configure_wgmma(size_t max_shared_bytes);
 cudaError_t configure_variants_bf16(size_t max_shared_bytes);
 cudaError_t configure_variants_f16(size_t max_shared_bytes);

@@ -1,6 +1,7 @@
 // The wgmma tile of the tensor-core INT4 GEMM (int4_gemm_wgmma_kernel.cuh), for BF16 and FP16 X
-// and both fold granularities. Built for sm_90a alone (lib/CMakeLists.txt): the launcher calls
-// into this file only on a compute capability 9.0 device.
+// and both fold granularities, and the fast level's scaled weights with BF16 X. Built for sm_90a
+// alone (lib/CMakeLists.txt): the launcher calls into this file only on a compute capability 9.0
+// device.
 #include "lib/cuda/int4_gemm_wgmma_kernel.cuh"
 
 namespace qmoe::cuda::tc {
@@ -10,52 +11,54 @@ namespace {
 // shared memory each); 128 x 128 and 128 x 64 split over K: two MMA warpgroups and the
 // producer, one CTA (its registers). WgmmaConfig::kConsumerRegisters says how the registers are
 // shared.
-template <int kTile, XMode kX, uint32_t kFold>
-__global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold>::kCtaThreads,
-                                  WgmmaConfig<kTile, kX, kFold>::kCtasPerSm)
+template <int kTile, XMode kX, uint32_t kFold, bool kScaled>
+__global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold, kScaled>::kCtaThreads,
+                                  WgmmaConfig<kTile, kX, kFold, kScaled>::kCtasPerSm)
     int4_gemm_wgmma_kernel(const __grid_constant__ Params p,
                            const __grid_constant__ CUtensorMap x_map) {
   extern __shared__ __align__(1024) uint8_t smem[];
   // x_map is used in place: the TMA takes the parameter's own address.
-  run_cta_wgmma<WgmmaConfig<kTile, kX, kFold>, kX>(p, &x_map, smem, blockIdx.x, blockIdx.y,
-                                                   threadIdx.x);
+  run_cta_wgmma<WgmmaConfig<kTile, kX, kFold, kScaled>, kX>(p, &x_map, smem, blockIdx.x, blockIdx.y,
+                                                            threadIdx.x);
 }
 
-template <int kTile, XMode kX, uint32_t kFold>
+template <int kTile, XMode kX, uint32_t kFold, bool kScaled>
 cudaError_t launch_one_wgmma(const Params& p, const CUtensorMap& x_map, dim3 grid,
                              cudaStream_t stream) {
-  using C = WgmmaConfig<kTile, kX, kFold>;
-  int4_gemm_wgmma_kernel<kTile, kX, kFold>
+  using C = WgmmaConfig<kTile, kX, kFold, kScaled>;
+  int4_gemm_wgmma_kernel<kTile, kX, kFold, kScaled>
       <<<grid, C::kCtaThreads, C::kSharedBytes, stream>>>(p, x_map);
   return cudaGetLastError();
 }
 
-template <int kTile, XMode kX>
+template <int kTile, XMode kX, bool kScaled>
 cudaError_t launch_fold(uint32_t fold, const Params& p, const CUtensorMap& x_map, dim3 grid,
                         cudaStream_t stream) {
-  return fold == 16 ? launch_one_wgmma<kTile, kX, 16>(p, x_map, grid, stream)
-                    : launch_one_wgmma<kTile, kX, 32>(p, x_map, grid, stream);
+  return fold == 16 ? launch_one_wgmma<kTile, kX, 16, kScaled>(p, x_map, grid, stream)
+                    : launch_one_wgmma<kTile, kX, 32, kScaled>(p, x_map, grid, stream);
 }
 
 template <int kTile>
-cudaError_t launch_x(qmoe_dtype x_dtype, uint32_t fold, const Params& p, const CUtensorMap& x_map,
-                     dim3 grid, cudaStream_t stream) {
+cudaError_t launch_x(qmoe_dtype x_dtype, uint32_t fold, bool scaled, const Params& p,
+                     const CUtensorMap& x_map, dim3 grid, cudaStream_t stream) {
   switch (x_dtype) {
     case QMOE_DTYPE_BF16:
-      return launch_fold<kTile, XMode::kBf16>(fold, p, x_map, grid, stream);
+      return scaled ? launch_fold<kTile, XMode::kBf16, true>(fold, p, x_map, grid, stream)
+                    : launch_fold<kTile, XMode::kBf16, false>(fold, p, x_map, grid, stream);
     case QMOE_DTYPE_F16:
-      return launch_fold<kTile, XMode::kF16>(fold, p, x_map, grid, stream);
+      if (scaled) break;  // BF16 X only
+      return launch_fold<kTile, XMode::kF16, false>(fold, p, x_map, grid, stream);
     case QMOE_DTYPE_F32:
       break;
   }
   return cudaErrorInvalidValue;
 }
 
-template <int kTile, XMode kX, uint32_t kFold>
+template <int kTile, XMode kX, uint32_t kFold, bool kScaled = false>
 cudaError_t configure_one_wgmma(size_t max_shared_bytes) {
-  using C = WgmmaConfig<kTile, kX, kFold>;
+  using C = WgmmaConfig<kTile, kX, kFold, kScaled>;
   if (C::kSharedBytes > max_shared_bytes) return cudaSuccess;  // never launched on this device
-  const auto kernel = int4_gemm_wgmma_kernel<kTile, kX, kFold>;
+  const auto kernel = int4_gemm_wgmma_kernel<kTile, kX, kFold, kScaled>;
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(C::kSharedBytes));
   if (error != cudaSuccess) return error;
@@ -65,18 +68,19 @@ cudaError_t configure_one_wgmma(size_t max_shared_bytes) {
 
 }  // namespace
 
-cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, const Params& p,
-                         const CUtensorMap& x_map, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, bool scaled,
+                         const Params& p, const CUtensorMap& x_map, dim3 grid,
+                         cudaStream_t stream) {
   switch (tile) {
     case Int4GemmTcTile::kWgmma128x64:
-      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x64)>(x_dtype, fold, p, x_map, grid,
-                                                                      stream);
+      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x64)>(x_dtype, fold, scaled, p,
+                                                                      x_map, grid, stream);
     case Int4GemmTcTile::kWgmma128x128:
-      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x128)>(x_dtype, fold, p, x_map,
-                                                                       grid, stream);
+      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x128)>(x_dtype, fold, scaled, p,
+                                                                       x_map, grid, stream);
     case Int4GemmTcTile::kWgmma128x64SplitK:
-      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK)>(x_dtype, fold, p, x_map,
-                                                                            grid, stream);
+      return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK)>(x_dtype, fold, scaled,
+                                                                            p, x_map, grid, stream);
     default:
       break;
   }
@@ -89,6 +93,12 @@ cudaError_t configure_tile_wgmma(size_t max_shared_bytes) {
   if (error == cudaSuccess) error = configure_one_wgmma<kTile, XMode::kBf16, 32>(max_shared_bytes);
   if (error == cudaSuccess) error = configure_one_wgmma<kTile, XMode::kF16, 16>(max_shared_bytes);
   if (error == cudaSuccess) error = configure_one_wgmma<kTile, XMode::kF16, 32>(max_shared_bytes);
+  if (error == cudaSuccess) {
+    error = configure_one_wgmma<kTile, XMode::kBf16, 16, true>(max_shared_bytes);
+  }
+  if (error == cudaSuccess) {
+    error = configure_one_wgmma<kTile, XMode::kBf16, 32, true>(max_shared_bytes);
+  }
   return error;
 }
 

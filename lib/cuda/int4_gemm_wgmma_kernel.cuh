@@ -51,6 +51,11 @@
 // (int4_gemm_tc_accumulation_bound). The two partial sets let unit u + 1's MMA run while unit u
 // is folded, and with an even unit count a stage's last unit is folded during the next stage's
 // first MMAs (its scales kept in registers); the folds stay in unit order.
+//
+// Scaled weights (the fast level's, int4_gemm_tc.cuh). The producer turns each scale into two
+// BF16 parts instead of an FP32 value, the consumers multiply each dequantised pair by them
+// (scale_pairs: the weight rounded once to BF16) and every k-tile's MMAs accumulate into the
+// one accumulator set, with no fold (consume_scaled).
 #ifndef QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 #define QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 
@@ -60,10 +65,13 @@
 
 namespace qmoe::cuda::tc {
 
-// What Loader and the kernel read of a variant, for a wgmma tile (16-bit X only).
-template <int kTileIndex, XMode kX, uint32_t kFoldK>
+// What Loader and the kernel read of a variant, for a wgmma tile (16-bit X only). kScaled: the
+// fast level's scaled weights ("Scaled weights" above; BF16 X only).
+template <int kTileIndex, XMode kX, uint32_t kFoldK, bool kScaled = false>
 struct WgmmaConfig {
   static_assert(kX != XMode::kF32Split, "the wgmma tiles take 16-bit X");
+  static_assert(!kScaled || kX == XMode::kBf16, "scaled weights are BF16, as X must be");
+  static constexpr bool kScaledWeights = kScaled;
   static constexpr TileGeometry kGeometry = kTileGeometry[kTileIndex];
   static constexpr uint32_t kBM = kGeometry.bm;  // tokens: the MMA's N
   static constexpr uint32_t kBN = kGeometry.bn;  // W rows: the MMA's M
@@ -147,6 +155,20 @@ QMOE_TC_HD WgmmaLane wgmma_lane(uint32_t warp, uint32_t lane) {
   return l;
 }
 
+// Scaled weights: each BF16 pair of d = code - zero point (exact) becomes rn(d * s), rounded
+// once, from the scale's parts (Loader::convert_planes, bf16_split_bits: s = hi + lo exactly for
+// an FP16 scale): t = d * lo is exact in BF16 (at most 4 significant bits times 4), so
+// fma(d, hi, t) = rn(d * hi + d * lo) = rn(d * s). Adding -0 keeps the product d * lo as it is.
+QMOE_TC_HD void scale_pairs(uint32_t (&pairs)[2], uint32_t scale_parts) {
+  constexpr uint32_t kNegativeZeros = 0x80008000u;
+  const uint32_t hi = ptx::byte_perm(scale_parts, scale_parts, 0x1010u);
+  const uint32_t lo = ptx::byte_perm(scale_parts, scale_parts, 0x3232u);
+#pragma unroll
+  for (uint32_t j = 0; j < 2; ++j) {
+    pairs[j] = ptx::fma2<true>(pairs[j], hi, ptx::fma2<true>(pairs[j], lo, kNegativeZeros));
+  }
+}
+
 // The A fragments of the warpgroup's k16 slices of the stage (its chunks c0 .. c0 +
 // kChunksPerGroup - 1; local slice s = local chunk s / 2, half s % 2), from the thread's two
 // code rows: a[s] = {row g lo/hi pair 0, row g + 8 pair 0, row g pair 1, row g + 8 pair 1}
@@ -174,6 +196,11 @@ QMOE_TC_HD void dequant_stage(uint32_t (&a)[2 * C::kChunksPerGroup][4], const ui
       const uint32_t z_hi =
           *reinterpret_cast<const uint32_t*>(zeros + l.planes[r] + unit_hi * kUnitBytes);
       dequant_chunk_row<kBf16>(word_a, word_b, l.permute, z_lo, z_hi, lo[r], hi[r]);
+      if constexpr (C::kScaledWeights) {
+        const uint8_t* scales = stage + C::kStage.scale_offset + l.planes[r];
+        scale_pairs(lo[r], *reinterpret_cast<const uint32_t*>(scales + unit_lo * kUnitBytes));
+        scale_pairs(hi[r], *reinterpret_cast<const uint32_t*>(scales + unit_hi * kUnitBytes));
+      }
     }
     uint32_t(&a_lo)[4] = a[2 * cc];
     uint32_t(&a_hi)[4] = a[2 * cc + 1];
@@ -256,6 +283,36 @@ QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], c
   } else {
     fold_partial(acc, partial[(kUnits - 1) % 2], unit_scales<C>(stage, l, kUnits - 1));
   }
+}
+
+// Scaled weights: k-tile kt's MMAs, accumulating into `acc` straight from the tensor cores (no
+// fold), then the stage goes back to the producer once they have completed (every consumer
+// thread arrives on its empty barrier). The next k-tile is dequantised only after that wait: a
+// dequantisation into a second fragment set while these MMAs are in flight makes ptxas
+// serialise every wgmma (its C7513, seen with one k-tile's group left in flight); the MMAs of
+// the CTA's other warpgroup, or of the multiprocessor's other CTA, overlap it instead.
+template <class C, XMode kX>
+QMOE_TC_HD void consume_scaled(const Params& p, float (&acc)[64], uint8_t* smem, uint32_t bars,
+                               const WgmmaLane& l) {
+  uint32_t stage = 0;
+  for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+    ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (kt / C::kStages) & 1);
+    const uint8_t* st = smem + stage * C::kStage.bytes;
+    uint32_t a[2 * C::kChunksPerGroup][4];
+    dequant_stage<C, kX>(a, st, l);
+    const uint32_t x_slices = ptx::shared_address(st) + l.x_slice;
+    ptx::wgmma_fence();
+#pragma unroll
+    for (uint32_t s = 0; s < 2 * C::kChunksPerGroup; ++s) {
+      ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
+          acc, a[s], ptx::wgmma_descriptor_sw128(x_slices + s * 32), true);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
+    stage = stage + 1 == C::kStages ? 0 : stage + 1;
+  }
+  ptx::wgmma_hold(acc);
 }
 
 // Writes the CTA's outputs through shared memory: the accumulators go to an FP32 tile
@@ -380,19 +437,23 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
   float acc[64];
 #pragma unroll
   for (uint32_t i = 0; i < 64; ++i) acc[i] = 0.0f;
-  float partial[2][64];
-  UnitScales last{0.0f, 0.0f};  // the previous k-tile's last fold unit (compute_stage_wgmma)
-  uint32_t stage = 0;
-  for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
-    ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (kt / C::kStages) & 1);
-    compute_stage_wgmma<C, kX>(acc, partial, smem + stage * C::kStage.bytes, lane_offsets, last,
-                               kt != 0);
-    // Every MMA of the stage has completed, and this thread has read all it reads of it.
-    ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
-    stage = stage + 1 == C::kStages ? 0 : stage + 1;
+  if constexpr (C::kScaledWeights) {
+    consume_scaled<C, kX>(p, acc, smem, bars, lane_offsets);
+  } else {
+    float partial[2][64];
+    UnitScales last{0.0f, 0.0f};  // the previous k-tile's last fold unit (compute_stage_wgmma)
+    uint32_t stage = 0;
+    for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+      ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (kt / C::kStages) & 1);
+      compute_stage_wgmma<C, kX>(acc, partial, smem + stage * C::kStage.bytes, lane_offsets, last,
+                                 kt != 0);
+      // Every MMA of the stage has completed, and this thread has read all it reads of it.
+      ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
+      stage = stage + 1 == C::kStages ? 0 : stage + 1;
+    }
+    // The last k-tile's last unit, when compute_stage_wgmma carries it.
+    if (C::kUnitsPerGroup % 2 == 0 && p.k_tiles > 0) fold_partial(acc, partial[1], last);
   }
-  // The last k-tile's last unit, when compute_stage_wgmma carries it.
-  if (C::kUnitsPerGroup % 2 == 0 && p.k_tiles > 0) fold_partial(acc, partial[1], last);
   // No consumer reads a stage any more, and every copy into one has landed (each was observed
   // on its full barrier): the epilogue's tile overlays them.
   ptx::named_barrier(C::kConsumerBarrier, C::kThreads);

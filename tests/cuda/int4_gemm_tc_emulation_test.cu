@@ -451,13 +451,13 @@ void emulate(const Params& p, dim3 grid, Copies copies) {
                });
 }
 
-// The same for a wgmma tile (16-bit X).
-template <int kTile, XMode kX, uint32_t kFold>
+// The same for a wgmma tile (16-bit X; scaled weights with BF16 X).
+template <int kTile, XMode kX, uint32_t kFold, bool kScaled = false>
 void emulate_wgmma(const Params& p, dim3 grid, Copies copies) {
-  if constexpr (kX == XMode::kF32Split) {
-    ADD_FAILURE() << "the wgmma tiles take 16-bit X";
+  if constexpr (kX == XMode::kF32Split || (kScaled && kX != XMode::kBf16)) {
+    ADD_FAILURE() << "the wgmma tiles take 16-bit X, scaled weights BF16 X";
   } else {
-    using C = WgmmaConfig<kTile, kX, kFold>;
+    using C = WgmmaConfig<kTile, kX, kFold, kScaled>;
     // The launcher's own description of the X tensor, where the device holds its encoded map.
     const XTileMap description = x_tile_map(p, C::kBM);
     static_assert(sizeof(XTileMap) <= sizeof(CUtensorMap));
@@ -471,7 +471,20 @@ void emulate_wgmma(const Params& p, dim3 grid, Copies copies) {
 }
 
 template <XMode kX, uint32_t kFold>
-void emulate_tile(int tile, const Params& p, dim3 grid, Copies copies) {
+void emulate_tile(int tile, const Params& p, dim3 grid, Copies copies, bool scaled) {
+  if (scaled) {
+    switch (tile) {
+      case 4:
+        return emulate_wgmma<4, kX, kFold, true>(p, grid, copies);
+      case 5:
+        return emulate_wgmma<5, kX, kFold, true>(p, grid, copies);
+      case 6:
+        return emulate_wgmma<6, kX, kFold, true>(p, grid, copies);
+      default:
+        ADD_FAILURE() << "scaled weights on an mma.sync tile";
+        return;
+    }
+  }
   switch (tile) {
     case 0:
       return emulate<0, kX, kFold>(p, grid, copies);
@@ -490,21 +503,26 @@ void emulate_tile(int tile, const Params& p, dim3 grid, Copies copies) {
   }
 }
 
-void emulate_launch(int tile, qmoe_dtype xd, const Params& p, Copies copies) {
+// As the launcher does for the tile, X type and level (scaled weights where
+// int4_gemm_tc_scaled_weights says).
+void emulate_launch(int tile, qmoe_dtype xd, qmoe_accuracy accuracy, const Params& p,
+                    Copies copies) {
   const dim3 grid = grid_for(static_cast<Int4GemmTcTile>(tile), p);
   const bool fold16 = fold_k(p.w.block_size) == 16;
+  const bool scaled =
+      int4_gemm_tc_scaled_weights(static_cast<Int4GemmTcTile>(tile), accuracy, xd, p.w.scale_dtype);
   switch (xd) {
     case QMOE_DTYPE_BF16:
-      return fold16 ? emulate_tile<XMode::kBf16, 16>(tile, p, grid, copies)
-                    : emulate_tile<XMode::kBf16, 32>(tile, p, grid, copies);
+      return fold16 ? emulate_tile<XMode::kBf16, 16>(tile, p, grid, copies, scaled)
+                    : emulate_tile<XMode::kBf16, 32>(tile, p, grid, copies, scaled);
     case QMOE_DTYPE_F16:
-      return fold16 ? emulate_tile<XMode::kF16, 16>(tile, p, grid, copies)
-                    : emulate_tile<XMode::kF16, 32>(tile, p, grid, copies);
+      return fold16 ? emulate_tile<XMode::kF16, 16>(tile, p, grid, copies, false)
+                    : emulate_tile<XMode::kF16, 32>(tile, p, grid, copies, false);
     case QMOE_DTYPE_F32:
       break;
   }
-  return fold16 ? emulate_tile<XMode::kF32Split, 16>(tile, p, grid, copies)
-                : emulate_tile<XMode::kF32Split, 32>(tile, p, grid, copies);
+  return fold16 ? emulate_tile<XMode::kF32Split, 16>(tile, p, grid, copies, false)
+                : emulate_tile<XMode::kF32Split, 32>(tile, p, grid, copies, false);
 }
 
 struct Case {
@@ -516,6 +534,7 @@ struct Case {
   uint32_t device_rows = UINT32_MAX;  // below m: the row count read through m_device
   Copies copies = Copies::kAtWait;
   uint32_t scale_offset = 0;  // bytes: the scale plane placed this far into its buffer
+  qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT;
 };
 
 void run_case(const Case& c, uint64_t seed) {
@@ -525,7 +544,8 @@ void run_case(const Case& c, uint64_t seed) {
       std::to_string(c.n_end) + ") x " + dtype_name(c.xd) + " y " + dtype_name(c.yd) + " tile " +
       std::to_string(c.tile) + " device rows " + std::to_string(c.device_rows) +
       (c.copies == Copies::kAtOnce ? " copies at once" : " copies at wait") + " scale offset " +
-      std::to_string(c.scale_offset) + " seed " + std::to_string(seed);
+      std::to_string(c.scale_offset) + (c.accuracy == QMOE_ACCURACY_FAST ? " fast" : " exact") +
+      " seed " + std::to_string(seed);
   SCOPED_TRACE(where);
   ContextPtr ctx = default_context();
   std::mt19937_64 rng(seed);
@@ -570,10 +590,18 @@ void run_case(const Case& c, uint64_t seed) {
   const uint32_t device_rows = c.device_rows;
   const Params p = make_params(view, m, c.device_rows < m ? &device_rows : nullptr, x_buffer.data(),
                                ldx, c.yd, y.data(), ldy, n_begin, n_end);
-  emulate_launch(c.tile, c.xd, p, c.copies);
+  emulate_launch(c.tile, c.xd, c.accuracy, p, c.copies);
 
   const uint32_t rows = c.device_rows < m ? c.device_rows : m;
-  const double acc_bound = int4_gemm_tc_accumulation_bound(k, c.w.block_size, c.xd);
+  const bool scaled = int4_gemm_tc_scaled_weights(static_cast<Int4GemmTcTile>(c.tile), c.accuracy,
+                                                  c.xd, c.w.scale_dtype);
+  // Scaled weights: against the FP64 reference on the weights as the kernel rounds them, with
+  // the accumulation bound alone, and against the exact weights' within the fast bound.
+  const Reference ref_scaled = scaled ? scaled_weight_reference(w, x_used, m) : Reference{};
+  const double acc_bound = c.accuracy == QMOE_ACCURACY_FAST
+                               ? int4_gemm_tc_fast_bound(k)
+                               : int4_gemm_tc_accumulation_bound(k, c.w.block_size, c.xd);
+  const double scaled_bound = int4_gemm_tc_scaled_accumulation_bound(k);
   int reported = 0;
   for (size_t e = 0; e < y.size() / es; ++e) {
     const size_t i = e / ldy, col = e % ldy;
@@ -586,6 +614,16 @@ void run_case(const Case& c, uint64_t seed) {
       if (!(std::fabs(got - ref.y[o]) <= tol) && reported++ < 5) {
         ADD_FAILURE() << "y[" << i << "][" << col << "] = " << got << ", FP64 reference "
                       << ref.y[o] << ", bound " << tol;
+      }
+      if (scaled) {
+        const double tol_scaled = output_tolerance(
+            c.yd, ref_scaled.y[o],
+            scaled_bound * (ref_scaled.abs_sum[o] + std::fabs(w.bias_values[col])));
+        if (!(std::fabs(got - ref_scaled.y[o]) <= tol_scaled) && reported++ < 5) {
+          ADD_FAILURE() << "y[" << i << "][" << col << "] = " << got
+                        << ", FP64 reference on the BF16-rounded weights " << ref_scaled.y[o]
+                        << ", bound " << tol_scaled;
+        }
       }
     } else {
       for (size_t b = 0; b < es; ++b) {
@@ -664,6 +702,36 @@ TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
     c.tile = tile;
     c.copies = tile == 1 || tile == 6 ? Copies::kAtOnce : Copies::kAtWait;
     ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
+  }
+}
+
+// The fast level's scaled weights on every wgmma tile (BF16 X, FP16 scales): every fold
+// granularity, zero points or not, both copy timings, and a k loop that wraps the stages.
+TEST(CudaInt4GemmTcEmulation, ScaledWeightsOnEveryWgmmaTile) {
+  int index = 0;
+  for (int tile : {4, 5, 6}) {
+    for (uint32_t block : {16u, 32u, 128u}) {
+      Case c;
+      c.w.n = 70;
+      c.w.k = block == 128 ? 640 : 96;
+      c.w.block_size = block;
+      c.w.scale_dtype = QMOE_DTYPE_F16;
+      c.w.scale_order = kOrders[index % 4];
+      c.w.zero_points = index % 2 == 0;
+      c.w.zero_point_order = kOrders[(index + 1) % 4];
+      c.w.bias = index % 3 != 1;
+      c.w.bias_dtype = kTypes[index % 3];
+      c.m = 17;
+      c.n_begin = index % 2 == 0 ? 0 : 3;
+      c.n_end = index % 2 == 0 ? 0 : 69;
+      c.xd = QMOE_DTYPE_BF16;
+      c.yd = kTypes[(index / 2) % 3];
+      c.tile = tile;
+      c.copies = index % 2 == 0 ? Copies::kAtWait : Copies::kAtOnce;
+      c.accuracy = QMOE_ACCURACY_FAST;
+      ++index;
+      ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
+    }
   }
 }
 

@@ -128,13 +128,22 @@ struct Case {
   int tile = -1;              // -1: the launcher's choice
   bool even_ldy = true;       // an even ldy allows paired stores, an odd one forces single ones
   uint32_t scale_offset = 0;  // bytes into the scale plane's allocation (upload_matrix)
+  qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT;
 };
+
+// Whether the case runs on scaled weights for certain (a forced tile; the launcher's choice may
+// or may not): then the kernel's own rounding of every weight is checked too.
+bool runs_scaled(const Case& c) {
+  return c.tile >= 0 && cuda::int4_gemm_tc_scaled_weights(static_cast<Int4GemmTcTile>(c.tile),
+                                                          c.accuracy, c.xd, c.w.scale_dtype);
+}
 
 std::string describe(const Case& c, uint64_t seed) {
   return c.w.describe() + " m=" + std::to_string(c.m) + " cols [" + std::to_string(c.n_begin) +
          "," + std::to_string(c.n_end) + ") x " + dtype_name(c.xd) + " y " + dtype_name(c.yd) +
          " tile " + tile_name(c.tile) + (c.even_ldy ? "" : " odd-ldy") + " scale offset " +
-         std::to_string(c.scale_offset) + " seed=" + std::to_string(seed);
+         std::to_string(c.scale_offset) + (c.accuracy == QMOE_ACCURACY_FAST ? " fast" : " exact") +
+         " seed=" + std::to_string(seed);
 }
 
 class CudaInt4GemmTc : public ::testing::Test {
@@ -216,10 +225,10 @@ class CudaInt4GemmTc : public ::testing::Test {
       QMOE_CUDA_ASSERT(cudaMemset(dy.get(), kPoison, y_bytes));
       const cudaError_t launched =
           c.tile < 0 ? cuda::launch_int4_gemm_tc(dw.view, m, c.xd, dx.get(), ldx, c.yd, dy.get(),
-                                                 ldy, n_begin, n_end, stream_)
-                     : cuda::launch_int4_gemm_tc_tile(static_cast<Int4GemmTcTile>(c.tile), dw.view,
-                                                      m, nullptr, c.xd, dx.get(), ldx, c.yd,
-                                                      dy.get(), ldy, n_begin, n_end, stream_);
+                                                 ldy, n_begin, n_end, stream_, c.accuracy)
+                     : cuda::launch_int4_gemm_tc_tile(
+                           static_cast<Int4GemmTcTile>(c.tile), dw.view, m, nullptr, c.xd, dx.get(),
+                           ldx, c.yd, dy.get(), ldy, n_begin, n_end, stream_, c.accuracy);
       QMOE_CUDA_ASSERT(launched);
       QMOE_CUDA_ASSERT(cudaStreamSynchronize(stream_));
       std::vector<unsigned char> y(y_bytes);
@@ -230,15 +239,23 @@ class CudaInt4GemmTc : public ::testing::Test {
       }
       first = std::move(y);
     }
-    check_outputs(c, w, first, m, n_begin, n_end, ldy, ref, ref_true, y_cpu);
+    const Reference ref_scaled =
+        runs_scaled(c) ? scaled_weight_reference(w, x_used, m) : Reference{};
+    check_outputs(c, w, first, m, n_begin, n_end, ldy, ref, ref_true, ref_scaled, y_cpu);
   }
 
   void check_outputs(const Case& c, const Int4Matrix& w, const std::vector<unsigned char>& y,
                      uint32_t m, uint32_t n_begin, uint32_t n_end, size_t ldy, const Reference& ref,
-                     const Reference& ref_true, const std::vector<float>& y_cpu) {
+                     const Reference& ref_true, const Reference& ref_scaled,
+                     const std::vector<float>& y_cpu) {
     const uint32_t n = c.w.n;
     const size_t es = element_size(c.yd);
-    const double acc_bound = cuda::int4_gemm_tc_accumulation_bound(c.w.k, c.w.block_size, c.xd);
+    // The fast level's bound covers either kind of weights (the exact one is below it).
+    const bool fast = c.accuracy == QMOE_ACCURACY_FAST;
+    const double acc_bound =
+        fast ? cuda::int4_gemm_tc_fast_bound(c.w.k)
+             : cuda::int4_gemm_tc_accumulation_bound(c.w.k, c.w.block_size, c.xd);
+    const double scaled_bound = cuda::int4_gemm_tc_scaled_accumulation_bound(c.w.k);
     const double split_bound = cuda::int4_gemm_tc_x_split_bound(c.xd);
     int reported = 0;
     auto report = [&](const std::string& what) {
@@ -273,6 +290,15 @@ class CudaInt4GemmTc : public ::testing::Test {
       if (std::fabs(got - y_cpu[o]) > tol_cpu) {
         report(at + ", CPU qmoe_gemm_typed " + std::to_string(y_cpu[o]) + ", bound " +
                std::to_string(tol_cpu));
+      }
+      if (runs_scaled(c)) {
+        const double tol_scaled = output_tolerance(
+            c.yd, ref_scaled.y[o],
+            scaled_bound * (ref_scaled.abs_sum[o] + std::fabs(w.bias_values[col])));
+        if (!std::isfinite(got) || std::fabs(got - ref_scaled.y[o]) > tol_scaled) {
+          report(at + ", FP64 reference on the BF16-rounded weights " +
+                 std::to_string(ref_scaled.y[o]) + ", bound " + std::to_string(tol_scaled));
+        }
       }
       if (c.xd == QMOE_DTYPE_F32) {
         const double tol_true = output_tolerance(
@@ -345,6 +371,8 @@ TEST_F(CudaInt4GemmTc, RowTails) {
       c.xd = xd;
       c.yd = QMOE_DTYPE_F32;
       ASSERT_NO_FATAL_FAILURE(run_case(c, fresh_seed()));
+      c.accuracy = QMOE_ACCURACY_FAST;  // scaled weights where the launcher picks a wgmma tile
+      ASSERT_NO_FATAL_FAILURE(run_case(c, fresh_seed()));
     }
   }
 }
@@ -400,6 +428,84 @@ TEST_F(CudaInt4GemmTc, WgmmaTiles) {
   EXPECT_EQ(cuda::launch_int4_gemm_tc_tile(tile, dw.view, 64, nullptr, QMOE_DTYPE_F32, dx.get(), 64,
                                            QMOE_DTYPE_F32, dy.get(), 64, 0, 64, stream_),
             cudaErrorInvalidValue);
+}
+
+// The fast level's scaled weights on every wgmma tile (BF16 X, FP16 scales): every block size,
+// with and without zero points, every plane order, K up to 4096, against the FP64 reference on
+// the weights as the kernel rounds them (the accumulation bound alone) and against the exact
+// weights' reference (int4_gemm_tc_fast_bound).
+TEST_F(CudaInt4GemmTc, WgmmaScaledWeights) {
+  if (!cuda::int4_gemm_tc_tile_available(Int4GemmTcTile::kWgmma128x64, QMOE_DTYPE_BF16)) {
+    GTEST_SKIP() << "the wgmma tiles need a compute capability 9.0 device and an sm_90 build";
+  }
+  int index = 0;
+  for (const auto tile : {Int4GemmTcTile::kWgmma128x64, Int4GemmTcTile::kWgmma128x128,
+                          Int4GemmTcTile::kWgmma128x64SplitK}) {
+    for (uint32_t block : {16u, 32u, 64u, 128u}) {
+      Case c;
+      c.w.n = 200;
+      c.w.k = block == 64 ? 4096 : 1536;
+      c.w.block_size = block;
+      c.w.scale_dtype = QMOE_DTYPE_F16;
+      c.w.scale_order = kOrders[index % 4];
+      c.w.zero_points = index % 2 == 0;
+      c.w.zero_point_order = kOrders[(index + 1) % 4];
+      c.w.bias = index % 3 != 2;
+      c.w.bias_dtype = kTypes[index % 3];
+      c.m = index % 2 == 0 ? 300 : 129;
+      c.n_begin = index % 4 == 3 ? 9 : 0;
+      c.xd = QMOE_DTYPE_BF16;
+      c.yd = kTypes[index % 3];
+      c.tile = static_cast<int>(tile);
+      c.accuracy = QMOE_ACCURACY_FAST;
+      ++index;
+      ASSERT_TRUE(runs_scaled(c));
+      ASSERT_NO_FATAL_FAILURE(run_case(c, fresh_seed()));
+    }
+  }
+}
+
+// Where the weights are not scaled (FP16 X; BF16 or FP32 scales) the fast level runs the exact
+// weights: the same bits as the exact level.
+TEST_F(CudaInt4GemmTc, FastLevelKeepsExactWeightsElsewhere) {
+  if (!cuda::int4_gemm_tc_tile_available(Int4GemmTcTile::kWgmma128x64, QMOE_DTYPE_BF16)) {
+    GTEST_SKIP() << "the wgmma tiles need a compute capability 9.0 device and an sm_90 build";
+  }
+  const std::pair<qmoe_dtype, qmoe_dtype> cases[] = {{QMOE_DTYPE_F16, QMOE_DTYPE_F16},
+                                                     {QMOE_DTYPE_BF16, QMOE_DTYPE_BF16},
+                                                     {QMOE_DTYPE_BF16, QMOE_DTYPE_F32}};
+  for (const auto& [xd, scale_dtype] : cases) {
+    SCOPED_TRACE(std::string("x ") + dtype_name(xd) + " scales " + dtype_name(scale_dtype));
+    const auto tile = Int4GemmTcTile::kWgmma128x64;
+    ASSERT_FALSE(cuda::int4_gemm_tc_scaled_weights(tile, QMOE_ACCURACY_FAST, xd, scale_dtype));
+    Int4Options o;
+    o.n = 128;
+    o.k = 512;
+    o.scale_dtype = scale_dtype;
+    o.zero_points = true;
+    std::mt19937_64 rng(fresh_seed());
+    const Int4Matrix w = make_int4_matrix(o, rng);
+    const uint32_t m = 130;
+    const std::vector<float> x_values = random_activations(m, o.k, rng);
+    const std::vector<unsigned char> x = narrow(ctx_.get(), xd, x_values.data(), x_values.size());
+    DeviceMatrix dw;
+    QMOE_CUDA_ASSERT(upload_matrix(w, &dw));
+    DeviceBuffer dx, dy;
+    QMOE_CUDA_ASSERT(dx.upload(x.data(), x.size()));
+    const size_t y_bytes = size_t{m} * o.n * 4;
+    QMOE_CUDA_ASSERT(dy.allocate(y_bytes));
+    std::vector<unsigned char> y[2];
+    for (int level = 0; level < 2; ++level) {
+      QMOE_CUDA_ASSERT(cudaMemset(dy.get(), kPoison, y_bytes));
+      QMOE_CUDA_ASSERT(cuda::launch_int4_gemm_tc_tile(
+          tile, dw.view, m, nullptr, xd, dx.get(), o.k, QMOE_DTYPE_F32, dy.get(), o.n, 0, o.n,
+          stream_, level == 0 ? QMOE_ACCURACY_EXACT : QMOE_ACCURACY_FAST));
+      QMOE_CUDA_ASSERT(cudaStreamSynchronize(stream_));
+      y[level].resize(y_bytes);
+      QMOE_CUDA_ASSERT(cudaMemcpy(y[level].data(), dy.get(), y_bytes, cudaMemcpyDeviceToHost));
+    }
+    EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), y_bytes), 0);
+  }
 }
 
 // Column sub-ranges on every tile: only [n_begin, n_end) of each row is written.
@@ -632,6 +738,10 @@ TEST_F(CudaInt4GemmTc, RejectsBadArgumentsWithoutLaunching) {
                                       o.n - 1, 0, o.n, stream_),
             cudaErrorInvalidValue)
       << "ldy < n_end";
+  EXPECT_EQ(cuda::launch_int4_gemm_tc(dw.view, m, QMOE_DTYPE_BF16, x, 64, QMOE_DTYPE_F32, dy.get(),
+                                      o.n, 0, o.n, stream_, static_cast<qmoe_accuracy>(5)),
+            cudaErrorInvalidValue)
+      << "unknown accuracy level";
   EXPECT_EQ(cuda::launch_int4_gemm_tc_device_m(dw.view, m, nullptr, QMOE_DTYPE_BF16, x, 64,
                                                QMOE_DTYPE_F32, dy.get(), o.n, 0, o.n, stream_),
             cudaErrorInvalidValue)

@@ -13,6 +13,7 @@
 
 #include "qmoe/qmoe.h"
 #include "tests/cpu/isa_test_util.h"
+#include "tests/gemm/int4_reference.h"
 
 namespace qmoe::testing {
 
@@ -82,6 +83,44 @@ inline std::vector<float> split_bf16_sum(qmoe_context* ctx, const std::vector<fl
   std::vector<float> sum(x.size());
   for (size_t i = 0; i < x.size(); ++i) sum[i] = hi[i] + lo[i];
   return sum;
+}
+
+// v (finite, exactly a float) rounded to BF16, to nearest even, written here from the format's
+// definition rather than taken from the library.
+inline double round_to_bf16(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return r;
+}
+
+// The FP64 Y = X W~^T + bias on the fast level's scaled weights (lib/cuda/int4_gemm_tc.cuh):
+// each weight (code - zero point) * scale rounded once to BF16, as the kernels round it; y and
+// abs_sum (sum_k |x w~|) only.
+inline Reference scaled_weight_reference(const Int4Matrix& w, const std::vector<float>& x,
+                                         uint32_t m) {
+  const uint32_t n_total = w.options.n, k_total = w.options.k;
+  Reference ref;
+  ref.y.assign(size_t{m} * n_total, 0.0);
+  ref.abs_sum.assign(size_t{m} * n_total, 0.0);
+  std::vector<double> row(k_total);
+  for (uint32_t n = 0; n < n_total; ++n) {
+    for (uint32_t k = 0; k < k_total; ++k) row[k] = round_to_bf16(w.weight(n, k));
+    for (uint32_t i = 0; i < m; ++i) {
+      const float* xr = x.data() + size_t{i} * k_total;
+      double y = 0.0, abs_sum = 0.0;
+      for (uint32_t k = 0; k < k_total; ++k) {
+        y += double{xr[k]} * row[k];
+        abs_sum += std::fabs(double{xr[k]} * row[k]);
+      }
+      ref.y[size_t{i} * n_total + n] = y + w.bias_values[n];
+      ref.abs_sum[size_t{i} * n_total + n] = abs_sum;
+    }
+  }
+  return ref;
 }
 
 }  // namespace qmoe::testing
