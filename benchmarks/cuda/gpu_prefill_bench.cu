@@ -317,8 +317,8 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
                  (shown == qmoe::cuda::Int4GemmTcTile::kWgmma128x64SplitK ? " split-k" : "") +
                  (qmoe::cuda::int4_gemm_tc_tile_is_wgmma(shown) ? " wgmma" : "");
   }
-  const bool scaled =
-      qmoe::cuda::int4_gemm_tc_tile_is_wgmma(shown) && accuracy == QMOE_ACCURACY_FAST;
+  const bool scaled = qmoe::cuda::int4_gemm_tc_scaled_weights(shown, accuracy, QMOE_DTYPE_BF16,
+                                                              d.int4[0].scale_dtype);
   state.SetLabel(std::string(kShapes[shape].name) + " m=" + std::to_string(m) + " tile " +
                  tile_name + (scaled ? " fast (scaled weights)" : " exact weights") + " weights x" +
                  std::to_string(d.int4.size()));

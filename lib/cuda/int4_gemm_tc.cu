@@ -8,8 +8,6 @@
 #include <tuple>
 #include <utility>
 
-#include <cuda_bf16.h>
-
 #include "lib/cuda/int4_gemm_tc.cuh"
 #include "lib/cuda/int4_gemm_tc_layout.cuh"
 #include "lib/cuda/int4_gemm_tc_params.cuh"
@@ -343,11 +341,6 @@ double int4_gemm_tc_scaled_accumulation_bound(uint32_t k) {
 double int4_gemm_tc_fast_bound(uint32_t k) {
   const double w = kInt4GemmTcScaledWeightBound;
   return w + int4_gemm_tc_scaled_accumulation_bound(k) * (1.0 + w);
-}
-
-double int4_gemm_tc_scaled_weight(int code_minus_zero, float scale) {
-  // Exact in FP32 for an FP16 scale (4 significant bits times 11), then rounded once.
-  return __bfloat162float(__float2bfloat16_rn(static_cast<float>(code_minus_zero) * scale));
 }
 
 namespace tc {

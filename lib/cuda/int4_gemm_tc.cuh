@@ -32,9 +32,9 @@
 // Scaled weights (accuracy QMOE_ACCURACY_FAST on a wgmma tile with BF16 X and FP16 scales;
 // int4_gemm_tc_scaled_weights). The scale goes into the weight before the MMA, as the usual
 // weight-only GEMMs do: each weight enters the tensor cores as the BF16 rn(W[n, k]), rounded
-// once (int4_gemm_tc_scaled_weight), and the tensor cores sum the whole of K in FP32 with no
-// fold. That removes the fold's FFMAs (64 a thread per fold unit, half the MMAs' time) and the
-// waits between the folds and the MMAs. Bound against y_ref from the exact weights:
+// once (scale_pairs in int4_gemm_wgmma_kernel.cuh), and the tensor cores sum the whole of K in FP32
+// with no fold. That removes the fold's FFMAs (64 a thread per fold unit, half the MMAs' time) and
+// the waits between the folds and the MMAs. Bound against y_ref from the exact weights:
 // int4_gemm_tc_fast_bound(K) * S, that is 2^-8 S (BF16's rounding of each weight) plus 32 * 2^-23
 // S per k16 step (the running sum is one of each step's addends): the order of the CPU fast
 // level's activation term (at least S / 254), not within it. FP16 scales only: every weight
@@ -162,7 +162,7 @@ constexpr bool int4_gemm_tc_scaled_weights(Int4GemmTcTile tile, qmoe_accuracy ac
 }
 
 /// Scaled weights, against y_ref computed from the BF16 weights the kernel uses
-/// (int4_gemm_tc_scaled_weight): (32 * ceil(K / 16) + 2) * 2^-23.
+/// (rn(W[n, k]) each): (32 * ceil(K / 16) + 2) * 2^-23.
 double int4_gemm_tc_scaled_accumulation_bound(uint32_t k);
 
 /// The relative error of a scaled weight against the exact one: 2^-8 (one rounding to BF16,
@@ -174,10 +174,6 @@ constexpr double kInt4GemmTcScaledWeightBound = 0x1p-8;
 /// int4_gemm_tc_scaled_accumulation_bound(K). Where they are not, the fast level meets the exact
 /// bound, which is below this one.
 double int4_gemm_tc_fast_bound(uint32_t k);
-
-/// A scaled weight: the BF16 round-to-nearest-even of (code - zero point) * scale, for an FP16
-/// scale's value (the kernels compute it bit for bit so).
-double int4_gemm_tc_scaled_weight(int code_minus_zero, float scale);
 
 }  // namespace qmoe::cuda
 

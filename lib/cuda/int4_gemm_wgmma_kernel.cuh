@@ -55,7 +55,7 @@
 // Scaled weights (the fast level's, int4_gemm_tc.cuh). The producer turns each scale into two
 // BF16 parts instead of an FP32 value, the consumers multiply each dequantised pair by them
 // (scale_pairs: the weight rounded once to BF16) and every k-tile's MMAs accumulate into the
-// one accumulator set, with no fold (consume_scaled).
+// one accumulator set, with no fold (compute_stage_scaled).
 #ifndef QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 #define QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 
@@ -285,34 +285,25 @@ QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], c
   }
 }
 
-// Scaled weights: k-tile kt's MMAs, accumulating into `acc` straight from the tensor cores (no
-// fold), then the stage goes back to the producer once they have completed (every consumer
-// thread arrives on its empty barrier). The next k-tile is dequantised only after that wait: a
-// dequantisation into a second fragment set while these MMAs are in flight makes ptxas
-// serialise every wgmma (its C7513, seen with one k-tile's group left in flight); the MMAs of
-// the CTA's other warpgroup, or of the multiprocessor's other CTA, overlap it instead.
+// Scaled weights: the warpgroup's MMAs of one stage, accumulating into `acc` straight from the
+// tensor cores (no fold); every one of them has completed on return, so the stage may then be
+// released. The next stage is dequantised only after that wait: a dequantisation into a second
+// fragment set while these MMAs are in flight makes ptxas serialise every wgmma (its C7513,
+// seen with one k-tile's group left in flight); the MMAs of the CTA's other warpgroup, or of
+// the multiprocessor's other CTA, overlap it instead.
 template <class C, XMode kX>
-QMOE_TC_HD void consume_scaled(const Params& p, float (&acc)[64], uint8_t* smem, uint32_t bars,
-                               const WgmmaLane& l) {
-  uint32_t stage = 0;
-  for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
-    ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (kt / C::kStages) & 1);
-    const uint8_t* st = smem + stage * C::kStage.bytes;
-    uint32_t a[2 * C::kChunksPerGroup][4];
-    dequant_stage<C, kX>(a, st, l);
-    const uint32_t x_slices = ptx::shared_address(st) + l.x_slice;
-    ptx::wgmma_fence();
+QMOE_TC_HD void compute_stage_scaled(float (&acc)[64], const uint8_t* stage, const WgmmaLane& l) {
+  uint32_t a[2 * C::kChunksPerGroup][4];
+  dequant_stage<C, kX>(a, stage, l);
+  const uint32_t x_slices = ptx::shared_address(stage) + l.x_slice;
+  ptx::wgmma_fence();
 #pragma unroll
-    for (uint32_t s = 0; s < 2 * C::kChunksPerGroup; ++s) {
-      ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
-          acc, a[s], ptx::wgmma_descriptor_sw128(x_slices + s * 32), true);
-    }
-    ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
-    ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
-    stage = stage + 1 == C::kStages ? 0 : stage + 1;
+  for (uint32_t s = 0; s < 2 * C::kChunksPerGroup; ++s) {
+    ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
+        acc, a[s], ptx::wgmma_descriptor_sw128(x_slices + s * 32), true);
   }
-  ptx::wgmma_hold(acc);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
 }
 
 // Writes the CTA's outputs through shared memory: the accumulators go to an FP32 tile
@@ -437,22 +428,26 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
   float acc[64];
 #pragma unroll
   for (uint32_t i = 0; i < 64; ++i) acc[i] = 0.0f;
-  if constexpr (C::kScaledWeights) {
-    consume_scaled<C, kX>(p, acc, smem, bars, lane_offsets);
-  } else {
-    float partial[2][64];
-    UnitScales last{0.0f, 0.0f};  // the previous k-tile's last fold unit (compute_stage_wgmma)
-    uint32_t stage = 0;
-    for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
-      ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (kt / C::kStages) & 1);
-      compute_stage_wgmma<C, kX>(acc, partial, smem + stage * C::kStage.bytes, lane_offsets, last,
-                                 kt != 0);
-      // Every MMA of the stage has completed, and this thread has read all it reads of it.
-      ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
-      stage = stage + 1 == C::kStages ? 0 : stage + 1;
+  float partial[2][64];         // the fold's partial sums (exact weights only)
+  UnitScales last{0.0f, 0.0f};  // the previous k-tile's last fold unit (compute_stage_wgmma)
+  uint32_t stage = 0;
+  for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+    ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (kt / C::kStages) & 1);
+    const uint8_t* st = smem + stage * C::kStage.bytes;
+    if constexpr (C::kScaledWeights) {
+      compute_stage_scaled<C, kX>(acc, st, lane_offsets);
+    } else {
+      compute_stage_wgmma<C, kX>(acc, partial, st, lane_offsets, last, kt != 0);
     }
+    // Every MMA of the stage has completed, and this thread has read all it reads of it.
+    ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
+    stage = stage + 1 == C::kStages ? 0 : stage + 1;
+  }
+  if constexpr (C::kScaledWeights) {
+    ptx::wgmma_hold(acc);  // no read of the accumulators moves above the last wait
+  } else if (C::kUnitsPerGroup % 2 == 0 && p.k_tiles > 0) {
     // The last k-tile's last unit, when compute_stage_wgmma carries it.
-    if (C::kUnitsPerGroup % 2 == 0 && p.k_tiles > 0) fold_partial(acc, partial[1], last);
+    fold_partial(acc, partial[1], last);
   }
   // No consumer reads a stage any more, and every copy into one has landed (each was observed
   // on its full barrier): the epilogue's tile overlays them.
