@@ -10,7 +10,8 @@
 // fast level (scaled weights on the wgmma tiles: the scales are FP16). By default only the
 // launcher's own tile choice (tile -1): 18 rows, a few seconds in all. QMOE_TC_BENCH_TILES=all adds
 // every forced tile (0 .. kInt4GemmTcTileCount - 1: Int4GemmTcTile; those the device cannot run
-// report an error) to each shape and M, for tile-choice studies.
+// report an error) to each shape and M, for tile-choice studies; QMOE_TC_BENCH_M=16,32,... runs
+// those row counts instead of 128, 512 and 2048.
 //
 // Timing: CUDA events around batches of kBatch launches, ours and cuBLAS's alternating within
 // each of kIterations benchmark iterations (a fixed count: the time does not depend on how fast
@@ -27,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -330,10 +332,29 @@ bool all_tiles() {
   return v != nullptr && std::strcmp(v, "all") == 0;
 }
 
+// QMOE_TC_BENCH_M: a comma-separated list of row counts in 1..kMaxM, else 128, 512, 2048.
+std::vector<int> row_counts() {
+  std::vector<int> ms;
+  if (const char* v = std::getenv("QMOE_TC_BENCH_M")) {
+    for (const char* p = v; *p != '\0';) {
+      char* end = nullptr;
+      const long m = std::strtol(p, &end, 10);
+      if (end == p || m < 1 || m > long{kMaxM} || (*end != ',' && *end != '\0')) {
+        std::fprintf(stderr, "QMOE_TC_BENCH_M: expected row counts in 1..2048, got '%s'\n", v);
+        std::exit(2);
+      }
+      ms.push_back(static_cast<int>(m));
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
+  if (ms.empty()) ms = {128, 512, 2048};
+  return ms;
+}
+
 void Args(benchmark::internal::Benchmark* bm) {
   const int last_tile = all_tiles() ? qmoe::cuda::kInt4GemmTcTileCount - 1 : -1;
   for (int shape = 0; shape < 3; ++shape) {
-    for (int m : {128, 512, 2048}) {
+    for (int m : row_counts()) {
       for (int tile = -1; tile <= last_tile; ++tile) {
         for (int fast = 0; fast < 2; ++fast) bm->Args({shape, m, tile, fast});
       }
