@@ -6,12 +6,13 @@
 // gpt-oss-20b-like [N 5760, K 2880]; M = 128, 512, 2048. INT4 codes with FP16 block-32 scales in
 // the grouped order (docs/formats.md), no zero points, no bias; X and Y in BF16.
 //
-// Rows: BM_Int4GemmTcVsCublas/<shape>/<M>/<tile>/<level>, level 0 the exact level and 1 the
-// fast level (scaled weights on the wgmma tiles: the scales are FP16). By default only the
-// launcher's own tile choice (tile -1): 18 rows, a few seconds in all. QMOE_TC_BENCH_TILES=all adds
-// every forced tile (0 .. kInt4GemmTcTileCount - 1: Int4GemmTcTile; those the device cannot run
-// report an error) to each shape and M, for tile-choice studies; QMOE_TC_BENCH_M=16,32,... runs
-// those row counts instead of 128, 512 and 2048.
+// Rows: BM_Int4GemmTcVsCublas/<shape>/<M>/<tile>/<level>/<k splits>, level 0 the exact level and
+// 1 the fast level (scaled weights on the wgmma tiles: the scales are FP16), k splits 0 for the
+// launcher's choice. By default only the launcher's own tile choice (tile -1): 18 rows, a few
+// seconds in all. QMOE_TC_BENCH_TILES=all adds every forced tile (0 .. kInt4GemmTcTileCount - 1:
+// Int4GemmTcTile; those the device cannot run report an error) to each shape and M, for
+// tile-choice studies; QMOE_TC_BENCH_SPLITS=1,2,4 forces those splits over K on each forced wgmma
+// tile; QMOE_TC_BENCH_M=16,32,... runs those row counts instead of 128, 512 and 2048.
 //
 // Timing: CUDA events around batches of kBatch launches, ours and cuBLAS's alternating within
 // each of kIterations benchmark iterations (a fixed count: the time does not depend on how fast
@@ -230,15 +231,16 @@ double median(std::vector<double> v) {
   return v.size() % 2 != 0 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
+// splits: a forced tile's split over K (0: the launcher's choice for that tile).
 cudaError_t ours(Bench& b, const ShapeData& d, uint32_t m, int tile, qmoe_accuracy accuracy,
-                 const DeviceQuantMatrix& w) {
+                 uint32_t splits, const DeviceQuantMatrix& w) {
   if (tile < 0) {
     return qmoe::cuda::launch_int4_gemm_tc(w, m, QMOE_DTYPE_BF16, d.x, d.k, QMOE_DTYPE_BF16, d.y,
                                            d.n, 0, d.n, b.stream, accuracy);
   }
   return qmoe::cuda::launch_int4_gemm_tc_tile(static_cast<qmoe::cuda::Int4GemmTcTile>(tile), w, m,
                                               nullptr, QMOE_DTYPE_BF16, d.x, d.k, QMOE_DTYPE_BF16,
-                                              d.y, d.n, 0, d.n, b.stream, accuracy);
+                                              d.y, d.n, 0, d.n, b.stream, accuracy, splits);
 }
 
 void BM_Int4GemmTcVsCublas(benchmark::State& state) {
@@ -251,12 +253,13 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
   const auto m = static_cast<uint32_t>(state.range(1));
   const int tile = static_cast<int>(state.range(2));
   const auto accuracy = state.range(3) != 0 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
+  const auto splits = static_cast<uint32_t>(state.range(4));
   const ShapeData& d = b.shapes[shape];
   size_t rot = 0, rot_bf16 = 0;
 
   // Warm-up (module load, cuBLAS heuristics), and the errors of both paths surface here.
   for (int i = 0; i < 3; ++i) {
-    cudaError_t e = ours(b, d, m, tile, accuracy, d.int4[rot++ % d.int4.size()]);
+    cudaError_t e = ours(b, d, m, tile, accuracy, splits, d.int4[rot++ % d.int4.size()]);
     if (e != cudaSuccess) {
       state.SkipWithError(cuda_message("launch_int4_gemm_tc", e).c_str());
       return;
@@ -276,7 +279,7 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
   for (auto _ : state) {
     cudaEventRecord(b.events[0], b.stream);
     for (int i = 0; i < kBatch; ++i) {
-      e = ours(b, d, m, tile, accuracy, d.int4[rot++ % d.int4.size()]);
+      e = ours(b, d, m, tile, accuracy, splits, d.int4[rot++ % d.int4.size()]);
     }
     cudaEventRecord(b.events[1], b.stream);
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
@@ -310,14 +313,20 @@ void BM_Int4GemmTcVsCublas(benchmark::State& state) {
   qmoe::cuda::Int4GemmTcTile shown = static_cast<qmoe::cuda::Int4GemmTcTile>(tile);
   const bool wgmma = qmoe::cuda::int4_gemm_tc_tile_available(
       qmoe::cuda::Int4GemmTcTile::kWgmma128x64, QMOE_DTYPE_BF16);
-  if (tile < 0 && !qmoe::cuda::choose_int4_gemm_tc_tile(m, 0, d.n, b.sm_count, b.max_shared,
-                                                        QMOE_DTYPE_BF16, kBlock, &shown, wgmma)) {
+  uint32_t k_splits = splits;
+  if (tile < 0 &&
+      !qmoe::cuda::choose_int4_gemm_tc_tile(m, 0, d.n, d.k, b.sm_count, b.max_shared,
+                                            QMOE_DTYPE_BF16, kBlock, &shown, wgmma, &k_splits)) {
     tile_name += "none";
   } else {
     const qmoe::cuda::Int4GemmTcTileShape s = qmoe::cuda::int4_gemm_tc_tile_shape(shown);
+    if (k_splits == 0) {
+      k_splits = qmoe::cuda::choose_int4_gemm_tc_k_splits(shown, m, 0, d.n, d.k, b.sm_count);
+    }
     tile_name += std::to_string(s.rows_m) + "x" + std::to_string(s.rows_n) +
                  (shown == qmoe::cuda::Int4GemmTcTile::kWgmma128x64SplitK ? " split-k" : "") +
-                 (qmoe::cuda::int4_gemm_tc_tile_is_wgmma(shown) ? " wgmma" : "");
+                 (qmoe::cuda::int4_gemm_tc_tile_is_wgmma(shown) ? " wgmma" : "") + " k splits " +
+                 std::to_string(k_splits);
   }
   const bool scaled = qmoe::cuda::int4_gemm_tc_scaled_weights(shown, accuracy, QMOE_DTYPE_BF16,
                                                               d.int4[0].scale_dtype);
@@ -351,12 +360,36 @@ std::vector<int> row_counts() {
   return ms;
 }
 
+// QMOE_TC_BENCH_SPLITS: a comma-separated list of splits over K (1..8) to force on each forced
+// wgmma tile, else the launcher's choice for the tile.
+std::vector<int> split_counts() {
+  std::vector<int> splits;
+  if (const char* v = std::getenv("QMOE_TC_BENCH_SPLITS")) {
+    for (const char* p = v; *p != '\0';) {
+      char* end = nullptr;
+      const long s = std::strtol(p, &end, 10);
+      if (end == p || s < 1 || s > 8 || (*end != ',' && *end != '\0')) {
+        std::fprintf(stderr, "QMOE_TC_BENCH_SPLITS: expected splits in 1..8, got '%s'\n", v);
+        std::exit(2);
+      }
+      splits.push_back(static_cast<int>(s));
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
+  if (splits.empty()) splits = {0};
+  return splits;
+}
+
 void Args(benchmark::internal::Benchmark* bm) {
   const int last_tile = all_tiles() ? qmoe::cuda::kInt4GemmTcTileCount - 1 : -1;
   for (int shape = 0; shape < 3; ++shape) {
     for (int m : row_counts()) {
       for (int tile = -1; tile <= last_tile; ++tile) {
-        for (int fast = 0; fast < 2; ++fast) bm->Args({shape, m, tile, fast});
+        const bool wgmma = tile >= 0 && qmoe::cuda::int4_gemm_tc_tile_is_wgmma(
+                                            static_cast<qmoe::cuda::Int4GemmTcTile>(tile));
+        for (int split : wgmma ? split_counts() : std::vector<int>{0}) {
+          for (int fast = 0; fast < 2; ++fast) bm->Args({shape, m, tile, fast, split});
+        }
       }
     }
   }

@@ -36,17 +36,14 @@ uint32_t element_bytes(qmoe_dtype d) {
 // 2 of 128 threads, 1 of 192 or 256) and the opt-in shared memory. Ties go to the larger
 // tile, which reloads X and W less.
 //
-// The wgmma tiles (where they run, 16-bit X) come first, by grid size, as measured on the H200
-// against every mma.sync tile (docs/results/2026-12-02-h200-wgmma-gemm.md,
-// docs/results/2026-12-02-h200-wgmma-tma-splitk.md,
-// docs/results/2026-12-02-h200-wgmma-producer.md): once the 128 x 64 grid fills half the
-// multiprocessors, 128 x 64 split over K while that grid is at most one CTA per multiprocessor
-// (two warpgroups on each CTA's k-tiles) and 128 x 64 beyond (two CTAs per multiprocessor);
-// else the model above over the mma.sync tiles (a small grid does better with their more,
-// smaller CTAs). 128 x 128 is not chosen: with the producer warpgroup it runs 10-20% below
-// 128 x 64 at every measured shape, though it reads X half as often per output (its one
-// producer copies and converts 128 rows' codes and planes for two MMA warpgroups, which then
-// wait for it).
+// The wgmma tiles (where they run, 16-bit X) are chosen instead whenever they run: on the H200
+// they beat every mma.sync tile at every measured shape (docs/results/2026-12-02-h200-wgmma-gemm.md
+// and the files after it). Among them a second model (wgmma_cost) picks 128 x 64 alone, split
+// over K across a cluster of 2, 4 or 8 CTAs, or 128 x 64 split over K inside the CTA (two
+// warpgroups, one CTA a multiprocessor). 128 x 128 is not chosen: with the producer warpgroup
+// it runs 10-20% below 128 x 64 at every measured shape, though it reads X half as often per
+// output (its one producer copies and converts 128 rows' codes and planes for two MMA
+// warpgroups, which then wait for it).
 constexpr uint32_t kSchedulers = 4;
 constexpr uint32_t kRegistersPerThread = 192;
 constexpr uint32_t kRegistersPerSm = 65536;
@@ -55,6 +52,66 @@ static_assert(static_cast<int>(Int4GemmTcTile::kWgmma128x64) == 4 &&
               static_cast<int>(Int4GemmTcTile::kWgmma128x128) == 5 &&
               static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK) == 6);
 constexpr double kSchedulerRate[] = {0.0, 0.6, 0.85, 1.0};  // by resident warps, 3 or more
+
+// The wgmma model, fitted to one H200 run of every split of 128 x 64 and its in-CTA split
+// variant at M = 16 to 2048 on the three benchmark shapes
+// (docs/results/2026-12-03-h200-gemm-cluster-split.md): a CTA costs its k-tiles plus
+// kCtaOverheadKTiles (its pipeline's fill and its epilogue); 128 x 64 CTAs that have a
+// multiprocessor each run at that cost, two on one multiprocessor each take kTwoCtasFactor times
+// it (two CTAs of 128 x 64 fit one multiprocessor: a wave is 2 x SMs of them); the in-CTA split
+// tile, one CTA a multiprocessor, runs at kInCtaSplitFactor times 128 x 64's alone. 128 x 64 is
+// the default; another candidate replaces the best so far only if it is kSplitGain cheaper.
+// Clusters of 2, 4 and 8 only, with at least kMinKTilesPerSplit k-tiles a CTA: the in-CTA split
+// tile (one CTA a multiprocessor) ran clusters of 4 and 5 at half the speed of 3 in that run,
+// which fits clusters that cannot all be resident at once (a GPC's free multiprocessors are not
+// a multiple of the cluster), so it is not split.
+constexpr uint64_t kMinKTilesPerSplit = 2;
+constexpr uint64_t kCtaOverheadKTiles = 2;
+constexpr double kTwoCtasFactor = 1.65;
+constexpr double kInCtaSplitFactor = 0.93;
+constexpr double kSplitGain = 0.05;
+constexpr uint64_t kClusterSizes[] = {2, 4, 8};
+
+// The model's time of `tiles` output tiles of `tile` with K split `c` ways, in k-tiles of one
+// 128 x 64 CTA alone on a multiprocessor.
+double wgmma_cost(Int4GemmTcTile tile, uint64_t tiles, uint64_t k_tiles, uint64_t c, uint64_t sms) {
+  const double per_cta = static_cast<double>((k_tiles + c - 1) / c + kCtaOverheadKTiles);
+  const uint64_t ctas = tiles * c;
+  if (tile == Int4GemmTcTile::kWgmma128x64) {
+    if (ctas <= sms) return per_cta;
+    return static_cast<double>((ctas + 2 * sms - 1) / (2 * sms)) * per_cta * kTwoCtasFactor;
+  }
+  return static_cast<double>((ctas + sms - 1) / sms) * per_cta * kInCtaSplitFactor;
+}
+
+uint64_t output_tiles(Int4GemmTcTile tile, uint32_t m, uint32_t n_begin, uint32_t n_end) {
+  const tc::TileGeometry& g = kTileGeometry[static_cast<int>(tile)];
+  const uint64_t columns = n_end - n_begin / kGroupRows * kGroupRows;
+  return (uint64_t{m} + g.bm - 1) / g.bm * ((columns + g.bn - 1) / g.bn);
+}
+
+// The wgmma tile and split the model picks (128 x 64's and the in-CTA split's shared memory fit:
+// the caller checks).
+void choose_wgmma(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k, uint64_t sms,
+                  Int4GemmTcTile* tile, uint32_t* k_splits) {
+  const uint64_t tiles = output_tiles(Int4GemmTcTile::kWgmma128x64, m, n_begin, n_end);
+  const uint64_t k_tiles = (uint64_t{k} + tc::kTileK - 1) / tc::kTileK;
+  *tile = Int4GemmTcTile::kWgmma128x64;
+  *k_splits = 1;
+  double best = wgmma_cost(*tile, tiles, k_tiles, 1, sms);
+  const auto consider = [&](Int4GemmTcTile t, uint64_t c) {
+    const double cost = wgmma_cost(t, tiles, k_tiles, c, sms);
+    if (cost < best * (1.0 - kSplitGain)) {
+      best = cost;
+      *tile = t;
+      *k_splits = static_cast<uint32_t>(c);
+    }
+  };
+  consider(Int4GemmTcTile::kWgmma128x64SplitK, 1);
+  for (const uint64_t c : kClusterSizes) {
+    if (k_tiles / c >= kMinKTilesPerSplit) consider(Int4GemmTcTile::kWgmma128x64, c);
+  }
+}
 
 // Per device: filled once under the mutex, then read without it (`ready` publishes it).
 struct DeviceState {
@@ -167,10 +224,11 @@ cudaError_t check_arguments(const DeviceQuantMatrix& w, uint32_t m, qmoe_dtype x
   return cudaSuccess;
 }
 
+// k_splits: 0 for the launcher's choice (choose_int4_gemm_tc_k_splits).
 cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w, uint32_t m,
                    const uint32_t* m_device, qmoe_dtype x_dtype, const void* x, size_t ldx,
                    qmoe_dtype y_dtype, void* y, size_t ldy, uint32_t n_begin, uint32_t n_end,
-                   cudaStream_t stream, qmoe_accuracy accuracy) {
+                   cudaStream_t stream, qmoe_accuracy accuracy, uint32_t k_splits) {
   if (accuracy != QMOE_ACCURACY_EXACT && accuracy != QMOE_ACCURACY_FAST) {
     return cudaErrorInvalidValue;
   }
@@ -188,12 +246,19 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
         !tile_runs(tile, device->wgmma, x_dtype)) {
       return cudaErrorInvalidValue;
     }
-  } else if (!choose_int4_gemm_tc_tile(m, n_begin, n_end, device->sm_count,
+  } else if (!choose_int4_gemm_tc_tile(m, n_begin, n_end, w.k, device->sm_count,
                                        device->max_shared_bytes, x_dtype, w.block_size, &tile,
-                                       device->wgmma)) {
+                                       device->wgmma, k_splits == 0 ? &k_splits : nullptr)) {
     return cudaErrorInvalidValue;
   }
-  const tc::Params p = tc::make_params(w, m, m_device, x, ldx, y_dtype, y, ldy, n_begin, n_end);
+  tc::Params p = tc::make_params(w, m, m_device, x, ldx, y_dtype, y, ldy, n_begin, n_end);
+  if (k_splits == 0) {
+    k_splits = choose_int4_gemm_tc_k_splits(tile, m, n_begin, n_end, w.k, device->sm_count);
+  } else if (k_splits > (int4_gemm_tc_tile_is_wgmma(tile) ? tc::kMaxKSplits : 1) ||
+             k_splits > p.k_tiles) {
+    return cudaErrorInvalidValue;
+  }
+  p.k_splits = k_splits;
   const dim3 grid = tc::grid_for(tile, p);
   const uint32_t fold = tc::fold_k(w.block_size);
   if (int4_gemm_tc_tile_is_wgmma(tile)) {
@@ -241,28 +306,22 @@ bool int4_gemm_tc_tile_available(Int4GemmTcTile tile, qmoe_dtype x_dtype) {
          int4_gemm_tc_shared_bytes(tile, x_dtype, 16) <= device->max_shared_bytes;
 }
 
-bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int sm_count,
-                              size_t max_shared_bytes, qmoe_dtype x_dtype, uint32_t block_size,
-                              Int4GemmTcTile* tile, bool wgmma) {
+bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k,
+                              int sm_count, size_t max_shared_bytes, qmoe_dtype x_dtype,
+                              uint32_t block_size, Int4GemmTcTile* tile, bool wgmma,
+                              uint32_t* k_splits) {
   const uint64_t columns = n_end - n_begin / kGroupRows * kGroupRows;
   const uint64_t sms = static_cast<uint64_t>(std::max(sm_count, 1));
-  const auto ctas = [&](Int4GemmTcTile t) {
-    const tc::TileGeometry& g = kTileGeometry[static_cast<int>(t)];
-    return (uint64_t{m} + g.bm - 1) / g.bm * ((columns + g.bn - 1) / g.bn);
+  uint32_t splits = 1;
+  if (k_splits != nullptr) *k_splits = 1;
+  const auto fits = [&](Int4GemmTcTile t) {
+    return tile_runs(t, wgmma, x_dtype) &&
+           int4_gemm_tc_shared_bytes(t, x_dtype, block_size) <= max_shared_bytes;
   };
-  // (candidate, the fewest and the most of its CTAs it is chosen for): the split tile while its
-  // grid is at most one CTA per SM (on the H200 it beat every mma.sync tile from M = 16 to 256
-  // on N = 1536 and 2048, 24 to 64 CTAs, by 3-19%), else 128 x 64.
-  constexpr uint64_t kAny = ~uint64_t{0};
-  for (const auto [candidate, fewest, most] :
-       {std::tuple{Int4GemmTcTile::kWgmma128x64SplitK, uint64_t{1}, sms},
-        std::tuple{Int4GemmTcTile::kWgmma128x64, (sms + 1) / 2, kAny}}) {
-    const uint64_t n = ctas(candidate);
-    if (tile_runs(candidate, wgmma, x_dtype) && n >= fewest && n <= most &&
-        int4_gemm_tc_shared_bytes(candidate, x_dtype, block_size) <= max_shared_bytes) {
-      *tile = candidate;
-      return true;
-    }
+  if (fits(Int4GemmTcTile::kWgmma128x64) && fits(Int4GemmTcTile::kWgmma128x64SplitK)) {
+    choose_wgmma(m, n_begin, n_end, k, sms, tile, &splits);
+    if (k_splits != nullptr) *k_splits = splits;
+    return true;
   }
   bool found = false;
   double best = 0.0;
@@ -292,6 +351,24 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int 
   return found;
 }
 
+uint32_t choose_int4_gemm_tc_k_splits(Int4GemmTcTile tile, uint32_t m, uint32_t n_begin,
+                                      uint32_t n_end, uint32_t k, int sm_count) {
+  if (tile != Int4GemmTcTile::kWgmma128x64 || m == 0 || n_begin >= n_end || k == 0) return 1;
+  const uint64_t sms = static_cast<uint64_t>(std::max(sm_count, 1));
+  const uint64_t tiles = output_tiles(tile, m, n_begin, n_end);
+  const uint64_t k_tiles = (uint64_t{k} + tc::kTileK - 1) / tc::kTileK;
+  uint32_t best = 1;
+  double best_cost = wgmma_cost(tile, tiles, k_tiles, 1, sms);
+  for (const uint64_t c : kClusterSizes) {
+    const double cost = wgmma_cost(tile, tiles, k_tiles, c, sms);
+    if (k_tiles / c >= kMinKTilesPerSplit && cost < best_cost * (1.0 - kSplitGain)) {
+      best = static_cast<uint32_t>(c);
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 cudaError_t prepare_int4_gemm_tc() {
   const DeviceState* device = nullptr;
   return current_device_state(&device);
@@ -302,7 +379,7 @@ cudaError_t launch_int4_gemm_tc(const DeviceQuantMatrix& w, uint32_t m, qmoe_dty
                                 uint32_t n_begin, uint32_t n_end, cudaStream_t stream,
                                 qmoe_accuracy accuracy) {
   return launch(nullptr, w, m, nullptr, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end, stream,
-                accuracy);
+                accuracy, 0);
 }
 
 cudaError_t launch_int4_gemm_tc_device_m(const DeviceQuantMatrix& w, uint32_t m_capacity,
@@ -312,16 +389,16 @@ cudaError_t launch_int4_gemm_tc_device_m(const DeviceQuantMatrix& w, uint32_t m_
                                          cudaStream_t stream, qmoe_accuracy accuracy) {
   if (m_device == nullptr) return cudaErrorInvalidValue;
   return launch(nullptr, w, m_capacity, m_device, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end,
-                stream, accuracy);
+                stream, accuracy, 0);
 }
 
 cudaError_t launch_int4_gemm_tc_tile(Int4GemmTcTile tile, const DeviceQuantMatrix& w, uint32_t m,
                                      const uint32_t* m_device, qmoe_dtype x_dtype, const void* x,
                                      size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
                                      uint32_t n_begin, uint32_t n_end, cudaStream_t stream,
-                                     qmoe_accuracy accuracy) {
+                                     qmoe_accuracy accuracy, uint32_t k_splits) {
   return launch(&tile, w, m, m_device, x_dtype, x, ldx, y_dtype, y, ldy, n_begin, n_end, stream,
-                accuracy);
+                accuracy, k_splits);
 }
 
 double int4_gemm_tc_accumulation_bound(uint32_t k, uint32_t block_size, qmoe_dtype x_dtype) {
@@ -363,6 +440,7 @@ Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_dev
   p.n_end = n_end;
   p.n_base = n_begin / kGroupRows * kGroupRows;
   p.k_tiles = (w.k + kTileK - 1) / kTileK;
+  p.k_splits = 1;
   p.block_shift = static_cast<uint32_t>(__builtin_ctz(w.block_size));
   p.y_pairs = reinterpret_cast<uintptr_t>(y) % (2 * element_bytes(y_dtype)) == 0 && ldy % 2 == 0;
   p.scale_bytes = element_bytes(w.scale_dtype);
@@ -386,7 +464,7 @@ XTileMap x_tile_map(const Params& p, uint32_t box_rows) {
 
 dim3 grid_for(Int4GemmTcTile tile, const Params& p) {
   const TileGeometry& g = kTileGeometry[static_cast<int>(tile)];
-  return dim3((p.n_end - p.n_base + g.bn - 1) / g.bn, (p.m + g.bm - 1) / g.bm);
+  return dim3((p.n_end - p.n_base + g.bn - 1) / g.bn, (p.m + g.bm - 1) / g.bm, p.k_splits);
 }
 
 }  // namespace tc

@@ -127,23 +127,34 @@ Int4GemmTcTileShape int4_gemm_tc_tile_shape(Int4GemmTcTile tile);
 /// dtype).
 size_t int4_gemm_tc_shared_bytes(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t block_size);
 
-/// The tile the launchers pick for m rows and columns [n_begin, n_end) on a device with
-/// `sm_count` multiprocessors and `max_shared_bytes` of opt-in shared memory per block: the
-/// least work on the busiest warp scheduler, at the rate its resident warps sustain (the model
-/// is in int4_gemm_tc.cu); `wgmma`: whether the kWgmma tiles run on that device (16-bit X
-/// only either way). Returns false when no tile fits the shared memory.
-bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, int sm_count,
-                              size_t max_shared_bytes, qmoe_dtype x_dtype, uint32_t block_size,
-                              Int4GemmTcTile* tile, bool wgmma = false);
+/// The tile the launchers pick for m rows, columns [n_begin, n_end) and depth k on a device
+/// with `sm_count` multiprocessors and `max_shared_bytes` of opt-in shared memory per block, and
+/// its split over K (k_splits, if not null: 1 unless a wgmma tile is split across a cluster);
+/// `wgmma`: whether the kWgmma tiles run on that device (16-bit X only either way). Where they
+/// run, a wgmma tile by a model of the H200's measurements; elsewhere the mma.sync tile with the
+/// least work on the busiest warp scheduler, at the rate its resident warps sustain (both models
+/// are in int4_gemm_tc.cu). Returns false when no tile fits the shared memory.
+bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k,
+                              int sm_count, size_t max_shared_bytes, qmoe_dtype x_dtype,
+                              uint32_t block_size, Int4GemmTcTile* tile, bool wgmma = false,
+                              uint32_t* k_splits = nullptr);
+
+/// How many CTAs of a cluster split K for each output tile of a launch of the tile given (the
+/// model of choose_int4_gemm_tc_tile): 1, 2, 4 or 8 for kWgmma128x64, so that a grid that would
+/// leave multiprocessors idle, or a last wave short, has more, shorter CTAs; 1 for the others.
+uint32_t choose_int4_gemm_tc_k_splits(Int4GemmTcTile tile, uint32_t m, uint32_t n_begin,
+                                      uint32_t n_end, uint32_t k, int sm_count);
 
 /// Either launcher with the tile given instead of chosen (tests, benchmarks); m_device may be
-/// nullptr (then M = m). cudaErrorInvalidValue if the tile's shared memory exceeds the
-/// device's limit.
+/// nullptr (then M = m); k_splits 0 for the launcher's choice, else 1 .. 8 on a wgmma tile (at
+/// most the 64-code k-tiles) and 1 on the others. cudaErrorInvalidValue if the tile's shared
+/// memory exceeds the device's limit or k_splits is out of range.
 cudaError_t launch_int4_gemm_tc_tile(Int4GemmTcTile tile, const DeviceQuantMatrix& w, uint32_t m,
                                      const uint32_t* m_device, qmoe_dtype x_dtype, const void* x,
                                      size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,
                                      uint32_t n_begin, uint32_t n_end, cudaStream_t stream,
-                                     qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT);
+                                     qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT,
+                                     uint32_t k_splits = 0);
 
 /// The relative bound above: (32 * steps + K / F + 2) * 2^-23, where F = 16 for block size 16
 /// and 32 otherwise (the FP32 fold granularity) and steps = F / 16 MMAs per fold, twice that

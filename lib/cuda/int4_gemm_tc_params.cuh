@@ -28,6 +28,9 @@ struct Params {
   uint32_t n_begin, n_end;   // written columns
   uint32_t n_base;           // n_begin rounded down to 8: CTA column tiles start here
   uint32_t k_tiles;          // ceil(K / kTileK)
+  // CTAs that split K for one output tile, a cluster along the grid's z (wgmma tiles only; 1
+  // elsewhere): 1 .. min(k_tiles, kMaxKSplits) (int4_gemm_wgmma_kernel.cuh).
+  uint32_t k_splits;
   uint32_t block_shift;      // log2(block size)
   bool y_pairs;              // y and ldy allow two adjacent outputs as one aligned store
   uint32_t scale_bytes;      // 4 for FP32 scales, 2 for FP16 and BF16
@@ -42,6 +45,9 @@ struct Params {
 
 // K per pipeline stage: two 32-code chunks.
 constexpr uint32_t kTileK = 64;
+
+// The most CTAs a wgmma tile splits K over: the portable cluster size.
+constexpr uint32_t kMaxKSplits = 8;
 
 // Every CTA tile is warps_m x warps_n warp tiles of 64 x 32 (rows of X x rows of W): a warp
 // holds 4 x 4 m16n8 accumulator tiles. With split_k = 2 each warp tile has two warps, one per

@@ -17,18 +17,34 @@ __global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold, kScaled>::kCtaTh
     int4_gemm_wgmma_kernel(const __grid_constant__ Params p,
                            const __grid_constant__ CUtensorMap x_map) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  // x_map is used in place: the TMA takes the parameter's own address.
+  // x_map is used in place: the TMA takes the parameter's own address. With a split over K the
+  // cluster is (1, 1, k_splits) on a grid of depth k_splits, so blockIdx.z is the CTA's rank.
   run_cta_wgmma<WgmmaConfig<kTile, kX, kFold, kScaled>, kX>(p, &x_map, smem, blockIdx.x, blockIdx.y,
-                                                            threadIdx.x);
+                                                            blockIdx.z, threadIdx.x);
 }
 
 template <int kTile, XMode kX, uint32_t kFold, bool kScaled>
 cudaError_t launch_one_wgmma(const Params& p, const CUtensorMap& x_map, dim3 grid,
                              cudaStream_t stream) {
   using C = WgmmaConfig<kTile, kX, kFold, kScaled>;
-  int4_gemm_wgmma_kernel<kTile, kX, kFold, kScaled>
-      <<<grid, C::kCtaThreads, C::kSharedBytes, stream>>>(p, x_map);
-  return cudaGetLastError();
+  const auto kernel = int4_gemm_wgmma_kernel<kTile, kX, kFold, kScaled>;
+  if (p.k_splits <= 1) {
+    kernel<<<grid, C::kCtaThreads, C::kSharedBytes, stream>>>(p, x_map);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(C::kCtaThreads);
+  config.dynamicSmemBytes = C::kSharedBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = p.k_splits;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, p, x_map);
 }
 
 template <int kTile, XMode kX, bool kScaled>

@@ -16,6 +16,17 @@
 // against 32 bytes of codes per W row, so the 128 x 128 tile halves the X traffic per output
 // where the grid is large enough.)
 //
+// Split over K across a cluster (p.k_splits = c > 1, the launch's cluster of c CTAs along the
+// grid's z): CTA z of the cluster computes the same output tile over k-tiles
+// [z k_tiles / c, (z + 1) k_tiles / c), so that c times the CTAs share a grid that would leave
+// multiprocessors idle or a last wave short. Every CTA puts its sums in its shared FP32 tile
+// (the epilogue's), the cluster's barrier publishes them, and each CTA then writes every c-th
+// row group of Y, reading the c tiles through distributed shared memory and adding them in rank
+// order, z = 0 first: the same sums in the same order whichever CTA adds them, so the result is
+// the same run to run (it differs from another c's in the rounding of those additions, as the
+// bound allows: c - 1 additions instead of the folds they replace). A second cluster barrier
+// keeps every CTA, and so its tile, alive until the others have read it.
+//
 // Pipeline. The stages of the tile's geometry (kTileGeometry): X 128 rows x 64 k with its
 // 16-byte units swizzled by row (x_piece_offset), which is exactly the 128-byte-swizzled
 // K-major layout wgmma reads through a descriptor once every stage starts on a 1024-byte
@@ -59,6 +70,7 @@
 #ifndef QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 #define QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 
+#include "lib/cuda/cluster_ptx.cuh"
 #include "lib/cuda/int4_gemm_tc_kernel.cuh"
 #include "lib/cuda/tma_ptx.cuh"
 #include "lib/cuda/wgmma_ptx.cuh"
@@ -310,10 +322,14 @@ QMOE_TC_HD void compute_stage_scaled(float (&acc)[64], const uint8_t* stage, con
 // [token][W row] (with split_k, the second warpgroup's first, then the first warpgroup adds its
 // own to them: acc0 + acc1, one rounding, in a fixed order), then each warp writes whole rows of
 // Y, two adjacent columns a thread (rows < M, columns in [n_begin, n_end) only; bias added in
-// FP32). The consumer threads alone (tid < kThreads), after the stages are free.
+// FP32). With a split over a cluster (p.k_splits > 1; `rank` is the CTA's), the row groups are
+// dealt to the cluster's CTAs in turn and each output is the sum of the c tiles in rank order
+// (the file's comment says why). The consumer threads alone (tid < kThreads), after the stages
+// are free.
 template <class C>
 QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], float* tile,
-                                    uint32_t rows, uint32_t m0, uint32_t n0, uint32_t tid) {
+                                    uint32_t rows, uint32_t m0, uint32_t n0, uint32_t rank,
+                                    uint32_t tid) {
   const uint32_t lane = tid & 31, warp = tid >> 5;
   const uint32_t rw = warp % C::kRowWarps, half = warp / C::kRowWarps;
   const auto at = [&](uint32_t i) {
@@ -333,19 +349,35 @@ QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], flo
     }
   }
   ptx::named_barrier(C::kConsumerBarrier, C::kThreads);
+  const uint32_t splits = p.k_splits;
+  if (splits > 1) ptx::cluster_barrier();  // every CTA's tile of the cluster is complete
   const uint32_t pair = tid % C::kOutPairs, first_row = tid / C::kOutPairs;
   constexpr uint32_t kRowStep = C::kThreads / C::kOutPairs;
   const uint32_t col = n0 + 2 * pair;
   const bool in0 = col >= p.n_begin && col < p.n_end;
   const bool in1 = col + 1 >= p.n_begin && col + 1 < p.n_end;
-  if (!in0 && !in1) return;
-  const bool bias = p.w.bias != nullptr;
-  const float bias0 = bias && in0 ? load_as_float(p.w.bias_dtype, p.w.bias, col) : 0.0f;
-  const float bias1 = bias && in1 ? load_as_float(p.w.bias_dtype, p.w.bias, col + 1) : 0.0f;
-  for (uint32_t token = first_row; token < C::kBM && m0 + token < rows; token += kRowStep) {
-    const float* from = tile + token * C::kOutStride + 2 * pair;
-    store_pair(p, m0 + token, col, from[0] + bias0, from[1] + bias1, in0, in1);
+  if (in0 || in1) {
+    const bool bias = p.w.bias != nullptr;
+    const float bias0 = bias && in0 ? load_as_float(p.w.bias_dtype, p.w.bias, col) : 0.0f;
+    const float bias1 = bias && in1 ? load_as_float(p.w.bias_dtype, p.w.bias, col + 1) : 0.0f;
+    for (uint32_t token = first_row + rank * kRowStep; token < C::kBM && m0 + token < rows;
+         token += splits * kRowStep) {
+      const float* from = tile + token * C::kOutStride + 2 * pair;
+      float sum[2] = {from[0], from[1]};
+      if (splits > 1) {
+        const uint32_t address = ptx::shared_address(from);
+        ptx::cluster_load_f32x2(address, 0, sum);
+        for (uint32_t r = 1; r < splits; ++r) {
+          float v[2];
+          ptx::cluster_load_f32x2(address, r, v);
+          sum[0] += v[0];
+          sum[1] += v[1];
+        }
+      }
+      store_pair(p, m0 + token, col, sum[0] + bias0, sum[1] + bias1, in0, in1);
+    }
   }
+  if (splits > 1) ptx::cluster_barrier();  // the others have read this CTA's tile
 }
 
 // The producer's X copy of k-tile kt into `stage` (its thread 0): the arrival on the stage's full
@@ -365,47 +397,53 @@ QMOE_TC_HD void copy_x_tile(const void* x_map, uint8_t* smem, uint32_t stage, ui
 // full[kt % kStages] once landed and converted (see the pipeline above).
 template <class C, XMode kX>
 QMOE_TC_HD void produce_stages(const Params& p, const void* x_map, uint8_t* smem, uint32_t rows,
-                               uint32_t m0, uint32_t n0, uint32_t pt) {
+                               uint32_t m0, uint32_t n0, uint32_t kt_begin, uint32_t kt_end,
+                               uint32_t pt) {
   const Loader<C, kX> loader(p, rows, m0, n0, pt);
   const uint32_t bars = ptx::shared_address(smem);
-  const auto publish = [&](uint32_t kt) {
-    const uint32_t stage = kt % C::kStages;
-    loader.convert_planes(p, smem + stage * C::kStage.bytes, kt, pt);
+  // j counts the CTA's k-tiles (k-tile kt_begin + j), and the stages and parities follow j.
+  const uint32_t count = kt_end - kt_begin;
+  const auto publish = [&](uint32_t j) {
+    const uint32_t stage = j % C::kStages;
+    loader.convert_planes(p, smem + stage * C::kStage.bytes, kt_begin + j, pt);
     ptx::mbarrier_arrive(bars + C::kBarrierOffset + 8 * stage);
   };
   uint32_t stage = 0;
-  for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
-    if (kt >= C::kStages) {
+  for (uint32_t j = 0; j < count; ++j) {
+    if (j >= C::kStages) {
       ptx::mbarrier_wait_parity(bars + C::kEmptyBarrierOffset + 8 * stage,
-                                ((kt / C::kStages) - 1) & 1);
+                                ((j / C::kStages) - 1) & 1);
     }
-    if (pt == 0) copy_x_tile<C>(x_map, smem, stage, kt, m0);
-    loader.copy_async(p, smem + stage * C::kStage.bytes, kt, pt);
+    if (pt == 0) copy_x_tile<C>(x_map, smem, stage, kt_begin + j, m0);
+    loader.copy_async(p, smem + stage * C::kStage.bytes, kt_begin + j, pt);
     ptx::cp_async_commit();
-    if (kt >= C::kPublishLag) {
-      ptx::cp_async_wait<C::kPublishLag>();  // k-tile kt - kPublishLag's group has landed
-      publish(kt - C::kPublishLag);
+    if (j >= C::kPublishLag) {
+      ptx::cp_async_wait<C::kPublishLag>();  // k-tile j - kPublishLag's group has landed
+      publish(j - C::kPublishLag);
     }
     stage = stage + 1 == C::kStages ? 0 : stage + 1;
   }
   ptx::cp_async_wait<0>();
-  for (uint32_t kt = p.k_tiles > C::kPublishLag ? p.k_tiles - C::kPublishLag : 0; kt < p.k_tiles;
-       ++kt) {
-    publish(kt);
+  for (uint32_t j = count > C::kPublishLag ? count - C::kPublishLag : 0; j < count; ++j) {
+    publish(j);
   }
 }
 
 // One CTA's work, as run_cta in int4_gemm_tc_kernel.cuh (the emulation test runs it on host
-// threads): C::kCtaThreads threads, the consumer warpgroups first and the producer last.
+// threads): C::kCtaThreads threads, the consumer warpgroups first and the producer last; bz is
+// the CTA's rank in its cluster, its slice of K (0 without a split).
 // `smem` holds C::kSharedBytes, of which the stages start at its first 1024-byte boundary;
 // x_map is the CUtensorMap of x_tile_map(p, C::kBM) (a __grid_constant__ parameter on the
 // device).
 template <class C, XMode kX>
 QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem, uint32_t bx,
-                              uint32_t by, uint32_t tid) {
+                              uint32_t by, uint32_t bz, uint32_t tid) {
   const uint32_t rows = p.m_device != nullptr ? (*p.m_device < p.m ? *p.m_device : p.m) : p.m;
   const uint32_t m0 = by * C::kBM;
-  if (m0 >= rows) return;  // the whole CTA, before any barrier
+  if (m0 >= rows) return;  // the whole CTA, and its whole cluster (same by), before any barrier
+  // The launcher makes k_splits <= k_tiles, so every slice has a k-tile.
+  const uint32_t kt_begin = bz * p.k_tiles / p.k_splits;
+  const uint32_t kt_end = (bz + 1) * p.k_tiles / p.k_splits;
   const uint32_t n0 = p.n_base + bx * C::kBN;
   const uint32_t base = ptx::shared_address(smem);
   smem += (kWgmmaAlignment - base % kWgmmaAlignment) % kWgmmaAlignment;
@@ -419,7 +457,7 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
   ptx::cta_barrier();  // the barriers are initialised; from here on the roles part
   if (tid >= C::kThreads) {
     ptx::warpgroup_registers_decrease<C::kProducerRegisters>();
-    produce_stages<C, kX>(p, x_map, smem, rows, m0, n0, tid - C::kThreads);
+    produce_stages<C, kX>(p, x_map, smem, rows, m0, n0, kt_begin, kt_end, tid - C::kThreads);
     return;
   }
   ptx::warpgroup_registers_increase<C::kConsumerRegisters>();
@@ -431,13 +469,13 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
   float partial[2][64];         // the fold's partial sums (exact weights only)
   UnitScales last{0.0f, 0.0f};  // the previous k-tile's last fold unit (compute_stage_wgmma)
   uint32_t stage = 0;
-  for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
-    ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (kt / C::kStages) & 1);
+  for (uint32_t j = 0; j < kt_end - kt_begin; ++j) {
+    ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (j / C::kStages) & 1);
     const uint8_t* st = smem + stage * C::kStage.bytes;
     if constexpr (C::kScaledWeights) {
       compute_stage_scaled<C, kX>(acc, st, lane_offsets);
     } else {
-      compute_stage_wgmma<C, kX>(acc, partial, st, lane_offsets, last, kt != 0);
+      compute_stage_wgmma<C, kX>(acc, partial, st, lane_offsets, last, j != 0);
     }
     // Every MMA of the stage has completed, and this thread has read all it reads of it.
     ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
@@ -445,14 +483,14 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
   }
   if constexpr (C::kScaledWeights) {
     ptx::wgmma_hold(acc);  // no read of the accumulators moves above the last wait
-  } else if (C::kUnitsPerGroup % 2 == 0 && p.k_tiles > 0) {
+  } else if (C::kUnitsPerGroup % 2 == 0 && kt_end > kt_begin) {
     // The last k-tile's last unit, when compute_stage_wgmma carries it.
     fold_partial(acc, partial[1], last);
   }
   // No consumer reads a stage any more, and every copy into one has landed (each was observed
   // on its full barrier): the epilogue's tile overlays them.
   ptx::named_barrier(C::kConsumerBarrier, C::kThreads);
-  store_outputs_wgmma<C>(p, acc, reinterpret_cast<float*>(smem), rows, m0, n0, tid);
+  store_outputs_wgmma<C>(p, acc, reinterpret_cast<float*>(smem), rows, m0, n0, bz, tid);
 }
 
 }  // namespace qmoe::cuda::tc

@@ -58,6 +58,11 @@ struct HostEmulator {
                            int32_t /*c1*/, uint32_t /*bar*/) {
     abort();
   }
+  // The cluster's barrier and a read of a cluster CTA's shared memory (cluster_ptx.cuh).
+  virtual void cluster_barrier() { abort(); }
+  virtual void cluster_load_f32x2(uint32_t /*address*/, uint32_t /*rank*/, float (&/*v*/)[2]) {
+    abort();
+  }
 };
 inline thread_local HostEmulator* host_emulator = nullptr;
 

@@ -11,7 +11,10 @@
 // them (cp.async.wait_group; a wait on the mbarrier phase the copy completes) (the earliest and
 // the latest the PTX ISA allows: held copies make any read of a stage, X, codes or planes,
 // before its wait a wrong value; copies at once can expose a copy into a stage still being
-// read), the launch parameters and grid from the launcher's own make_params and grid_for. Small
+// read), the clusters of a split over K (their CTAs run at once; barrier.cluster counting the
+// threads that have not exited; reads of another CTA's shared memory, which must not have
+// exited, its memory poisoned when it does), the launch parameters and grid from the
+// launcher's own make_params and grid_for. Small
 // shapes over every tile, X type, block size, row/column/K tails, column ranges, plane types,
 // orders and alignments and the device row count, against the FP64 reference from the X the
 // kernel multiplies within the documented bound, with poisoned outputs. The MMA is emulated
@@ -19,6 +22,8 @@
 // cover that.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -66,6 +71,41 @@ class Barrier {
   std::mutex mutex_;
   std::condition_variable done_;
   const uint32_t count_;
+  uint32_t arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// barrier.cluster: every thread of the cluster that has not exited; a thread's exit releases a
+// phase that waits for it alone (PTX ISA, exit).
+class ExitingBarrier {
+ public:
+  explicit ExitingBarrier(uint32_t count) : count_(count) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == count_) {
+      release();
+    } else if (!done_.wait_for(lock, std::chrono::seconds(60),
+                               [&] { return generation_ != generation; })) {
+      ADD_FAILURE() << "barrier.cluster never completed";
+      std::abort();
+    }
+  }
+  void exit() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --count_;
+    if (arrived_ != 0 && arrived_ == count_) release();
+  }
+
+ private:
+  void release() {
+    arrived_ = 0;
+    ++generation_;
+    done_.notify_all();
+  }
+  std::mutex mutex_;
+  std::condition_variable done_;
+  uint32_t count_;
   uint32_t arrived_ = 0;
   uint64_t generation_ = 0;
 };
@@ -129,6 +169,19 @@ struct Cta {
   }
   std::mutex named_mutex;
   std::map<uint32_t, std::unique_ptr<std::pair<uint32_t, Barrier>>> named;
+  std::atomic<uint32_t> running{0};  // threads that have not exited
+};
+
+// The CTAs of one cluster (one CTA without a split over K) and the cluster's barrier.
+struct Cluster {
+  Cluster(uint32_t ctas, uint32_t threads, size_t shared_bytes) : barrier(ctas * threads) {
+    for (uint32_t i = 0; i < ctas; ++i) {
+      members.push_back(std::make_unique<Cta>(threads, shared_bytes));
+      members.back()->running = threads;
+    }
+  }
+  std::vector<std::unique_ptr<Cta>> members;
+  ExitingBarrier barrier;
 };
 
 double half_value(bool bf16, uint16_t h) {
@@ -148,12 +201,13 @@ enum class Copies { kAtOnce, kAtWait };
 
 class ThreadEmulator : public ptx::HostEmulator {
  public:
-  ThreadEmulator(Cta* cta, uint32_t tid, Copies copies)
-      : cta_(cta),
+  ThreadEmulator(Cluster* cluster, uint32_t rank, uint32_t tid, Copies copies)
+      : cluster_(cluster),
+        cta_(cluster->members[rank].get()),
         lane_(tid % 32),
         in_group_(tid % 128),
-        warp_(cta->warps[tid / 32]),
-        group_(cta->warp_groups[tid / 128]),
+        warp_(cta_->warps[tid / 32]),
+        group_(cta_->warp_groups[tid / 128]),
         copies_(copies) {}
   ~ThreadEmulator() override {
     EXPECT_TRUE(open_.empty() && groups_.empty()) << "cp.async left pending at the kernel's end";
@@ -162,6 +216,19 @@ class ThreadEmulator : public ptx::HostEmulator {
   }
   uint8_t* shared_memory() override { return cta_->shared.data(); }
   void cta_barrier() override { cta_->barrier.arrive_and_wait(); }
+  void cluster_barrier() override { cluster_->barrier.arrive_and_wait(); }
+  // ld.shared::cluster of CTA `rank`'s shared memory, which must still be running.
+  void cluster_load_f32x2(uint32_t address, uint32_t rank, float (&v)[2]) override {
+    EXPECT_EQ(address % 8, 0u) << "ld.shared::cluster.v2.f32 not 8-byte aligned";
+    if (rank >= cluster_->members.size()) {
+      ADD_FAILURE() << "rank " << rank << " outside the cluster";
+      return;
+    }
+    const Cta& target = *cluster_->members[rank];
+    EXPECT_GT(target.running.load(), 0u) << "read of an exited CTA's shared memory";
+    EXPECT_LE(address + 8, target.shared.size());
+    std::memcpy(v, target.shared.data() + address, 8);
+  }
   void named_barrier(uint32_t id, uint32_t threads) override {
     EXPECT_NE(id, 0u) << "barrier 0 is the CTA's";
     EXPECT_EQ(threads % 32, 0u);
@@ -407,6 +474,7 @@ class ThreadEmulator : public ptx::HostEmulator {
     }
     return nullptr;
   }
+  Cluster* cluster_;
   Cta* cta_;
   uint32_t lane_, in_group_;
   Cta::Warp& warp_;
@@ -420,22 +488,32 @@ class ThreadEmulator : public ptx::HostEmulator {
   std::chrono::steady_clock::time_point wait_start_;
 };
 
-// Runs every CTA of the grid, one after the other, each on `threads` host threads running
-// run_one(shared memory, bx, by, tid).
+// Runs every cluster of the grid, one after the other, its grid.z CTAs (the cluster along z of
+// a split over K) at once, each on `threads` host threads running
+// run_one(shared memory, bx, by, bz, tid). When a CTA's last thread exits, its shared memory is
+// poisoned (0xFF bytes, NaN floats), so that a read of it after that gives a wrong result.
 template <class RunCta>
 void emulate_grid(uint32_t threads_per_cta, size_t shared_bytes, dim3 grid, Copies copies,
                   const RunCta& run_one) {
   for (uint32_t by = 0; by < grid.y; ++by) {
     for (uint32_t bx = 0; bx < grid.x; ++bx) {
-      Cta cta(threads_per_cta, shared_bytes);
+      Cluster cluster(grid.z, threads_per_cta, shared_bytes);
       std::vector<std::thread> threads;
-      for (uint32_t tid = 0; tid < threads_per_cta; ++tid) {
-        threads.emplace_back([&, tid] {
-          ThreadEmulator emulator(&cta, tid, copies);
-          ptx::host_emulator = &emulator;
-          run_one(cta.shared.data(), bx, by, tid);
-          ptx::host_emulator = nullptr;
-        });
+      for (uint32_t bz = 0; bz < grid.z; ++bz) {
+        for (uint32_t tid = 0; tid < threads_per_cta; ++tid) {
+          threads.emplace_back([&, bz, tid] {
+            Cta& cta = *cluster.members[bz];
+            {
+              ThreadEmulator emulator(&cluster, bz, tid, copies);
+              ptx::host_emulator = &emulator;
+              run_one(cta.shared.data(), bx, by, bz, tid);
+              ptx::host_emulator = nullptr;
+            }
+            std::lock_guard<std::mutex> lock(cta.named_mutex);
+            if (--cta.running == 0) std::fill(cta.shared.begin(), cta.shared.end(), 0xFF);
+            cluster.barrier.exit();
+          });
+        }
       }
       for (auto& t : threads) t.join();
     }
@@ -446,7 +524,7 @@ template <int kTile, XMode kX, uint32_t kFold>
 void emulate(const Params& p, dim3 grid, Copies copies) {
   using C = Config<kTile, kX, kFold>;
   emulate_grid(C::kThreads, C::kSharedBytes, grid, copies,
-               [&](uint8_t* smem, uint32_t bx, uint32_t by, uint32_t tid) {
+               [&](uint8_t* smem, uint32_t bx, uint32_t by, uint32_t /*bz*/, uint32_t tid) {
                  run_cta<C, kX>(p, smem, bx, by, tid);
                });
 }
@@ -464,8 +542,8 @@ void emulate_wgmma(const Params& p, dim3 grid, Copies copies) {
     CUtensorMap map{};
     std::memcpy(&map, &description, sizeof description);
     emulate_grid(C::kCtaThreads, C::kSharedBytes, grid, copies,
-                 [&](uint8_t* smem, uint32_t bx, uint32_t by, uint32_t tid) {
-                   run_cta_wgmma<C, kX>(p, &map, smem, bx, by, tid);
+                 [&](uint8_t* smem, uint32_t bx, uint32_t by, uint32_t bz, uint32_t tid) {
+                   run_cta_wgmma<C, kX>(p, &map, smem, bx, by, bz, tid);
                  });
   }
 }
@@ -535,6 +613,7 @@ struct Case {
   Copies copies = Copies::kAtWait;
   uint32_t scale_offset = 0;  // bytes: the scale plane placed this far into its buffer
   qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT;
+  uint32_t k_splits = 1;  // CTAs of a cluster on each output tile (wgmma tiles)
 };
 
 void run_case(const Case& c, uint64_t seed) {
@@ -545,7 +624,7 @@ void run_case(const Case& c, uint64_t seed) {
       std::to_string(c.tile) + " device rows " + std::to_string(c.device_rows) +
       (c.copies == Copies::kAtOnce ? " copies at once" : " copies at wait") + " scale offset " +
       std::to_string(c.scale_offset) + (c.accuracy == QMOE_ACCURACY_FAST ? " fast" : " exact") +
-      " seed " + std::to_string(seed);
+      " k splits " + std::to_string(c.k_splits) + " seed " + std::to_string(seed);
   SCOPED_TRACE(where);
   ContextPtr ctx = default_context();
   std::mt19937_64 rng(seed);
@@ -588,8 +667,11 @@ void run_case(const Case& c, uint64_t seed) {
   const size_t es = element_size(c.yd);
   std::vector<unsigned char> y((size_t{m} * ldy + 16) * es, 0xFF);
   const uint32_t device_rows = c.device_rows;
-  const Params p = make_params(view, m, c.device_rows < m ? &device_rows : nullptr, x_buffer.data(),
-                               ldx, c.yd, y.data(), ldy, n_begin, n_end);
+  Params p = make_params(view, m, c.device_rows < m ? &device_rows : nullptr, x_buffer.data(), ldx,
+                         c.yd, y.data(), ldy, n_begin, n_end);
+  ASSERT_TRUE(c.k_splits == 1 || (int4_gemm_tc_tile_is_wgmma(static_cast<Int4GemmTcTile>(c.tile)) &&
+                                  c.k_splits <= p.k_tiles && c.k_splits <= kMaxKSplits));
+  p.k_splits = c.k_splits;
   emulate_launch(c.tile, c.xd, c.accuracy, p, c.copies);
 
   const uint32_t rows = c.device_rows < m ? c.device_rows : m;
@@ -732,6 +814,49 @@ TEST(CudaInt4GemmTcEmulation, ScaledWeightsOnEveryWgmmaTile) {
       ++index;
       ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
     }
+  }
+}
+
+// The split over K across a cluster on every wgmma tile: 2 and 3 CTAs a tile, K slices of
+// unequal length (7 and 17 k-tiles), row and column tails and a column range, both levels, both
+// copy timings; and with the row count read through m_device, a cluster whose rows are all past
+// it returns at once and leaves its outputs alone.
+TEST(CudaInt4GemmTcEmulation, SplitOverKAcrossACluster) {
+  int index = 0;
+  for (int tile : {4, 5, 6}) {
+    for (uint32_t splits : {2u, 3u}) {
+      Case c;
+      c.w.n = tile == 5 ? 136 : 70;
+      c.w.k = index % 3 == 2 ? 1088 : 448;
+      c.w.block_size = index % 2 == 0 ? 32 : 16;
+      c.w.scale_dtype = QMOE_DTYPE_F16;
+      c.w.scale_order = kOrders[index % 4];
+      c.w.zero_points = index % 2 == 0;
+      c.w.zero_point_order = kOrders[(index + 1) % 4];
+      c.w.bias = index % 3 != 1;
+      c.w.bias_dtype = kTypes[index % 3];
+      c.m = index % 2 == 0 ? 17 : 130;
+      c.n_begin = index % 2 == 0 ? 0 : 3;
+      c.n_end = index % 2 == 0 ? 0 : 69;
+      c.xd = index % 3 == 1 ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16;
+      c.yd = kTypes[(index / 2) % 3];
+      c.tile = tile;
+      c.copies = index % 2 == 0 ? Copies::kAtWait : Copies::kAtOnce;
+      c.accuracy = index % 4 < 2 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
+      c.k_splits = splits;
+      ++index;
+      ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
+    }
+  }
+  for (uint32_t rows : {0u, 100u}) {
+    Case c;
+    c.w.n = 24;
+    c.w.k = 256;
+    c.m = 150;
+    c.tile = 4;
+    c.device_rows = rows;
+    c.k_splits = 2;
+    ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
   }
 }
 

@@ -129,6 +129,7 @@ struct Case {
   bool even_ldy = true;       // an even ldy allows paired stores, an odd one forces single ones
   uint32_t scale_offset = 0;  // bytes into the scale plane's allocation (upload_matrix)
   qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT;
+  uint32_t k_splits = 0;  // a forced tile's split over K; 0: the launcher's choice
 };
 
 // Whether the case runs on scaled weights for certain (a forced tile; the launcher's choice may
@@ -143,7 +144,7 @@ std::string describe(const Case& c, uint64_t seed) {
          "," + std::to_string(c.n_end) + ") x " + dtype_name(c.xd) + " y " + dtype_name(c.yd) +
          " tile " + tile_name(c.tile) + (c.even_ldy ? "" : " odd-ldy") + " scale offset " +
          std::to_string(c.scale_offset) + (c.accuracy == QMOE_ACCURACY_FAST ? " fast" : " exact") +
-         " seed=" + std::to_string(seed);
+         " k splits " + std::to_string(c.k_splits) + " seed=" + std::to_string(seed);
 }
 
 class CudaInt4GemmTc : public ::testing::Test {
@@ -224,11 +225,12 @@ class CudaInt4GemmTc : public ::testing::Test {
     for (int run = 0; run < 2; ++run) {
       QMOE_CUDA_ASSERT(cudaMemset(dy.get(), kPoison, y_bytes));
       const cudaError_t launched =
-          c.tile < 0 ? cuda::launch_int4_gemm_tc(dw.view, m, c.xd, dx.get(), ldx, c.yd, dy.get(),
-                                                 ldy, n_begin, n_end, stream_, c.accuracy)
-                     : cuda::launch_int4_gemm_tc_tile(
-                           static_cast<Int4GemmTcTile>(c.tile), dw.view, m, nullptr, c.xd, dx.get(),
-                           ldx, c.yd, dy.get(), ldy, n_begin, n_end, stream_, c.accuracy);
+          c.tile < 0
+              ? cuda::launch_int4_gemm_tc(dw.view, m, c.xd, dx.get(), ldx, c.yd, dy.get(), ldy,
+                                          n_begin, n_end, stream_, c.accuracy)
+              : cuda::launch_int4_gemm_tc_tile(static_cast<Int4GemmTcTile>(c.tile), dw.view, m,
+                                               nullptr, c.xd, dx.get(), ldx, c.yd, dy.get(), ldy,
+                                               n_begin, n_end, stream_, c.accuracy, c.k_splits);
       QMOE_CUDA_ASSERT(launched);
       QMOE_CUDA_ASSERT(cudaStreamSynchronize(stream_));
       std::vector<unsigned char> y(y_bytes);
@@ -428,6 +430,64 @@ TEST_F(CudaInt4GemmTc, WgmmaTiles) {
   EXPECT_EQ(cuda::launch_int4_gemm_tc_tile(tile, dw.view, 64, nullptr, QMOE_DTYPE_F32, dx.get(), 64,
                                            QMOE_DTYPE_F32, dy.get(), 64, 0, 64, stream_),
             cudaErrorInvalidValue);
+}
+
+// The split over K across a cluster of 2 to 8 CTAs on every wgmma tile: unequal K slices (24
+// k-tiles over 5), row and column tails, a column range, both X types and levels, every scale
+// type; run twice for the same bits (run_case). A split the tile cannot take is refused.
+TEST_F(CudaInt4GemmTc, SplitOverKAcrossACluster) {
+  if (!cuda::int4_gemm_tc_tile_available(Int4GemmTcTile::kWgmma128x64, QMOE_DTYPE_BF16)) {
+    GTEST_SKIP() << "the wgmma tiles need a compute capability 9.0 device and an sm_90 build";
+  }
+  int index = 0;
+  for (const auto tile : {Int4GemmTcTile::kWgmma128x64, Int4GemmTcTile::kWgmma128x128,
+                          Int4GemmTcTile::kWgmma128x64SplitK}) {
+    for (uint32_t splits : {2u, 3u, 5u, 8u}) {
+      Case c;
+      c.w.n = 200;
+      c.w.k = 1536;
+      c.w.block_size = index % 2 == 0 ? 32 : 16;
+      c.w.scale_dtype = index % 4 < 2 ? QMOE_DTYPE_F16 : kTypes[index % 3];
+      c.w.scale_order = kOrders[index % 4];
+      c.w.zero_points = index % 2 == 1;
+      c.w.zero_point_order = kOrders[(index + 2) % 4];
+      c.w.bias = index % 3 != 2;
+      c.w.bias_dtype = kTypes[(index + 2) % 3];
+      c.m = index % 2 == 0 ? 300 : 17;
+      c.n_begin = index % 4 == 3 ? 9 : 0;
+      c.xd = index % 3 == 2 ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16;
+      c.yd = kTypes[index % 3];
+      c.tile = static_cast<int>(tile);
+      c.accuracy = index % 2 == 0 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
+      c.k_splits = splits;
+      ++index;
+      ASSERT_NO_FATAL_FAILURE(run_case(c, fresh_seed()));
+    }
+  }
+  Case c;
+  c.w.n = 64;
+  c.w.k = 128;  // two k-tiles
+  std::mt19937_64 rng(fresh_seed());
+  const Int4Matrix w = make_int4_matrix(c.w, rng);
+  DeviceMatrix dw;
+  QMOE_CUDA_ASSERT(upload_matrix(w, &dw, 0));
+  DeviceBuffer dx, dy;
+  QMOE_CUDA_ASSERT(dx.allocate(64 * 128 * 2));
+  QMOE_CUDA_ASSERT(dy.allocate(64 * 64 * 4));
+  const struct {
+    Int4GemmTcTile tile;
+    uint32_t splits;
+    const char* what;
+  } refused[] = {{Int4GemmTcTile::kWgmma128x64, 3, "more splits than k-tiles"},
+                 {Int4GemmTcTile::kWgmma128x64, 9, "more than 8 splits"},
+                 {Int4GemmTcTile::k64x64, 2, "a split on an mma.sync tile"}};
+  for (const auto& r : refused) {
+    EXPECT_EQ(cuda::launch_int4_gemm_tc_tile(r.tile, dw.view, 64, nullptr, QMOE_DTYPE_BF16,
+                                             dx.get(), 128, QMOE_DTYPE_F32, dy.get(), 64, 0, 64,
+                                             stream_, QMOE_ACCURACY_EXACT, r.splits),
+              cudaErrorInvalidValue)
+        << r.what;
+  }
 }
 
 // The fast level's scaled weights on every wgmma tile (BF16 X, FP16 scales): every block size,
@@ -763,45 +823,85 @@ TEST_F(CudaInt4GemmTc, RejectsBadArgumentsWithoutLaunching) {
   }
 }
 
-// The wgmma tiles by grid size (132 multiprocessors, Hopper's shared memory): once the
-// 128 x 64 grid fills half the device, 128 x 64 split over K up to one CTA per multiprocessor
-// and 128 x 64 beyond, never 128 x 128; else an mma.sync tile; never for FP32 X, where the
-// device has no wgmma, or where 128 x 64's stages do not fit.
+// The wgmma tiles and splits by grid size (132 multiprocessors, Hopper's shared memory; the
+// model of int4_gemm_tc.cu, fitted to the H200): 128 x 64 by default, split across a cluster
+// where its grid leaves most multiprocessors idle or a second wave short, the in-CTA split tile
+// where the grid fits one CTA a multiprocessor and a split does not pay, never 128 x 128; an
+// mma.sync tile for FP32 X, where the device has no wgmma, or where 128 x 64's stages do not fit.
 TEST(CudaInt4GemmTcTiles, WgmmaTilesByGridSize) {
   struct Row {
-    uint32_t m, n;
+    uint32_t m, n, k;
     Int4GemmTcTile want;
+    uint32_t splits;
   };
-  const Row rows[] = {{2048, 1536, Int4GemmTcTile::kWgmma128x64},       // 384
-                      {512, 5760, Int4GemmTcTile::kWgmma128x64},        // 360
-                      {512, 1536, Int4GemmTcTile::kWgmma128x64SplitK},  // 96 CTAs of 128 x 64
-                      {128, 5760, Int4GemmTcTile::kWgmma128x64SplitK},  // 90
-                      {512, 2048, Int4GemmTcTile::kWgmma128x64SplitK},  // 128
-                      {512, 2112, Int4GemmTcTile::kWgmma128x64SplitK},  // 132
-                      {512, 2120, Int4GemmTcTile::kWgmma128x64},        // 136
-                      {512, 3072, Int4GemmTcTile::kWgmma128x64},        // 192
-                      {128, 1536, Int4GemmTcTile::kWgmma128x64SplitK},  // 24
-                      {16, 2048, Int4GemmTcTile::kWgmma128x64SplitK},   // 32
-                      {16, 64, Int4GemmTcTile::kWgmma128x64SplitK}};    // 1
+  using T = Int4GemmTcTile;
+  const Row rows[] = {{2048, 1536, 2048, T::kWgmma128x64, 2},      // 384 tiles of 128 x 64
+                      {2048, 2048, 768, T::kWgmma128x64, 1},       // 512
+                      {2048, 5760, 2880, T::kWgmma128x64, 1},      // 1440
+                      {512, 5760, 2880, T::kWgmma128x64, 2},       // 360
+                      {512, 1536, 2048, T::kWgmma128x64, 2},       // 96
+                      {128, 5760, 2880, T::kWgmma128x64, 2},       // 90
+                      {512, 2048, 768, T::kWgmma128x64SplitK, 1},  // 128
+                      {512, 2112, 768, T::kWgmma128x64SplitK, 1},  // 132
+                      {512, 2120, 768, T::kWgmma128x64, 1},        // 136
+                      {512, 3072, 768, T::kWgmma128x64, 1},        // 192
+                      {128, 1536, 2048, T::kWgmma128x64, 4},       // 24
+                      {16, 2048, 768, T::kWgmma128x64, 4},         // 32
+                      {16, 64, 2048, T::kWgmma128x64, 8},          // 1
+                      {16, 64, 64, T::kWgmma128x64SplitK, 1}};     // 1, one k-tile
   for (const Row& r : rows) {
     for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16}) {
       Int4GemmTcTile tile;
-      ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, 132, 232448, xd, 32, &tile, true));
-      EXPECT_EQ(tile, r.want) << "m=" << r.m << " n=" << r.n;
-      ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, 132, 232448, xd, 32, &tile, false));
+      uint32_t splits = 0;
+      ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, r.k, 132, 232448, xd, 32, &tile, true,
+                                                 &splits));
+      EXPECT_EQ(tile, r.want) << "m=" << r.m << " n=" << r.n << " k=" << r.k;
+      EXPECT_EQ(splits, r.splits) << "m=" << r.m << " n=" << r.n << " k=" << r.k;
+      if (tile == T::kWgmma128x64) {
+        EXPECT_EQ(cuda::choose_int4_gemm_tc_k_splits(tile, r.m, 0, r.n, r.k, 132), r.splits);
+      }
+      ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, r.k, 132, 232448, xd, 32, &tile,
+                                                 false, &splits));
       EXPECT_FALSE(cuda::int4_gemm_tc_tile_is_wgmma(tile));
+      EXPECT_EQ(splits, 1u);
     }
     Int4GemmTcTile tile;
-    ASSERT_TRUE(
-        cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, 132, 232448, QMOE_DTYPE_F32, 32, &tile, true));
+    ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, r.k, 132, 232448, QMOE_DTYPE_F32, 32,
+                                               &tile, true));
     EXPECT_FALSE(cuda::int4_gemm_tc_tile_is_wgmma(tile));
   }
   Int4GemmTcTile tile;
   const size_t below_128x64 =
       cuda::int4_gemm_tc_shared_bytes(Int4GemmTcTile::kWgmma128x64, QMOE_DTYPE_BF16, 32) - 1;
-  ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(2048, 0, 1536, 132, below_128x64, QMOE_DTYPE_BF16, 32,
-                                             &tile, true));
+  ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(2048, 0, 1536, 2048, 132, below_128x64,
+                                             QMOE_DTYPE_BF16, 32, &tile, true));
   EXPECT_FALSE(cuda::int4_gemm_tc_tile_is_wgmma(tile)) << "128 x 64 does not fit";
+}
+
+// The split over K for a forced tile (132 multiprocessors): 128 x 64 splits 2, 4 or 8 ways
+// where its grid leaves most multiprocessors idle and keeps at least 2 k-tiles a CTA, not where
+// the grid fills the device; the other tiles never split.
+TEST(CudaInt4GemmTcTiles, SplitOverKByGridSize) {
+  using T = Int4GemmTcTile;
+  const auto splits = [](T tile, uint32_t m, uint32_t n, uint32_t k) {
+    return cuda::choose_int4_gemm_tc_k_splits(tile, m, 0, n, k, 132);
+  };
+  EXPECT_EQ(splits(T::kWgmma128x64, 128, 1536, 2048), 4u) << "24 CTAs";
+  EXPECT_EQ(splits(T::kWgmma128x64, 16, 64, 256), 2u) << "1 CTA, 4 k-tiles";
+  EXPECT_EQ(splits(T::kWgmma128x64, 2048, 2048, 768), 1u) << "512 CTAs";
+  EXPECT_EQ(splits(T::kWgmma128x64, 16, 64, 64), 1u) << "one k-tile";
+  EXPECT_EQ(splits(T::kWgmma128x64SplitK, 128, 1536, 2048), 1u) << "in-CTA split tile";
+  EXPECT_EQ(splits(T::kWgmma128x128, 128, 1536, 2048), 1u);
+  EXPECT_EQ(splits(T::k64x64, 16, 1536, 2048), 1u) << "mma.sync";
+  for (uint32_t m : {1u, 16u, 128u, 512u, 2048u}) {
+    for (uint32_t n : {64u, 1536u, 2880u}) {
+      for (uint32_t k : {64u, 128u, 256u, 512u, 2048u, 2880u, 16384u}) {
+        const uint32_t s = splits(T::kWgmma128x64, m, n, k);
+        EXPECT_TRUE(s == 1 || s == 2 || s == 4 || s == 8);
+        EXPECT_TRUE(s == 1 || (k + 63) / 64 / s >= 2) << "m=" << m << " n=" << n << " k=" << k;
+      }
+    }
+  }
 }
 
 // The tile choice is host logic and runs without a device: tiles that do not fit the shared
@@ -821,8 +921,8 @@ TEST(CudaInt4GemmTcTiles, ChoiceRespectsSharedMemory) {
             smallest = std::min(smallest, cuda::int4_gemm_tc_shared_bytes(candidate, xd, block));
           }
           for (size_t limit : {smallest - 1, smallest, size_t{232448}}) {
-            const bool found =
-                cuda::choose_int4_gemm_tc_tile(m, 0, 1536, 132, limit, xd, block, &tile, wgmma);
+            const bool found = cuda::choose_int4_gemm_tc_tile(m, 0, 1536, 2048, 132, limit, xd,
+                                                              block, &tile, wgmma);
             EXPECT_EQ(found, limit >= smallest) << dtype_name(xd) << " m=" << m;
             if (found) {
               EXPECT_LE(cuda::int4_gemm_tc_shared_bytes(tile, xd, block), limit);
