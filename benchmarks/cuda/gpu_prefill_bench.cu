@@ -341,43 +341,34 @@ bool all_tiles() {
   return v != nullptr && std::strcmp(v, "all") == 0;
 }
 
-// QMOE_TC_BENCH_M: a comma-separated list of row counts in 1..kMaxM, else 128, 512, 2048.
-std::vector<int> row_counts() {
-  std::vector<int> ms;
-  if (const char* v = std::getenv("QMOE_TC_BENCH_M")) {
+// The comma-separated integers in [lo, hi] of environment variable `name`, else `fallback`; a
+// malformed list or a value out of range exits with status 2 and a message.
+std::vector<int> env_list(const char* name, long lo, long hi, std::vector<int> fallback) {
+  std::vector<int> values;
+  if (const char* v = std::getenv(name)) {
     for (const char* p = v; *p != '\0';) {
       char* end = nullptr;
-      const long m = std::strtol(p, &end, 10);
-      if (end == p || m < 1 || m > long{kMaxM} || (*end != ',' && *end != '\0')) {
-        std::fprintf(stderr, "QMOE_TC_BENCH_M: expected row counts in 1..2048, got '%s'\n", v);
+      const long value = std::strtol(p, &end, 10);
+      if (end == p || value < lo || value > hi || (*end != ',' && *end != '\0')) {
+        std::fprintf(stderr, "%s: expected values in %ld..%ld, got '%s'\n", name, lo, hi, v);
         std::exit(2);
       }
-      ms.push_back(static_cast<int>(m));
+      values.push_back(static_cast<int>(value));
       p = *end == ',' ? end + 1 : end;
     }
   }
-  if (ms.empty()) ms = {128, 512, 2048};
-  return ms;
+  return values.empty() ? fallback : values;
 }
 
-// QMOE_TC_BENCH_SPLITS: a comma-separated list of splits over K (1..8) to force on each forced
-// wgmma tile, else the launcher's choice for the tile.
+// QMOE_TC_BENCH_M: row counts in 1..kMaxM, else 128, 512, 2048.
+std::vector<int> row_counts() {
+  return env_list("QMOE_TC_BENCH_M", 1, kMaxM, {128, 512, 2048});
+}
+
+// QMOE_TC_BENCH_SPLITS: splits over K (1..8) to force on each forced wgmma tile, else the
+// launcher's choice for the tile (0).
 std::vector<int> split_counts() {
-  std::vector<int> splits;
-  if (const char* v = std::getenv("QMOE_TC_BENCH_SPLITS")) {
-    for (const char* p = v; *p != '\0';) {
-      char* end = nullptr;
-      const long s = std::strtol(p, &end, 10);
-      if (end == p || s < 1 || s > 8 || (*end != ',' && *end != '\0')) {
-        std::fprintf(stderr, "QMOE_TC_BENCH_SPLITS: expected splits in 1..8, got '%s'\n", v);
-        std::exit(2);
-      }
-      splits.push_back(static_cast<int>(s));
-      p = *end == ',' ? end + 1 : end;
-    }
-  }
-  if (splits.empty()) splits = {0};
-  return splits;
+  return env_list("QMOE_TC_BENCH_SPLITS", 1, 8, {0});
 }
 
 void Args(benchmark::internal::Benchmark* bm) {

@@ -39,6 +39,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "tests/cuda/host_barrier.h"
+
 #define QMOE_CUDA_HOST_EMULATION 1
 #undef __shared__
 #define __shared__ static
@@ -51,44 +53,7 @@ namespace qmoe_emu {
 
 // A reusable barrier whose count drops when a participant exits (as __syncthreads counts only
 // threads that have not exited).
-class Barrier {
- public:
-  void reset(uint32_t count) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    expected_ = count;
-    arrived_ = 0;
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t generation = generation_;
-    if (++arrived_ >= expected_) {
-      release();
-      return;
-    }
-    if (!done_.wait_for(lock, std::chrono::seconds(120),
-                        [&] { return generation_ != generation; })) {
-      std::fprintf(stderr, "cuda_host_emulator: a barrier waited 120 s (%u of %u arrived)\n",
-                   arrived_, expected_);
-      std::abort();
-    }
-  }
-  void leave() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --expected_;
-    if (arrived_ > 0 && arrived_ >= expected_) release();
-  }
-
- private:
-  void release() {
-    arrived_ = 0;
-    ++generation_;
-    done_.notify_all();
-  }
-  std::mutex mutex_;
-  std::condition_variable done_;
-  uint32_t expected_ = 0, arrived_ = 0;
-  uint64_t generation_ = 0;
-};
+using Barrier = qmoe::testing::HostBarrier;
 
 struct Warp {
   Barrier barrier;

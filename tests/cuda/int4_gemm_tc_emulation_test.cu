@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -40,6 +39,7 @@
 #include "lib/cuda/int4_gemm_tc_kernel.cuh"
 #include "lib/cuda/int4_gemm_wgmma_kernel.cuh"
 #include "tests/activation_dtype_util.h"
+#include "tests/cuda/host_barrier.h"
 #include "tests/cuda/int4_gemm_tc_test_util.h"
 #include "tests/gemm/int4_reference.h"
 
@@ -51,64 +51,7 @@ using qmoe::testing::Int4Options;
 using qmoe::testing::Reference;
 using qmoe::testing::ScaleOrder;
 
-// A reusable barrier for a fixed number of threads.
-class Barrier {
- public:
-  explicit Barrier(uint32_t count) : count_(count) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t generation = generation_;
-    if (++arrived_ == count_) {
-      arrived_ = 0;
-      ++generation_;
-      done_.notify_all();
-    } else {
-      done_.wait(lock, [&] { return generation_ != generation; });
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable done_;
-  const uint32_t count_;
-  uint32_t arrived_ = 0;
-  uint64_t generation_ = 0;
-};
-
-// barrier.cluster: every thread of the cluster that has not exited; a thread's exit releases a
-// phase that waits for it alone (PTX ISA, exit).
-class ExitingBarrier {
- public:
-  explicit ExitingBarrier(uint32_t count) : count_(count) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t generation = generation_;
-    if (++arrived_ == count_) {
-      release();
-    } else if (!done_.wait_for(lock, std::chrono::seconds(60),
-                               [&] { return generation_ != generation; })) {
-      ADD_FAILURE() << "barrier.cluster never completed";
-      std::abort();
-    }
-  }
-  void exit() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --count_;
-    if (arrived_ != 0 && arrived_ == count_) release();
-  }
-
- private:
-  void release() {
-    arrived_ = 0;
-    ++generation_;
-    done_.notify_all();
-  }
-  std::mutex mutex_;
-  std::condition_variable done_;
-  uint32_t count_;
-  uint32_t arrived_ = 0;
-  uint64_t generation_ = 0;
-};
+using Barrier = qmoe::testing::HostBarrier;
 
 // One CTA: its shared memory, its barrier and, per warp and per warpgroup, the threads'
 // operands of the collective instruction in progress.
@@ -181,7 +124,7 @@ struct Cluster {
     }
   }
   std::vector<std::unique_ptr<Cta>> members;
-  ExitingBarrier barrier;
+  Barrier barrier;  // barrier.cluster: a thread's exit releases a phase that waits for it alone
 };
 
 double half_value(bool bf16, uint16_t h) {
@@ -215,8 +158,8 @@ class ThreadEmulator : public ptx::HostEmulator {
         << "wgmma left in flight at the kernel's end";
   }
   uint8_t* shared_memory() override { return cta_->shared.data(); }
-  void cta_barrier() override { cta_->barrier.arrive_and_wait(); }
-  void cluster_barrier() override { cluster_->barrier.arrive_and_wait(); }
+  void cta_barrier() override { cta_->barrier.wait(); }
+  void cluster_barrier() override { cluster_->barrier.wait(); }
   // ld.shared::cluster of CTA `rank`'s shared memory, which must still be running.
   void cluster_load_f32x2(uint32_t address, uint32_t rank, float (&v)[2]) override {
     EXPECT_EQ(address % 8, 0u) << "ld.shared::cluster.v2.f32 not 8-byte aligned";
@@ -232,7 +175,7 @@ class ThreadEmulator : public ptx::HostEmulator {
   void named_barrier(uint32_t id, uint32_t threads) override {
     EXPECT_NE(id, 0u) << "barrier 0 is the CTA's";
     EXPECT_EQ(threads % 32, 0u);
-    cta_->named_barrier(id, threads).arrive_and_wait();
+    cta_->named_barrier(id, threads).wait();
   }
 
   void cp_async(uint32_t dst, const void* src, uint32_t cp_size, uint32_t src_bytes) override {
@@ -343,14 +286,14 @@ class ThreadEmulator : public ptx::HostEmulator {
 
   void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) override {
     warp_.address[lane_] = address;
-    warp_.barrier.arrive_and_wait();
+    warp_.barrier.wait();
     for (uint32_t i = 0; i < 4; ++i) {
       const uint32_t row = warp_.address[8 * i + lane_ / 4];
       EXPECT_EQ(row % 16, 0u) << "ldmatrix row address not 16-byte aligned";
       EXPECT_LE(row + 16, cta_->shared.size());
       std::memcpy(&r[i], cta_->shared.data() + row + 4 * (lane_ % 4), 4);
     }
-    warp_.barrier.arrive_and_wait();  // the addresses stay until every lane has read
+    warp_.barrier.wait();  // the addresses stay until every lane has read
   }
 
   void mma_16816(bool bf16, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
@@ -358,7 +301,7 @@ class ThreadEmulator : public ptx::HostEmulator {
     for (uint32_t i = 0; i < 4; ++i) warp_.a[lane_][i] = a[i];
     warp_.b[lane_][0] = b0;
     warp_.b[lane_][1] = b1;
-    warp_.barrier.arrive_and_wait();
+    warp_.barrier.wait();
     // A[r][k] is element k % 2 of register (k / 8) * 2 + r / 8 of lane 4 (r % 8) + (k % 8) / 2;
     // B[k][n] element k % 2 of register k / 8 of lane 4 n + (k % 8) / 2; this lane's C/D
     // elements are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
@@ -374,7 +317,7 @@ class ThreadEmulator : public ptx::HostEmulator {
       }
       out[e] = static_cast<float>(sum);
     }
-    warp_.barrier.arrive_and_wait();  // the operands stay until every lane has read
+    warp_.barrier.wait();  // the operands stay until every lane has read
     for (uint32_t e = 0; e < 4; ++e) d[e] = out[e];
   }
 
@@ -391,7 +334,7 @@ class ThreadEmulator : public ptx::HostEmulator {
                         bool accumulate) override {
     for (uint32_t i = 0; i < 4; ++i) group_.a[in_group_][i] = a[i];
     group_.desc[in_group_] = desc;
-    group_.barrier.arrive_and_wait();
+    group_.barrier.wait();
     EXPECT_EQ(group_.desc[0], desc) << "wgmma descriptors differ across the warpgroup";
     const uint32_t start = static_cast<uint32_t>(desc & 0x3FFFu) << 4;
     const uint32_t stride = static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4;
@@ -416,7 +359,7 @@ class ThreadEmulator : public ptx::HostEmulator {
       }
       out[e] = static_cast<float>(sum);
     }
-    group_.barrier.arrive_and_wait();  // the operands stay until every thread has read
+    group_.barrier.wait();  // the operands stay until every thread has read
     const std::vector<float>* base = pending_result(d);
     for (uint32_t e = 0; e < 64; ++e) {
       if (accumulate) out[e] += base != nullptr ? (*base)[e] : d[e];
@@ -511,7 +454,7 @@ void emulate_grid(uint32_t threads_per_cta, size_t shared_bytes, dim3 grid, Copi
             }
             std::lock_guard<std::mutex> lock(cta.named_mutex);
             if (--cta.running == 0) std::fill(cta.shared.begin(), cta.shared.end(), 0xFF);
-            cluster.barrier.exit();
+            cluster.barrier.leave();
           });
         }
       }
