@@ -60,9 +60,12 @@ constexpr double kSchedulerRate[] = {0.0, 0.6, 0.85, 1.0};  // by resident warps
 // multiprocessor each run at that cost, two on one multiprocessor each take kTwoCtasFactor times
 // it (two CTAs of 128 x 64 fit one multiprocessor: a wave is 2 x SMs of them); the in-CTA split
 // tile, one CTA a multiprocessor, runs at kInCtaSplitFactor times 128 x 64's alone. 128 x 64 is
-// the default; another candidate replaces the best so far only if it is kSplitGain cheaper.
-// Clusters of 2, 4 and 8 only, with at least kMinKTilesPerSplit k-tiles a CTA: the in-CTA split
-// tile (one CTA a multiprocessor) ran clusters of 4 and 5 at half the speed of 3 in that run,
+// the default; another candidate replaces the best so far only if it is kSplitGain cheaper. Only
+// grids of one wave are candidates besides it: the in-CTA split tile while its grid is at most
+// one CTA a multiprocessor, a split while its CTAs fit two a multiprocessor (splits of two waves
+// or more measured far below the model, e.g. Qwen3 FC1 at M = 1024 split 4 ways, 0.28 of
+// cuBLAS). Clusters of 2, 4 and 8 only, with at least kMinKTilesPerSplit k-tiles a CTA: the
+// in-CTA split tile (one CTA a multiprocessor) ran clusters of 4 and 5 at half the speed of 3,
 // which fits clusters that cannot all be resident at once (a GPC's free multiprocessors are not
 // a multiple of the cluster), so it is not split.
 constexpr uint64_t kMinKTilesPerSplit = 2;
@@ -107,9 +110,11 @@ void choose_wgmma(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k, uint
       *k_splits = static_cast<uint32_t>(c);
     }
   };
-  consider(Int4GemmTcTile::kWgmma128x64SplitK, 1);
+  if (tiles <= sms) consider(Int4GemmTcTile::kWgmma128x64SplitK, 1);
   for (const uint64_t c : kClusterSizes) {
-    if (k_tiles / c >= kMinKTilesPerSplit) consider(Int4GemmTcTile::kWgmma128x64, c);
+    if (k_tiles / c >= kMinKTilesPerSplit && tiles * c <= 2 * sms) {
+      consider(Int4GemmTcTile::kWgmma128x64, c);
+    }
   }
 }
 
@@ -361,7 +366,8 @@ uint32_t choose_int4_gemm_tc_k_splits(Int4GemmTcTile tile, uint32_t m, uint32_t 
   double best_cost = wgmma_cost(tile, tiles, k_tiles, 1, sms);
   for (const uint64_t c : kClusterSizes) {
     const double cost = wgmma_cost(tile, tiles, k_tiles, c, sms);
-    if (k_tiles / c >= kMinKTilesPerSplit && cost < best_cost * (1.0 - kSplitGain)) {
+    if (k_tiles / c >= kMinKTilesPerSplit && tiles * c <= 2 * sms &&
+        cost < best_cost * (1.0 - kSplitGain)) {
       best = static_cast<uint32_t>(c);
       best_cost = cost;
     }

@@ -2,6 +2,14 @@
 // and both fold granularities, and the fast level's scaled weights with BF16 X. Built for sm_90a
 // alone (lib/CMakeLists.txt): the launcher calls into this file only on a compute capability 9.0
 // device.
+//
+// Place in the stream: programmatic dependent launch (grid_dependency.cuh's contract, as the
+// decode kernels keep it). A CTA lets the next grid launch at once, prefetches into the L2 the
+// codes of its W rows over its K slice (a hint, never stale: the L2 is the point of coherence),
+// and then waits for the preceding grid before it reads anything else (the device row count, X,
+// the planes) or writes Y; every CTA executes that wait. So a GEMM's start, its barriers and the
+// first weights' trip from HBM overlap the preceding kernel's end.
+#include "lib/cuda/grid_dependency.cuh"
 #include "lib/cuda/int4_gemm_wgmma_kernel.cuh"
 
 namespace qmoe::cuda::tc {
@@ -16,7 +24,23 @@ __global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold, kScaled>::kCtaTh
                                   WgmmaConfig<kTile, kX, kFold, kScaled>::kCtasPerSm)
     int4_gemm_wgmma_kernel(const __grid_constant__ Params p,
                            const __grid_constant__ CUtensorMap x_map) {
+  using C = WgmmaConfig<kTile, kX, kFold, kScaled>;
   extern __shared__ __align__(1024) uint8_t smem[];
+  allow_dependent_launch();
+  // The CTA's code groups (8 rows each), one bulk L2 prefetch per group by the first threads of
+  // the producer warpgroup: chunks [2 kt_begin, 2 kt_end) of each group that holds rows < N.
+  const uint32_t pt = threadIdx.x - C::kThreads;
+  if (threadIdx.x >= C::kThreads && pt < C::kBN / kGroupRows) {
+    const uint32_t group = (p.n_base + blockIdx.x * C::kBN) / kGroupRows + pt;
+    const uint32_t kt_begin = blockIdx.z * p.k_tiles / p.k_splits;
+    const uint32_t kt_end = (blockIdx.z + 1) * p.k_tiles / p.k_splits;
+    const uint32_t chunk_end = min(2 * kt_end, p.w.chunks);
+    if (group * kGroupRows < p.w.n && 2 * kt_begin < chunk_end) {
+      prefetch_l2(p.w.codes + (size_t{group} * p.w.chunks + 2 * kt_begin) * kChunkBytes,
+                  size_t{chunk_end - 2 * kt_begin} * kChunkBytes, 0);
+    }
+  }
+  wait_for_preceding_grid();
   // x_map is used in place: the TMA takes the parameter's own address. With a split over K the
   // cluster is (1, 1, k_splits) on a grid of depth k_splits, so blockIdx.z is the CTA's rank.
   run_cta_wgmma<WgmmaConfig<kTile, kX, kFold, kScaled>, kX>(p, &x_map, smem, blockIdx.x, blockIdx.y,
@@ -28,23 +52,42 @@ cudaError_t launch_one_wgmma(const Params& p, const CUtensorMap& x_map, dim3 gri
                              cudaStream_t stream) {
   using C = WgmmaConfig<kTile, kX, kFold, kScaled>;
   const auto kernel = int4_gemm_wgmma_kernel<kTile, kX, kFold, kScaled>;
-  if (p.k_splits <= 1) {
-    kernel<<<grid, C::kCtaThreads, C::kSharedBytes, stream>>>(p, x_map);
-    return cudaGetLastError();
-  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(C::kCtaThreads);
   config.dynamicSmemBytes = C::kSharedBytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = p.k_splits;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, p, x_map);
+  cudaLaunchAttribute attributes[2]{};
+  uint32_t count = 0;
+  if (p.k_splits > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = 1;
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = p.k_splits;
+    ++count;
+  }
+  const uint32_t without_pdl = count;
+  if (pdl_enabled()) {  // compute capability 9.0 here
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = count != 0 ? attributes : nullptr;
+  config.numAttrs = count;
+  cudaError_t e = cudaLaunchKernelEx(&config, kernel, p, x_map);
+  if (e != cudaSuccess && count != without_pdl) {
+    // A runtime or stream that refuses the attribute gets a launch without it, unless a capture
+    // is in progress (its state is the caller's), as launch_decode_kernel does.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+        capturing == cudaStreamCaptureStatusNone) {
+      cudaGetLastError();
+      config.numAttrs = without_pdl;
+      config.attrs = without_pdl != 0 ? attributes : nullptr;
+      e = cudaLaunchKernelEx(&config, kernel, p, x_map);
+    }
+  }
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template <int kTile, XMode kX, bool kScaled>

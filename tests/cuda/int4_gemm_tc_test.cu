@@ -825,8 +825,9 @@ TEST_F(CudaInt4GemmTc, RejectsBadArgumentsWithoutLaunching) {
 
 // The wgmma tiles and splits by grid size (132 multiprocessors, Hopper's shared memory; the
 // model of int4_gemm_tc.cu, fitted to the H200): 128 x 64 by default, split across a cluster
-// where its grid leaves most multiprocessors idle or a second wave short, the in-CTA split tile
-// where the grid fits one CTA a multiprocessor and a split does not pay, never 128 x 128; an
+// where its grid leaves most multiprocessors idle and the split grid is one wave, the in-CTA
+// split tile where the grid fits one CTA a multiprocessor and a split does not pay, never
+// 128 x 128; an
 // mma.sync tile for FP32 X, where the device has no wgmma, or where 128 x 64's stages do not fit.
 TEST(CudaInt4GemmTcTiles, WgmmaTilesByGridSize) {
   struct Row {
@@ -835,10 +836,12 @@ TEST(CudaInt4GemmTcTiles, WgmmaTilesByGridSize) {
     uint32_t splits;
   };
   using T = Int4GemmTcTile;
-  const Row rows[] = {{2048, 1536, 2048, T::kWgmma128x64, 2},      // 384 tiles of 128 x 64
+  const Row rows[] = {{2048, 1536, 2048, T::kWgmma128x64, 1},      // 384 tiles of 128 x 64
+                      {1024, 1536, 2048, T::kWgmma128x64, 1},      // 192
+                      {256, 5760, 2880, T::kWgmma128x64, 1},       // 180
                       {2048, 2048, 768, T::kWgmma128x64, 1},       // 512
                       {2048, 5760, 2880, T::kWgmma128x64, 1},      // 1440
-                      {512, 5760, 2880, T::kWgmma128x64, 2},       // 360
+                      {512, 5760, 2880, T::kWgmma128x64, 1},       // 360
                       {512, 1536, 2048, T::kWgmma128x64, 2},       // 96
                       {128, 5760, 2880, T::kWgmma128x64, 2},       // 90
                       {512, 2048, 768, T::kWgmma128x64SplitK, 1},  // 128
@@ -889,6 +892,7 @@ TEST(CudaInt4GemmTcTiles, SplitOverKByGridSize) {
   EXPECT_EQ(splits(T::kWgmma128x64, 128, 1536, 2048), 4u) << "24 CTAs";
   EXPECT_EQ(splits(T::kWgmma128x64, 16, 64, 256), 2u) << "1 CTA, 4 k-tiles";
   EXPECT_EQ(splits(T::kWgmma128x64, 2048, 2048, 768), 1u) << "512 CTAs";
+  EXPECT_EQ(splits(T::kWgmma128x64, 1024, 1536, 2048), 1u) << "192 CTAs: a split is two waves";
   EXPECT_EQ(splits(T::kWgmma128x64, 16, 64, 64), 1u) << "one k-tile";
   EXPECT_EQ(splits(T::kWgmma128x64SplitK, 128, 1536, 2048), 1u) << "in-CTA split tile";
   EXPECT_EQ(splits(T::kWgmma128x128, 128, 1536, 2048), 1u);
@@ -899,6 +903,8 @@ TEST(CudaInt4GemmTcTiles, SplitOverKByGridSize) {
         const uint32_t s = splits(T::kWgmma128x64, m, n, k);
         EXPECT_TRUE(s == 1 || s == 2 || s == 4 || s == 8);
         EXPECT_TRUE(s == 1 || (k + 63) / 64 / s >= 2) << "m=" << m << " n=" << n << " k=" << k;
+        const uint64_t tiles = (m + 127) / 128 * ((n + 63) / 64);
+        EXPECT_TRUE(s == 1 || tiles * s <= 264) << "m=" << m << " n=" << n << " k=" << k;
       }
     }
   }
