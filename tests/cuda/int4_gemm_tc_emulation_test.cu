@@ -666,6 +666,16 @@ const qmoe_dtype kTypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
 const ScaleOrder kOrders[] = {ScaleOrder::kGrouped, ScaleOrder::kBlockMajor, ScaleOrder::kRowMajor,
                               ScaleOrder::kPaddedRowMajor};
 
+// The plane variants that case `index` of a sweep takes: the scale order, zero points or not and
+// their order, bias or not and its type, each rotating at its own period.
+void rotate_planes(int index, Case* c) {
+  c->w.scale_order = kOrders[index % 4];
+  c->w.zero_points = index % 2 == 0;
+  c->w.zero_point_order = kOrders[(index + 1) % 4];
+  c->w.bias = index % 3 != 1;
+  c->w.bias_dtype = kTypes[index % 3];
+}
+
 // Every tile x X type x fold granularity, with N, M and K tails (a 6-row last group, 17 rows,
 // a partial last k-tile, for block 16 a half-filled last chunk) and a column range cut inside
 // groups; the scale, zero-point and bias variants rotate.
@@ -741,11 +751,7 @@ TEST(CudaInt4GemmTcEmulation, ScaledWeightsOnEveryWgmmaTile) {
       c.w.k = block == 128 ? 640 : 96;
       c.w.block_size = block;
       c.w.scale_dtype = QMOE_DTYPE_F16;
-      c.w.scale_order = kOrders[index % 4];
-      c.w.zero_points = index % 2 == 0;
-      c.w.zero_point_order = kOrders[(index + 1) % 4];
-      c.w.bias = index % 3 != 1;
-      c.w.bias_dtype = kTypes[index % 3];
+      rotate_planes(index, &c);
       c.m = 17;
       c.n_begin = index % 2 == 0 ? 0 : 3;
       c.n_end = index % 2 == 0 ? 0 : 69;
@@ -773,11 +779,7 @@ TEST(CudaInt4GemmTcEmulation, SplitOverKAcrossACluster) {
       c.w.k = index % 3 == 2 ? 1088 : 448;
       c.w.block_size = index % 2 == 0 ? 32 : 16;
       c.w.scale_dtype = QMOE_DTYPE_F16;
-      c.w.scale_order = kOrders[index % 4];
-      c.w.zero_points = index % 2 == 0;
-      c.w.zero_point_order = kOrders[(index + 1) % 4];
-      c.w.bias = index % 3 != 1;
-      c.w.bias_dtype = kTypes[index % 3];
+      rotate_planes(index, &c);
       c.m = index % 2 == 0 ? 17 : 130;
       c.n_begin = index % 2 == 0 ? 0 : 3;
       c.n_end = index % 2 == 0 ? 0 : 69;
