@@ -164,10 +164,43 @@ cudaError_t launch_decode_kernel(void (*fn)(Params), dim3 grid, dim3 block, size
   return qmoe_host_emulator_launch(fn, grid, block, smem, params);
 }
 #else
+// Launches kernel(args...) with `config` and its own attributes (at most two), plus programmatic
+// stream serialization when `pdl`. A runtime or stream that refuses that attribute gets the
+// launch without it, unless a capture is in progress (its state is the caller's). Returns the
+// launch's error.
+template <class... KernelParams, class... Args>
+cudaError_t launch_with_optional_pdl(cudaLaunchConfig_t config, bool pdl,
+                                     void (*kernel)(KernelParams...), const Args&... args) {
+  constexpr unsigned kMostOwn = 2;
+  if (config.numAttrs > kMostOwn) return cudaErrorInvalidValue;
+  cudaLaunchAttribute attributes[kMostOwn + 1]{};
+  const unsigned own = config.numAttrs;
+  for (unsigned i = 0; i < own; ++i) attributes[i] = config.attrs[i];
+  unsigned count = own;
+  if (pdl) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = count != 0 ? attributes : nullptr;
+  config.numAttrs = count;
+  cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  if (e != cudaSuccess && pdl) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(config.stream, &capturing) == cudaSuccess &&
+        capturing == cudaStreamCaptureStatusNone) {
+      cudaGetLastError();
+      config.attrs = own != 0 ? attributes : nullptr;
+      config.numAttrs = own;
+      e = cudaLaunchKernelEx(&config, kernel, args...);
+    }
+  }
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 // Launches fn<<<grid, block, smem, stream>>>(params), with programmatic stream serialization
-// when `pdl` (raising the kernel's dynamic shared-memory limit first when smem > 48 KiB). A
-// runtime or stream that refuses the attribute gets a plain launch, unless a capture is in
-// progress (its state is the caller's). Returns the launch's error.
+// when `pdl` (raising the kernel's dynamic shared-memory limit first when smem > 48 KiB), as
+// launch_with_optional_pdl does. Returns the launch's error.
 template <class Params>
 cudaError_t launch_decode_kernel(void (*fn)(Params), dim3 grid, dim3 block, size_t smem, bool pdl,
                                  const Params& params, cudaStream_t stream) {
@@ -182,23 +215,7 @@ cudaError_t launch_decode_kernel(void (*fn)(Params), dim3 grid, dim3 block, size
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = pdl ? &attribute : nullptr;
-  config.numAttrs = pdl ? 1 : 0;
-  cudaError_t e = cudaLaunchKernelEx(&config, fn, params);
-  if (e != cudaSuccess && pdl) {
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
-        capturing == cudaStreamCaptureStatusNone) {
-      cudaGetLastError();
-      config.attrs = nullptr;
-      config.numAttrs = 0;
-      e = cudaLaunchKernelEx(&config, fn, params);
-    }
-  }
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launch_with_optional_pdl(config, pdl, fn, params);
 }
 #endif  // QMOE_CUDA_HOST_EMULATION
 

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
-#include <tuple>
 #include <utility>
 
 #include "lib/cuda/int4_gemm_tc.cuh"
@@ -87,10 +86,30 @@ double wgmma_cost(Int4GemmTcTile tile, uint64_t tiles, uint64_t k_tiles, uint64_
   return static_cast<double>((ctas + sms - 1) / sms) * per_cta * kInCtaSplitFactor;
 }
 
+// CTA tiles of `tile` over m rows and columns [n_begin, n_end) (column tiles start at n_begin
+// rounded down to a group, as grid_for's).
 uint64_t output_tiles(Int4GemmTcTile tile, uint32_t m, uint32_t n_begin, uint32_t n_end) {
   const tc::TileGeometry& g = kTileGeometry[static_cast<int>(tile)];
   const uint64_t columns = n_end - n_begin / kGroupRows * kGroupRows;
   return (uint64_t{m} + g.bm - 1) / g.bm * ((columns + g.bn - 1) / g.bn);
+}
+
+// The 128 x 64 splits the model allows, each taken if kSplitGain cheaper than *best (the cost
+// of the choice so far), which it then lowers; *splits is set to the split taken, if any.
+// Returns whether one was.
+bool take_cheaper_split(uint64_t tiles, uint64_t k_tiles, uint64_t sms, double* best,
+                        uint32_t* splits) {
+  bool taken = false;
+  for (const uint64_t c : kClusterSizes) {
+    if (k_tiles / c < kMinKTilesPerSplit || tiles * c > 2 * sms) continue;
+    const double cost = wgmma_cost(Int4GemmTcTile::kWgmma128x64, tiles, k_tiles, c, sms);
+    if (cost < *best * (1.0 - kSplitGain)) {
+      *best = cost;
+      *splits = static_cast<uint32_t>(c);
+      taken = true;
+    }
+  }
+  return taken;
 }
 
 // The wgmma tile and split the model picks (128 x 64's and the in-CTA split's shared memory fit:
@@ -102,19 +121,15 @@ void choose_wgmma(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k, uint
   *tile = Int4GemmTcTile::kWgmma128x64;
   *k_splits = 1;
   double best = wgmma_cost(*tile, tiles, k_tiles, 1, sms);
-  const auto consider = [&](Int4GemmTcTile t, uint64_t c) {
-    const double cost = wgmma_cost(t, tiles, k_tiles, c, sms);
-    if (cost < best * (1.0 - kSplitGain)) {
-      best = cost;
-      *tile = t;
-      *k_splits = static_cast<uint32_t>(c);
+  if (tiles <= sms) {
+    const double in_cta = wgmma_cost(Int4GemmTcTile::kWgmma128x64SplitK, tiles, k_tiles, 1, sms);
+    if (in_cta < best * (1.0 - kSplitGain)) {
+      best = in_cta;
+      *tile = Int4GemmTcTile::kWgmma128x64SplitK;
     }
-  };
-  if (tiles <= sms) consider(Int4GemmTcTile::kWgmma128x64SplitK, 1);
-  for (const uint64_t c : kClusterSizes) {
-    if (k_tiles / c >= kMinKTilesPerSplit && tiles * c <= 2 * sms) {
-      consider(Int4GemmTcTile::kWgmma128x64, c);
-    }
+  }
+  if (take_cheaper_split(tiles, k_tiles, sms, &best, k_splits)) {
+    *tile = Int4GemmTcTile::kWgmma128x64;
   }
 }
 
@@ -315,7 +330,6 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, uint
                               int sm_count, size_t max_shared_bytes, qmoe_dtype x_dtype,
                               uint32_t block_size, Int4GemmTcTile* tile, bool wgmma,
                               uint32_t* k_splits) {
-  const uint64_t columns = n_end - n_begin / kGroupRows * kGroupRows;
   const uint64_t sms = static_cast<uint64_t>(std::max(sm_count, 1));
   uint32_t splits = 1;
   if (k_splits != nullptr) *k_splits = 1;
@@ -337,7 +351,7 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, uint
     if (shared > max_shared_bytes) continue;
     const tc::TileGeometry& g = kTileGeometry[i];
     const uint64_t threads = tc::tile_threads(g), warps = threads / 32;
-    const uint64_t tiles = (uint64_t{m} + g.bm - 1) / g.bm * ((columns + g.bn - 1) / g.bn);
+    const uint64_t tiles = output_tiles(candidate, m, n_begin, n_end);
     const uint64_t per_sm = (tiles + sms - 1) / sms;
     const uint64_t resident = std::max<uint64_t>(
         1, std::min<uint64_t>({per_sm, kRegistersPerSm / (threads * kRegistersPerThread),
@@ -362,17 +376,10 @@ uint32_t choose_int4_gemm_tc_k_splits(Int4GemmTcTile tile, uint32_t m, uint32_t 
   const uint64_t sms = static_cast<uint64_t>(std::max(sm_count, 1));
   const uint64_t tiles = output_tiles(tile, m, n_begin, n_end);
   const uint64_t k_tiles = (uint64_t{k} + tc::kTileK - 1) / tc::kTileK;
-  uint32_t best = 1;
-  double best_cost = wgmma_cost(tile, tiles, k_tiles, 1, sms);
-  for (const uint64_t c : kClusterSizes) {
-    const double cost = wgmma_cost(tile, tiles, k_tiles, c, sms);
-    if (k_tiles / c >= kMinKTilesPerSplit && tiles * c <= 2 * sms &&
-        cost < best_cost * (1.0 - kSplitGain)) {
-      best = static_cast<uint32_t>(c);
-      best_cost = cost;
-    }
-  }
-  return best;
+  uint32_t splits = 1;
+  double best = wgmma_cost(tile, tiles, k_tiles, 1, sms);
+  take_cheaper_split(tiles, k_tiles, sms, &best, &splits);
+  return splits;
 }
 
 cudaError_t prepare_int4_gemm_tc() {

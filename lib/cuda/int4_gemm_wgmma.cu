@@ -32,12 +32,11 @@ __global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold, kScaled>::kCtaTh
   const uint32_t pt = threadIdx.x - C::kThreads;
   if (threadIdx.x >= C::kThreads && pt < C::kBN / kGroupRows) {
     const uint32_t group = (p.n_base + blockIdx.x * C::kBN) / kGroupRows + pt;
-    const uint32_t kt_begin = blockIdx.z * p.k_tiles / p.k_splits;
-    const uint32_t kt_end = (blockIdx.z + 1) * p.k_tiles / p.k_splits;
-    const uint32_t chunk_end = min(2 * kt_end, p.w.chunks);
-    if (group * kGroupRows < p.w.n && 2 * kt_begin < chunk_end) {
-      prefetch_l2(p.w.codes + (size_t{group} * p.w.chunks + 2 * kt_begin) * kChunkBytes,
-                  size_t{chunk_end - 2 * kt_begin} * kChunkBytes, 0);
+    const KSlice slice = k_slice(p, blockIdx.z);
+    const uint32_t chunk_begin = 2 * slice.begin, chunk_end = min(2 * slice.end, p.w.chunks);
+    if (group * kGroupRows < p.w.n && chunk_begin < chunk_end) {
+      prefetch_l2(p.w.codes + (size_t{group} * p.w.chunks + chunk_begin) * kChunkBytes,
+                  size_t{chunk_end - chunk_begin} * kChunkBytes, 0);
     }
   }
   wait_for_preceding_grid();
@@ -57,37 +56,16 @@ cudaError_t launch_one_wgmma(const Params& p, const CUtensorMap& x_map, dim3 gri
   config.blockDim = dim3(C::kCtaThreads);
   config.dynamicSmemBytes = C::kSharedBytes;
   config.stream = stream;
-  cudaLaunchAttribute attributes[2]{};
-  uint32_t count = 0;
+  cudaLaunchAttribute cluster{};
   if (p.k_splits > 1) {
-    attributes[count].id = cudaLaunchAttributeClusterDimension;
-    attributes[count].val.clusterDim.x = 1;
-    attributes[count].val.clusterDim.y = 1;
-    attributes[count].val.clusterDim.z = p.k_splits;
-    ++count;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = p.k_splits;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
   }
-  const uint32_t without_pdl = count;
-  if (pdl_enabled()) {  // compute capability 9.0 here
-    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[count].val.programmaticStreamSerializationAllowed = 1;
-    ++count;
-  }
-  config.attrs = count != 0 ? attributes : nullptr;
-  config.numAttrs = count;
-  cudaError_t e = cudaLaunchKernelEx(&config, kernel, p, x_map);
-  if (e != cudaSuccess && count != without_pdl) {
-    // A runtime or stream that refuses the attribute gets a launch without it, unless a capture
-    // is in progress (its state is the caller's), as launch_decode_kernel does.
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
-        capturing == cudaStreamCaptureStatusNone) {
-      cudaGetLastError();
-      config.numAttrs = without_pdl;
-      config.attrs = without_pdl != 0 ? attributes : nullptr;
-      e = cudaLaunchKernelEx(&config, kernel, p, x_map);
-    }
-  }
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launch_with_optional_pdl(config, pdl_enabled(), kernel, p, x_map);  // sm_90 here
 }
 
 template <int kTile, XMode kX, bool kScaled>

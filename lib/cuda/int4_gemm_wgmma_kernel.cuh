@@ -140,6 +140,15 @@ struct WgmmaConfig {
   static_assert(size_t{kBM} * kOutStride * 4 <= size_t{kStages} * kStage.bytes);
 };
 
+// The k-tiles [begin, end) of the cluster's CTA `rank` in a split over K (the whole of K without
+// one). The launcher makes k_splits <= k_tiles, so every slice has a k-tile.
+struct KSlice {
+  uint32_t begin, end;
+};
+QMOE_TC_HD KSlice k_slice(const Params& p, uint32_t rank) {
+  return {rank * p.k_tiles / p.k_splits, (rank + 1) * p.k_tiles / p.k_splits};
+}
+
 // A thread's fixed stage offsets, from its warp's row block rw (warp % kRowWarps: W rows
 // 16 rw .. 16 rw + 15 of the tile, so without split_k warpgroup i's rows are 64i..64i+63) and its
 // warpgroup's first chunk c0 of every k-tile (warp / kRowWarps with split_k, else 0): its two
@@ -363,16 +372,14 @@ QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], flo
     for (uint32_t token = first_row + rank * kRowStep; token < C::kBM && m0 + token < rows;
          token += splits * kRowStep) {
       const float* from = tile + token * C::kOutStride + 2 * pair;
-      float sum[2] = {from[0], from[1]};
-      if (splits > 1) {
-        const uint32_t address = ptx::shared_address(from);
-        ptx::cluster_load_f32x2(address, 0, sum);
-        for (uint32_t r = 1; r < splits; ++r) {
-          float v[2];
-          ptx::cluster_load_f32x2(address, r, v);
-          sum[0] += v[0];
-          sum[1] += v[1];
-        }
+      float sum[2] = {from[0], from[1]};  // rank 0's own sums when there is no split
+      const uint32_t address = ptx::shared_address(from);
+      if (splits > 1) ptx::cluster_load_f32x2(address, 0, sum);
+      for (uint32_t r = 1; r < splits; ++r) {
+        float v[2];
+        ptx::cluster_load_f32x2(address, r, v);
+        sum[0] += v[0];
+        sum[1] += v[1];
       }
       store_pair(p, m0 + token, col, sum[0] + bias0, sum[1] + bias1, in0, in1);
     }
@@ -441,9 +448,8 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
   const uint32_t rows = p.m_device != nullptr ? (*p.m_device < p.m ? *p.m_device : p.m) : p.m;
   const uint32_t m0 = by * C::kBM;
   if (m0 >= rows) return;  // the whole CTA, and its whole cluster (same by), before any barrier
-  // The launcher makes k_splits <= k_tiles, so every slice has a k-tile.
-  const uint32_t kt_begin = bz * p.k_tiles / p.k_splits;
-  const uint32_t kt_end = (bz + 1) * p.k_tiles / p.k_splits;
+  const KSlice slice = k_slice(p, bz);
+  const uint32_t kt_begin = slice.begin, kt_end = slice.end;
   const uint32_t n0 = p.n_base + bx * C::kBN;
   const uint32_t base = ptx::shared_address(smem);
   smem += (kWgmmaAlignment - base % kWgmmaAlignment) % kWgmmaAlignment;
