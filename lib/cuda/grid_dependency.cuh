@@ -96,15 +96,13 @@ __device__ __forceinline__ void prefetch_plane_run(const unsigned char* base, si
   }
 }
 
-// Prefetches what a warp will read of 8-row group g of w: its code chunks, and its rows' scales
-// and zero points (scale elements of scale_bytes each: the format's, F::scale_bytes; the
-// grouped order as one run; rows whose blocks are adjacent, row by row;
-// other orders element by element), touching only elements of rows below N. All lanes call it;
-// w must be a valid description.
-__device__ __forceinline__ void prefetch_group(const DeviceQuantMatrix& w, uint32_t g,
-                                               uint32_t lane, uint32_t scale_bytes) {
+// Prefetches the scales and zero points of 8-row group g of w (scale elements of scale_bytes
+// each: the format's, F::scale_bytes; the grouped order as one run; rows whose blocks are
+// adjacent, row by row; other orders element by element), touching only elements of rows below
+// N. All lanes call it; w must be a valid description.
+__device__ __forceinline__ void prefetch_group_planes(const DeviceQuantMatrix& w, uint32_t g,
+                                                      uint32_t lane, uint32_t scale_bytes) {
   if (g * kGroupRows >= w.n) return;
-  prefetch_l2(w.codes + size_t{g} * w.chunks * kChunkBytes, size_t{w.chunks} * kChunkBytes, lane);
   const uint32_t blocks = w.k / w.block_size;
   const uint32_t rows = min(kGroupRows, w.n - g * kGroupRows);
   const auto plane = [&](const unsigned char* base, uint32_t es, size_t row_stride,
@@ -127,6 +125,15 @@ __device__ __forceinline__ void prefetch_group(const DeviceQuantMatrix& w, uint3
     plane(w.zero_points, 1, w.zero_point_row_stride, w.zero_point_block_stride,
           w.zero_point_group_stride);
   }
+}
+
+// Prefetches what a warp will read of 8-row group g of w: its code chunks, and its rows' scales
+// and zero points (prefetch_group_planes). All lanes call it; w must be a valid description.
+__device__ __forceinline__ void prefetch_group(const DeviceQuantMatrix& w, uint32_t g,
+                                               uint32_t lane, uint32_t scale_bytes) {
+  if (g * kGroupRows >= w.n) return;
+  prefetch_l2(w.codes + size_t{g} * w.chunks * kChunkBytes, size_t{w.chunks} * kChunkBytes, lane);
+  prefetch_group_planes(w, g, lane, scale_bytes);
 }
 
 // ---- Host side ---------------------------------------------------------------------------------

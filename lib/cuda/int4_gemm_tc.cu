@@ -456,6 +456,7 @@ Params make_params(const DeviceQuantMatrix& w, uint32_t m, const uint32_t* m_dev
   p.k_splits = 1;
   p.block_shift = static_cast<uint32_t>(__builtin_ctz(w.block_size));
   p.y_pairs = reinterpret_cast<uintptr_t>(y) % (2 * element_bytes(y_dtype)) == 0 && ldy % 2 == 0;
+  p.y_octets = reinterpret_cast<uintptr_t>(y) % 16 == 0 && ldy * element_bytes(y_dtype) % 16 == 0;
   p.scale_bytes = element_bytes(w.scale_dtype);
   p.scale_block_bytes = w.scale_block_stride * p.scale_bytes;
   p.zero_block_bytes = w.zero_point_block_stride;

@@ -235,8 +235,15 @@ struct Loader {
     return valid;
   }
 
-  // Issues the cp.async copies of k-tile kt into `stage`.
+  // Issues the cp.async copies of k-tile kt into `stage`: X (unless the TMA brings it), the
+  // codes and the plane words.
   QMOE_TC_HD void copy_async(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
+    copy_operands(p, stage, kt, tid);
+    copy_planes(p, stage, kt, tid);
+  }
+
+  // The cp.async copies of k-tile kt's X (unless the TMA brings it) and codes into `stage`.
+  QMOE_TC_HD void copy_operands(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
     const uint32_t x_s = ptx::shared_address(stage);
     if (!C::kXByTma && (kXThreads == kThreads || tid < kXThreads)) {  // warp-uniform
       const bool k_ok = kt * kTileK + x_k < p.w.k;  // K is a multiple of 16: whole pieces
@@ -267,6 +274,11 @@ struct Loader {
       ptx::cp_async_16(codes_s + code_row_offset(piece / 16, (piece / 8) % 2, piece % 8),
                        code_src[i] + code_advance, valid);
     }
+  }
+
+  // The cp.async copies of k-tile kt's plane words into `stage` (convert_planes finishes them).
+  QMOE_TC_HD void copy_planes(const Params& p, uint8_t* stage, uint32_t kt, uint32_t tid) const {
+    const uint32_t x_s = ptx::shared_address(stage);
     const uint32_t scales_s = x_s + C::kStage.scale_offset;
     const uint32_t zeros_s = x_s + C::kStage.zero_offset;
     const bool near_end = kt >= p.tail_ktile;  // uniform: only these k-tiles test for the tail
@@ -373,6 +385,50 @@ struct Loader {
         z = zero_point_from_entry(zeros[e], plane_word(zero_low, 0).shift);
       }
       zeros[e] = zero_constant<XTraits<kX>::kBf16Mma>(z);
+    }
+  }
+
+  // The other route for the planes (the wgmma tiles' producer): this thread's plane elements of
+  // k-tile kt loaded into registers, some k-tiles before the stage is filled, and stored into
+  // the stage already converted (store_plane_values), so that no wait for a copy's landing lies
+  // between the producer and the stage's publication. Each element is loaded alone, with its own
+  // size: no aligned word, no tail case.
+  struct PlaneValues {
+    uint32_t scale[kPlanePerThread];  // the element's bits (0 for a missing entry: scale 0)
+    uint32_t zero[kPlanePerThread];   // the zero point (the default for a missing entry)
+  };
+  QMOE_TC_HD void load_plane_values(const Params& p, uint32_t kt, PlaneValues& v) const {
+#pragma unroll
+    for (uint32_t i = 0; i < kPlanePerThread; ++i) {
+      uint32_t b;
+      const bool valid = plane_block(p, kt, i, b);
+      const uintptr_t scale = scale_src + size_t{b} * p.scale_block_bytes;
+      if (!valid) {
+        v.scale[i] = 0;
+      } else if (p.scale_bytes == 4) {
+        v.scale[i] = *reinterpret_cast<const uint32_t*>(scale);
+      } else {
+        v.scale[i] = *reinterpret_cast<const uint16_t*>(scale);
+      }
+      v.zero[i] = p.w.zero_points != nullptr && valid
+                      ? *reinterpret_cast<const uint8_t*>(zero_src + size_t{b} * p.zero_block_bytes)
+                      : uint32_t{kInt4DefaultZeroPoint};
+    }
+  }
+  // The entries of `v` (k-tile kt's, this thread's: tid + i * kThreads) into `stage` as
+  // convert_planes leaves them. kF16Scales: the scales are known to be FP16 (scaled weights).
+  template <bool kF16Scales = false>
+  QMOE_TC_HD void store_plane_values(const Params& p, uint8_t* stage, const PlaneValues& v,
+                                     uint32_t tid) const {
+    auto* scales = reinterpret_cast<uint32_t*>(stage + C::kStage.scale_offset);
+    auto* zeros = reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset);
+#pragma unroll
+    for (uint32_t i = 0; i < kPlanePerThread; ++i) {
+      const uint32_t e = tid + i * kThreads;
+      const float scale = kF16Scales ? ptx::half_bits_to_float(static_cast<uint16_t>(v.scale[i]))
+                                     : scale_from_entry(p.w.scale_dtype, v.scale[i], 0);
+      scales[e] = C::kScaledWeights ? bf16_split_bits(scale) : bits_of(scale);
+      zeros[e] = zero_constant<XTraits<kX>::kBf16Mma>(v.zero[i] & 0x0Fu);
     }
   }
 };
@@ -563,6 +619,32 @@ QMOE_TC_HD void store_pair(const Params& p, uint32_t row, uint32_t col, float v0
     if (in0) y[0] = v0;
     if (in1) y[1] = v1;
   }
+}
+
+// Y[row][col .. col + 7] (col a multiple of 8, all eight written) as 16-byte stores: one for
+// 16-bit Y, two for FP32. Only where p.y_octets says the addresses are 16-byte aligned.
+QMOE_TC_HD void store_octet(const Params& p, uint32_t row, uint32_t col, const float (&v)[8]) {
+  const size_t at = size_t{row} * p.ldy + col;
+  // The eight values as four 16-bit pairs, each converted by `pair`, at element `at` of Y.
+  const auto store_pairs = [&](auto pair) {
+    uint4 packed;
+    packed.x = bits_of(pair(v[0], v[1]));
+    packed.y = bits_of(pair(v[2], v[3]));
+    packed.z = bits_of(pair(v[4], v[5]));
+    packed.w = bits_of(pair(v[6], v[7]));
+    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.y) + at * 2) = packed;
+  };
+  switch (p.y_dtype) {
+    case QMOE_DTYPE_F16:
+      return store_pairs([](float a, float b) { return __floats2half2_rn(a, b); });
+    case QMOE_DTYPE_BF16:
+      return store_pairs([](float a, float b) { return __floats2bfloat162_rn(a, b); });
+    case QMOE_DTYPE_F32:
+      break;
+  }
+  float4* y = reinterpret_cast<float4*>(static_cast<float*>(p.y) + at);
+  y[0] = make_float4(v[0], v[1], v[2], v[3]);
+  y[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
 // Writes the warp's outputs: rows < M, columns in [n_begin, n_end) only; bias added in FP32.

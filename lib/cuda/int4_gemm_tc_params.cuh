@@ -33,6 +33,7 @@ struct Params {
   uint32_t k_splits;
   uint32_t block_shift;      // log2(block size)
   bool y_pairs;              // y and ldy allow two adjacent outputs as one aligned store
+  bool y_octets;             // y and ldy allow eight (16 bytes a row: 16-byte aligned stores)
   uint32_t scale_bytes;      // 4 for FP32 scales, 2 for FP16 and BF16
   size_t scale_block_bytes;  // scale_block_stride * scale_bytes
   size_t zero_block_bytes;   // zero_point_block_stride (one byte per zero point)

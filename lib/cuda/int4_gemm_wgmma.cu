@@ -5,7 +5,8 @@
 //
 // Place in the stream: programmatic dependent launch (grid_dependency.cuh's contract, as the
 // decode kernels keep it). A CTA lets the next grid launch at once, prefetches into the L2 the
-// codes of its W rows over its K slice (a hint, never stale: the L2 is the point of coherence),
+// codes of its W rows over its K slice and their scale and zero-point planes (a hint, never
+// stale: the L2 is the point of coherence),
 // and then waits for the preceding grid before it reads anything else (the device row count, X,
 // the planes) or writes Y; every CTA executes that wait. So a GEMM's start, its barriers and the
 // first weights' trip from HBM overlap the preceding kernel's end.
@@ -28,7 +29,10 @@ __global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold, kScaled>::kCtaTh
   extern __shared__ __align__(1024) uint8_t smem[];
   allow_dependent_launch();
   // The CTA's code groups (8 rows each), one bulk L2 prefetch per group by the first threads of
-  // the producer warpgroup: chunks [2 kt_begin, 2 kt_end) of each group that holds rows < N.
+  // the producer warpgroup: chunks [2 kt_begin, 2 kt_end) of each group that holds rows < N, and
+  // the group's scales and zero points (all of K: a few KB, and in the grouped order one run).
+  // The producer loads the planes into registers only a few k-tiles ahead, which covers an L2
+  // hit, not a trip to HBM.
   const uint32_t pt = threadIdx.x - C::kThreads;
   if (threadIdx.x >= C::kThreads && pt < C::kBN / kGroupRows) {
     const uint32_t group = (p.n_base + blockIdx.x * C::kBN) / kGroupRows + pt;
@@ -37,6 +41,7 @@ __global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold, kScaled>::kCtaTh
     if (group * kGroupRows < p.w.n && chunk_begin < chunk_end) {
       prefetch_l2(p.w.codes + (size_t{group} * p.w.chunks + chunk_begin) * kChunkBytes,
                   size_t{chunk_end - chunk_begin} * kChunkBytes, 0);
+      prefetch_group_planes(p.w, group, 0, p.scale_bytes);
     }
   }
   wait_for_preceding_grid();

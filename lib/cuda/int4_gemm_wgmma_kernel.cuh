@@ -38,23 +38,27 @@
 // was tried first: its copy and conversion chain, four times a thread's share, took longer
 // than the consumers' k-tile, and a 9-warp CTA cannot hold 224 registers a thread (a
 // sub-partition's 16 K registers hold three of its warps at 168).
-//  - full[s] (129 arrivals a phase, plus the X bytes): producer thread 0 arrives with the X
+//  - full[s] (257 arrivals a phase, plus the X bytes): producer thread 0 arrives with the X
 //    tile's bytes expected and copies it with one TMA instruction (XTileMap), which lays it out
-//    with the same swizzle and completes on full[s]; the codes and plane words come by cp.async
-//    from all 128 producer threads (Loader, kXByTma: X left out), and each, once its own copies
-//    have landed (cp.async.wait_group) and it has converted its plane entries in place
-//    (Loader::convert_planes), arrives with release. A consumer that observes the phase sees
-//    the X bytes (the TMA completes them on the barrier), the codes and the converted planes.
-//    The X copy and the MMA both go through the async proxy, so no proxy fence lies between them.
+//    with the same swizzle and completes on full[s]; all 128 producer threads copy the codes by
+//    cp.async (Loader::copy_operands), each then handing its copies to the barrier
+//    (cp.async.mbarrier.arrive.noinc: an arrival the hardware makes once they have landed), and
+//    store their plane entries already converted, from registers (Loader::store_plane_values),
+//    then arrive with release. A consumer that observes the phase sees the X bytes and the codes
+//    (their copies complete on the barrier) and the converted planes. The X copy and the MMA
+//    both go through the async proxy, so no proxy fence lies between them.
 //  - empty[s] (one arrival a consumer thread): a consumer thread arrives, with release, once it
 //    has finished with the stage, its MMAs included (compute_stage_wgmma waits for them). The
-//    producer waits for that phase before it copies anything into the stage again.
+//    producer waits for that phase before it writes anything into the stage again.
 // K-tile kt lives in stage kt % kStages and is its (kt / kStages)-th use, hence the parities:
-// full[s]'s phase kt / kStages, empty[s]'s the same one after kt is consumed. The producer
-// converts and publishes k-tile kt - kPublishLag after issuing k-tile kt's copies, so that
-// kPublishLag + 1 k-tiles of copies are in flight while it waits for the oldest one, and a
-// consumer that releases k-tile j lets the producer publish j + 2 at once (no bubble). (A lag of
-// (kStages - 1) / 2, and one empty arrival a warp instead of a thread, measured the same.)
+// full[s]'s phase kt / kStages, empty[s]'s the same one after kt is consumed. The producer never
+// waits for a copy of its own: the plane elements of k-tile kt are loaded into registers when
+// k-tile kt - kPlaneLead is stored, and the stores and the copies of k-tile kt are issued as
+// soon as its stage is free, so every stage is published as soon as it lands. (Until
+// 2026-12-03 the producer copied the plane words by cp.async too and converted them in place
+// once its cp.async.wait_group said they had landed: the wait for k-tile kt - 3 then sat behind
+// the wait for the stage of k-tile kt, so only two published stages ran ahead of the consumers,
+// and the conversion and addressing took as many instructions as the consumers' k-tile.)
 //
 // Numerics. Each fold unit (16 or 32 k: fold_k) is summed by the MMA from zero into one of two
 // partial accumulator sets and then folded into the FP32 result with its scale,
@@ -66,7 +70,7 @@
 // Scaled weights (the fast level's, int4_gemm_tc.cuh). The producer turns each scale into two
 // BF16 parts instead of an FP32 value, the consumers multiply each dequantised pair by them
 // (scale_pairs: the weight rounded once to BF16) and every k-tile's MMAs accumulate into the
-// one accumulator set, with no fold (compute_stage_scaled).
+// one accumulator set, with no fold (consume_stages_overlapped, compute_stage_scaled).
 #ifndef QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 #define QMOE_LIB_CUDA_INT4_GEMM_WGMMA_KERNEL_CUH_
 
@@ -102,7 +106,8 @@ struct WgmmaConfig {
   // a warp (8 W rows x 4 token pairs) and the row reads (64 consecutive floats) both hit 32
   // distinct banks.
   static constexpr uint32_t kOutStride = kBN + 4;
-  static constexpr uint32_t kOutPairs = kBN / 2;  // epilogue threads per Y row
+  static constexpr uint32_t kOutPairs = kBN / 2;   // epilogue threads per Y row, 2 columns each
+  static constexpr uint32_t kOutOctets = kBN / 8;  // or 8 columns each
   // X comes by the TMA; the Loader copies codes and planes in the producer warpgroup, which
   // follows the kThreads consumer threads (the MMA warpgroups).
   static constexpr bool kXByTma = true;
@@ -120,9 +125,15 @@ struct WgmmaConfig {
   // The stages' mbarriers follow the stages (from the aligned base): full[s], then empty[s].
   static constexpr uint32_t kBarrierOffset = kStages * kStage.bytes;
   static constexpr uint32_t kEmptyBarrierOffset = kBarrierOffset + 8 * kStages;
-  static constexpr uint32_t kFullArrivals = kLoaderThreads + 1;  // threads, and the X's expect_tx
+  // Per phase of full[s]: each producer thread's release (its stored plane entries) and the
+  // landing of its code copies (cp_async_mbarrier_arrive_noinc), and the X's expect_tx.
+  static constexpr uint32_t kFullArrivals = 2 * kLoaderThreads + 1;
   static constexpr uint32_t kEmptyArrivals = kThreads;
-  static constexpr uint32_t kPublishLag = kStages - 2;
+  // The producer loads a k-tile's plane elements into registers this many k-tiles before it
+  // stores them into their stage (its loop is unrolled by as much, so that every k-tile's
+  // values have registers of their own and no move waits for a load); two where a thread has
+  // more than one entry a k-tile (16-code folds), which would spill the producer's registers.
+  static constexpr uint32_t kPlaneLead = kPlaneEntries / kLoaderThreads > 1 ? 2 : 3;
   // The consumers' own barrier (the epilogue), apart from the CTA's barrier 0.
   static constexpr uint32_t kConsumerBarrier = 1;
 
@@ -190,43 +201,49 @@ QMOE_TC_HD void scale_pairs(uint32_t (&pairs)[2], uint32_t scale_parts) {
   }
 }
 
-// The A fragments of the warpgroup's k16 slices of the stage (its chunks c0 .. c0 +
-// kChunksPerGroup - 1; local slice s = local chunk s / 2, half s % 2), from the thread's two
-// code rows: a[s] = {row g lo/hi pair 0, row g + 8 pair 0, row g pair 1, row g + 8 pair 1}
-// (wgmma_m64n128k16's A layout with dequant_chunk_row's pairs).
+// The A fragments of the warpgroup's local chunk cc of the stage (its chunks are c0 .. c0 +
+// kChunksPerGroup - 1; local slice s = local chunk s / 2, half s % 2: a_lo is slice 2 cc, a_hi
+// slice 2 cc + 1), from the thread's two code rows: a[s] = {row g lo/hi pair 0, row g + 8 pair 0,
+// row g pair 1, row g + 8 pair 1} (wgmma_m64n128k16's A layout with dequant_chunk_row's pairs).
 template <class C, XMode kX>
-QMOE_TC_HD void dequant_stage(uint32_t (&a)[2 * C::kChunksPerGroup][4], const uint8_t* stage,
-                              const WgmmaLane& l) {
+QMOE_TC_HD void dequant_chunk(uint32_t (&a_lo)[4], uint32_t (&a_hi)[4], const uint8_t* stage,
+                              const WgmmaLane& l, uint32_t cc) {
   constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
   constexpr uint32_t kWordB = code_word_offset(0, 1) - code_word_offset(0, 0);
   constexpr uint32_t kUnitBytes = C::kBN * 4;
   constexpr uint32_t kUnitsPerChunk = 32 / C::kFold;
   const uint8_t* codes = stage + C::kStage.code_offset;
   const uint8_t* zeros = stage + C::kStage.zero_offset;
+  const uint32_t unit_lo = cc * kUnitsPerChunk, unit_hi = unit_lo + kUnitsPerChunk - 1;
+  uint32_t lo[2][2], hi[2][2];  // [row r][pair]
+#pragma unroll
+  for (uint32_t r = 0; r < 2; ++r) {
+    const uint8_t* row = codes + l.codes[r] + cc * kChunkBytes;
+    const uint32_t word_a = *reinterpret_cast<const uint32_t*>(row);
+    const uint32_t word_b = *reinterpret_cast<const uint32_t*>(row + kWordB);
+    const uint32_t z_lo =
+        *reinterpret_cast<const uint32_t*>(zeros + l.planes[r] + unit_lo * kUnitBytes);
+    const uint32_t z_hi =
+        *reinterpret_cast<const uint32_t*>(zeros + l.planes[r] + unit_hi * kUnitBytes);
+    dequant_chunk_row<kBf16>(word_a, word_b, l.permute, z_lo, z_hi, lo[r], hi[r]);
+    if constexpr (C::kScaledWeights) {
+      const uint8_t* scales = stage + C::kStage.scale_offset + l.planes[r];
+      scale_pairs(lo[r], *reinterpret_cast<const uint32_t*>(scales + unit_lo * kUnitBytes));
+      scale_pairs(hi[r], *reinterpret_cast<const uint32_t*>(scales + unit_hi * kUnitBytes));
+    }
+  }
+  a_lo[0] = lo[0][0], a_lo[1] = lo[1][0], a_lo[2] = lo[0][1], a_lo[3] = lo[1][1];
+  a_hi[0] = hi[0][0], a_hi[1] = hi[1][0], a_hi[2] = hi[0][1], a_hi[3] = hi[1][1];
+}
+
+// The A fragments of all the warpgroup's k16 slices of the stage (dequant_chunk of each of its
+// chunks).
+template <class C, XMode kX>
+QMOE_TC_HD void dequant_stage(uint32_t (&a)[2 * C::kChunksPerGroup][4], const uint8_t* stage,
+                              const WgmmaLane& l) {
 #pragma unroll
   for (uint32_t cc = 0; cc < C::kChunksPerGroup; ++cc) {
-    const uint32_t unit_lo = cc * kUnitsPerChunk, unit_hi = unit_lo + kUnitsPerChunk - 1;
-    uint32_t lo[2][2], hi[2][2];  // [row r][pair]
-#pragma unroll
-    for (uint32_t r = 0; r < 2; ++r) {
-      const uint8_t* row = codes + l.codes[r] + cc * kChunkBytes;
-      const uint32_t word_a = *reinterpret_cast<const uint32_t*>(row);
-      const uint32_t word_b = *reinterpret_cast<const uint32_t*>(row + kWordB);
-      const uint32_t z_lo =
-          *reinterpret_cast<const uint32_t*>(zeros + l.planes[r] + unit_lo * kUnitBytes);
-      const uint32_t z_hi =
-          *reinterpret_cast<const uint32_t*>(zeros + l.planes[r] + unit_hi * kUnitBytes);
-      dequant_chunk_row<kBf16>(word_a, word_b, l.permute, z_lo, z_hi, lo[r], hi[r]);
-      if constexpr (C::kScaledWeights) {
-        const uint8_t* scales = stage + C::kStage.scale_offset + l.planes[r];
-        scale_pairs(lo[r], *reinterpret_cast<const uint32_t*>(scales + unit_lo * kUnitBytes));
-        scale_pairs(hi[r], *reinterpret_cast<const uint32_t*>(scales + unit_hi * kUnitBytes));
-      }
-    }
-    uint32_t(&a_lo)[4] = a[2 * cc];
-    uint32_t(&a_hi)[4] = a[2 * cc + 1];
-    a_lo[0] = lo[0][0], a_lo[1] = lo[1][0], a_lo[2] = lo[0][1], a_lo[3] = lo[1][1];
-    a_hi[0] = hi[0][0], a_hi[1] = hi[1][0], a_hi[2] = hi[0][1], a_hi[3] = hi[1][1];
+    dequant_chunk<C, kX>(a[2 * cc], a[2 * cc + 1], stage, l, cc);
   }
 }
 
@@ -306,33 +323,168 @@ QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], c
   }
 }
 
-// Scaled weights: the warpgroup's MMAs of one stage, accumulating into `acc` straight from the
-// tensor cores (no fold); every one of them has completed on return, so the stage may then be
-// released. The next stage is dequantised only after that wait: a dequantisation into a second
-// fragment set while these MMAs are in flight makes ptxas serialise every wgmma (its C7513,
-// seen with one k-tile's group left in flight); the MMAs of the CTA's other warpgroup, or of
-// the multiprocessor's other CTA, overlap it instead.
+// Scaled weights, one chunk a k-tile per warpgroup (the split tile): the warpgroup's MMAs of one
+// stage, accumulating into `acc` straight from the tensor cores (no fold); every one of them has
+// completed on return, so the stage may then be released. With one chunk the fragments are
+// reused every k-tile, so the next stage is dequantised only after that wait; the MMAs of the
+// CTA's other warpgroup overlap it instead. (With two chunks, consume_stages_overlapped keeps one
+// chunk's MMAs in flight during the other's dequantisation.)
 template <class C, XMode kX>
 QMOE_TC_HD void compute_stage_scaled(float (&acc)[64], const uint8_t* stage, const WgmmaLane& l) {
   uint32_t a[2 * C::kChunksPerGroup][4];
-  dequant_stage<C, kX>(a, stage, l);
   const uint32_t x_slices = ptx::shared_address(stage) + l.x_slice;
-  ptx::wgmma_fence();
 #pragma unroll
-  for (uint32_t s = 0; s < 2 * C::kChunksPerGroup; ++s) {
-    ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
-        acc, a[s], ptx::wgmma_descriptor_sw128(x_slices + s * 32), true);
+  for (uint32_t cc = 0; cc < C::kChunksPerGroup; ++cc) {
+    dequant_chunk<C, kX>(a[2 * cc], a[2 * cc + 1], stage, l, cc);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (uint32_t s = 2 * cc; s < 2 * cc + 2; ++s) {
+      ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
+          acc, a[s], ptx::wgmma_descriptor_sw128(x_slices + s * 32), true);
+    }
+    ptx::wgmma_commit();
   }
-  ptx::wgmma_commit();
   ptx::wgmma_wait<0>();
+}
+
+// Scaled weights with both chunks of a k-tile in each warpgroup (kChunksPerGroup == 2): the
+// consumer k-loop with the MMAs of one chunk in flight while the other is dequantised. Chunk 0's
+// fragments (a[0]) are issued as group G0, then chunk 1 is dequantised into a[1] and issued as G1;
+// once G0 has retired (wait<1>: a[0] free), the next stage's full barrier is awaited and its
+// chunk 0 dequantised into a[0] while G1 runs; after G1 (wait<0>) the stage is released and the
+// next G0 issued. Every fragment is redefined only after the group that read it has retired, and
+// a stage is released only after all of its MMAs, as compute_stage_scaled does; the MMAs and
+// their order (acc accumulates slices 0..3 of each k-tile in turn) are the same, so the sums
+// are the same bits.
+template <class C, XMode kX>
+QMOE_TC_HD void consume_stages_overlapped(float (&acc)[64], uint8_t* smem, uint32_t count,
+                                          const WgmmaLane& l) {
+  static_assert(C::kScaledWeights && C::kChunksPerGroup == 2);
+  const uint32_t bars = ptx::shared_address(smem);
+  uint32_t a[2][2][4];  // [chunk][slice of the chunk]
+  const auto full = [&](uint32_t j, uint32_t stage) {
+    ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (j / C::kStages) & 1);
+    return smem + stage * C::kStage.bytes;
+  };
+  const auto issue = [&](const uint8_t* st, uint32_t cc) {
+    const uint32_t x_slices = ptx::shared_address(st) + l.x_slice;
+    ptx::wgmma_fence();
+#pragma unroll
+    for (uint32_t h = 0; h < 2; ++h) {
+      ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
+          acc, a[cc][h], ptx::wgmma_descriptor_sw128(x_slices + (2 * cc + h) * 32), true);
+    }
+    ptx::wgmma_commit();
+  };
+  if (count == 0) return;
+  uint32_t stage = 0;
+  const uint8_t* st = full(0, 0);
+  dequant_chunk<C, kX>(a[0][0], a[0][1], st, l, 0);
+  issue(st, 0);
+  // The last k-tile is peeled off so that every group is issued on every path: a conditional
+  // issue makes ptxas wait for all groups at the join (its C7517).
+  for (uint32_t j = 0; j + 1 < count; ++j) {
+    dequant_chunk<C, kX>(a[1][0], a[1][1], st, l, 1);
+    issue(st, 1);
+    ptx::wgmma_wait<1>();  // G0 of k-tile j has retired: a[0] may be redefined
+    const uint32_t next = stage + 1 == C::kStages ? 0 : stage + 1;
+    const uint8_t* next_st = full(j + 1, next);
+    dequant_chunk<C, kX>(a[0][0], a[0][1], next_st, l, 0);
+    ptx::wgmma_wait<0>();  // every MMA of k-tile j has completed
+    ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
+    issue(next_st, 0);
+    stage = next;
+    st = next_st;
+  }
+  dequant_chunk<C, kX>(a[1][0], a[1][1], st, l, 1);
+  issue(st, 1);
+  ptx::wgmma_wait<0>();
+  ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
+}
+
+// The epilogue's row writes from the FP32 tile (store_outputs_wgmma), two adjacent columns a
+// thread: with a split over a cluster, the row groups dealt to the cluster's CTAs in turn, each
+// output the sum of the c tiles in rank order (read through distributed shared memory, a warp's
+// lanes on consecutive pairs: one contiguous 256-byte read a rank and row).
+template <class C>
+QMOE_TC_HD void store_rows_by_pairs(const Params& p, const float* tile, uint32_t rows, uint32_t m0,
+                                    uint32_t n0, uint32_t rank, uint32_t tid) {
+  const uint32_t splits = p.k_splits;
+  const uint32_t pair = tid % C::kOutPairs, first_row = tid / C::kOutPairs;
+  constexpr uint32_t kRowStep = C::kThreads / C::kOutPairs;
+  const uint32_t col = n0 + 2 * pair;
+  const bool in0 = col >= p.n_begin && col < p.n_end;
+  const bool in1 = col + 1 >= p.n_begin && col + 1 < p.n_end;
+  if (!in0 && !in1) return;
+  const bool bias = p.w.bias != nullptr;
+  const float bias0 = bias && in0 ? load_as_float(p.w.bias_dtype, p.w.bias, col) : 0.0f;
+  const float bias1 = bias && in1 ? load_as_float(p.w.bias_dtype, p.w.bias, col + 1) : 0.0f;
+  for (uint32_t token = first_row + rank * kRowStep; token < C::kBM && m0 + token < rows;
+       token += splits * kRowStep) {
+    const float* from = tile + token * C::kOutStride + 2 * pair;
+    float sum[2] = {from[0], from[1]};  // rank 0's own sums when there is no split
+    const uint32_t address = ptx::shared_address(from);
+    if (splits > 1) ptx::cluster_load_f32x2(address, 0, sum);
+    for (uint32_t r = 1; r < splits; ++r) {
+      float v[2];
+      ptx::cluster_load_f32x2(address, r, v);
+      sum[0] += v[0];
+      sum[1] += v[1];
+    }
+    store_pair(p, m0 + token, col, sum[0] + bias0, sum[1] + bias1, in0, in1);
+  }
+}
+
+// The same without a split, eight adjacent columns a thread: one 16-byte store (two for FP32 Y)
+// where all eight are written (p.y_octets: Y's rows allow it), else by pairs. A quarter of the
+// pair path's row loop. (Not through distributed shared memory: there the lanes' 32-byte
+// strides make four times the requests of the pair path's contiguous reads, which costs more than
+// the wider stores save, as measured on the H200 with a split over 4.)
+template <class C>
+QMOE_TC_HD void store_rows_by_octets(const Params& p, const float* tile, uint32_t rows, uint32_t m0,
+                                     uint32_t n0, uint32_t tid) {
+  const uint32_t octet = tid % C::kOutOctets, first_row = tid / C::kOutOctets;
+  constexpr uint32_t kRowStep = C::kThreads / C::kOutOctets;
+  const uint32_t col = n0 + 8 * octet;
+  bool in[8];
+  float bias[8];
+  bool any = false, all = true;
+#pragma unroll
+  for (uint32_t c = 0; c < 8; ++c) {
+    in[c] = col + c >= p.n_begin && col + c < p.n_end;
+    bias[c] =
+        p.w.bias != nullptr && in[c] ? load_as_float(p.w.bias_dtype, p.w.bias, col + c) : 0.0f;
+    any = any || in[c];
+    all = all && in[c];
+  }
+  if (!any) return;
+  for (uint32_t token = first_row; token < C::kBM && m0 + token < rows; token += kRowStep) {
+    const float4* from = reinterpret_cast<const float4*>(tile + token * C::kOutStride + 8 * octet);
+    const float4 lo = from[0], hi = from[1];
+    float sum[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (uint32_t c = 0; c < 8; ++c) sum[c] += bias[c];
+    if (all) {
+      store_octet(p, m0 + token, col, sum);
+    } else {
+#pragma unroll
+      for (uint32_t h = 0; h < 4; ++h) {
+        if (in[2 * h] || in[2 * h + 1]) {
+          store_pair(p, m0 + token, col + 2 * h, sum[2 * h], sum[2 * h + 1], in[2 * h],
+                     in[2 * h + 1]);
+        }
+      }
+    }
+  }
 }
 
 // Writes the CTA's outputs through shared memory: the accumulators go to an FP32 tile
 // [token][W row] (with split_k, the second warpgroup's first, then the first warpgroup adds its
 // own to them: acc0 + acc1, one rounding, in a fixed order), then each warp writes whole rows of
-// Y, two adjacent columns a thread (rows < M, columns in [n_begin, n_end) only; bias added in
-// FP32). With a split over a cluster (p.k_splits > 1; `rank` is the CTA's), the row groups are
-// dealt to the cluster's CTAs in turn and each output is the sum of the c tiles in rank order
+// Y (rows < M, columns in [n_begin, n_end) only; bias added in FP32): eight adjacent columns a
+// thread in 16-byte stores where there is no split and Y's alignment allows (p.y_octets), else
+// two a thread. With a split over a cluster (p.k_splits > 1; `rank` is the CTA's), the row groups
+// are dealt to the cluster's CTAs in turn and each output is the sum of the c tiles in rank order
 // (the file's comment says why). The consumer threads alone (tid < kThreads), after the stages
 // are free.
 template <class C>
@@ -360,29 +512,10 @@ QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], flo
   ptx::named_barrier(C::kConsumerBarrier, C::kThreads);
   const uint32_t splits = p.k_splits;
   if (splits > 1) ptx::cluster_barrier();  // every CTA's tile of the cluster is complete
-  const uint32_t pair = tid % C::kOutPairs, first_row = tid / C::kOutPairs;
-  constexpr uint32_t kRowStep = C::kThreads / C::kOutPairs;
-  const uint32_t col = n0 + 2 * pair;
-  const bool in0 = col >= p.n_begin && col < p.n_end;
-  const bool in1 = col + 1 >= p.n_begin && col + 1 < p.n_end;
-  if (in0 || in1) {
-    const bool bias = p.w.bias != nullptr;
-    const float bias0 = bias && in0 ? load_as_float(p.w.bias_dtype, p.w.bias, col) : 0.0f;
-    const float bias1 = bias && in1 ? load_as_float(p.w.bias_dtype, p.w.bias, col + 1) : 0.0f;
-    for (uint32_t token = first_row + rank * kRowStep; token < C::kBM && m0 + token < rows;
-         token += splits * kRowStep) {
-      const float* from = tile + token * C::kOutStride + 2 * pair;
-      float sum[2] = {from[0], from[1]};  // rank 0's own sums when there is no split
-      const uint32_t address = ptx::shared_address(from);
-      if (splits > 1) ptx::cluster_load_f32x2(address, 0, sum);
-      for (uint32_t r = 1; r < splits; ++r) {
-        float v[2];
-        ptx::cluster_load_f32x2(address, r, v);
-        sum[0] += v[0];
-        sum[1] += v[1];
-      }
-      store_pair(p, m0 + token, col, sum[0] + bias0, sum[1] + bias1, in0, in1);
-    }
+  if (splits > 1 || !p.y_octets) {
+    store_rows_by_pairs<C>(p, tile, rows, m0, n0, rank, tid);
+  } else {
+    store_rows_by_octets<C>(p, tile, rows, m0, n0, tid);
   }
   if (splits > 1) ptx::cluster_barrier();  // the others have read this CTA's tile
 }
@@ -399,41 +532,50 @@ QMOE_TC_HD void copy_x_tile(const void* x_map, uint8_t* smem, uint32_t stage, ui
                    static_cast<int32_t>(m0), bar);
 }
 
-// The producer warpgroup (pt: 0..127): every k-tile's X, codes and planes into its stage, in order,
-// each stage once the consumers have released its previous k-tile; k-tile kt published on
-// full[kt % kStages] once landed and converted (see the pipeline above).
+// The producer warpgroup (pt: 0..127): every k-tile's X, codes and planes into its stage, in
+// order, each stage once the consumers have released its previous k-tile (see the pipeline
+// above). Nothing here waits for a copy: X and the codes complete on full[s] by themselves, and
+// the planes are stored from registers loaded kPlaneLead k-tiles earlier.
 template <class C, XMode kX>
 QMOE_TC_HD void produce_stages(const Params& p, const void* x_map, uint8_t* smem, uint32_t rows,
                                uint32_t m0, uint32_t n0, uint32_t kt_begin, uint32_t kt_end,
                                uint32_t pt) {
-  const Loader<C, kX> loader(p, rows, m0, n0, pt);
+  using L = Loader<C, kX>;
+  const L loader(p, rows, m0, n0, pt);
   const uint32_t bars = ptx::shared_address(smem);
   // j counts the CTA's k-tiles (k-tile kt_begin + j), and the stages and parities follow j.
   const uint32_t count = kt_end - kt_begin;
-  const auto publish = [&](uint32_t j) {
-    const uint32_t stage = j % C::kStages;
-    loader.convert_planes(p, smem + stage * C::kStage.bytes, kt_begin + j, pt);
-    ptx::mbarrier_arrive(bars + C::kBarrierOffset + 8 * stage);
-  };
+  typename L::PlaneValues planes[C::kPlaneLead];  // planes[u]: k-tile j with j % kPlaneLead == u
+#pragma unroll
+  for (uint32_t u = 0; u < C::kPlaneLead; ++u) {
+    if (u < count) loader.load_plane_values(p, kt_begin + u, planes[u]);
+  }
   uint32_t stage = 0;
-  for (uint32_t j = 0; j < count; ++j) {
+  const auto fill = [&](uint32_t j, typename L::PlaneValues& values) {
+    const uint32_t full = bars + C::kBarrierOffset + 8 * stage;
     if (j >= C::kStages) {
       ptx::mbarrier_wait_parity(bars + C::kEmptyBarrierOffset + 8 * stage,
                                 ((j / C::kStages) - 1) & 1);
     }
+    uint8_t* st = smem + stage * C::kStage.bytes;
     if (pt == 0) copy_x_tile<C>(x_map, smem, stage, kt_begin + j, m0);
-    loader.copy_async(p, smem + stage * C::kStage.bytes, kt_begin + j, pt);
-    ptx::cp_async_commit();
-    if (j >= C::kPublishLag) {
-      ptx::cp_async_wait<C::kPublishLag>();  // k-tile j - kPublishLag's group has landed
-      publish(j - C::kPublishLag);
+    loader.copy_operands(p, st, kt_begin + j, pt);
+    ptx::cp_async_mbarrier_arrive_noinc(full);
+    loader.template store_plane_values<C::kScaledWeights>(p, st, values, pt);
+    ptx::mbarrier_arrive(full);  // release: the plane entries just stored
+    if (j + C::kPlaneLead < count) {
+      loader.load_plane_values(p, kt_begin + j + C::kPlaneLead, values);
     }
     stage = stage + 1 == C::kStages ? 0 : stage + 1;
+  };
+  for (uint32_t j = 0; j < count; j += C::kPlaneLead) {
+#pragma unroll
+    for (uint32_t u = 0; u < C::kPlaneLead; ++u) {
+      if (j + u < count) fill(j + u, planes[u]);
+    }
   }
+  ptx::cp_async_commit();  // every copy has landed before the thread exits
   ptx::cp_async_wait<0>();
-  for (uint32_t j = count > C::kPublishLag ? count - C::kPublishLag : 0; j < count; ++j) {
-    publish(j);
-  }
 }
 
 // One CTA's work, as run_cta in int4_gemm_tc_kernel.cuh (the emulation test runs it on host
@@ -474,18 +616,22 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
   for (uint32_t i = 0; i < 64; ++i) acc[i] = 0.0f;
   float partial[2][64];         // the fold's partial sums (exact weights only)
   UnitScales last{0.0f, 0.0f};  // the previous k-tile's last fold unit (compute_stage_wgmma)
-  uint32_t stage = 0;
-  for (uint32_t j = 0; j < kt_end - kt_begin; ++j) {
-    ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (j / C::kStages) & 1);
-    const uint8_t* st = smem + stage * C::kStage.bytes;
-    if constexpr (C::kScaledWeights) {
-      compute_stage_scaled<C, kX>(acc, st, lane_offsets);
-    } else {
-      compute_stage_wgmma<C, kX>(acc, partial, st, lane_offsets, last, j != 0);
+  if constexpr (C::kScaledWeights && C::kChunksPerGroup == 2) {
+    consume_stages_overlapped<C, kX>(acc, smem, kt_end - kt_begin, lane_offsets);
+  } else {
+    uint32_t stage = 0;
+    for (uint32_t j = 0; j < kt_end - kt_begin; ++j) {
+      ptx::mbarrier_wait_parity(bars + C::kBarrierOffset + 8 * stage, (j / C::kStages) & 1);
+      const uint8_t* st = smem + stage * C::kStage.bytes;
+      if constexpr (C::kScaledWeights) {
+        compute_stage_scaled<C, kX>(acc, st, lane_offsets);
+      } else {
+        compute_stage_wgmma<C, kX>(acc, partial, st, lane_offsets, last, j != 0);
+      }
+      // Every MMA of the stage has completed, and this thread has read all it reads of it.
+      ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
+      stage = stage + 1 == C::kStages ? 0 : stage + 1;
     }
-    // Every MMA of the stage has completed, and this thread has read all it reads of it.
-    ptx::mbarrier_arrive(bars + C::kEmptyBarrierOffset + 8 * stage);
-    stage = stage + 1 == C::kStages ? 0 : stage + 1;
   }
   if constexpr (C::kScaledWeights) {
     ptx::wgmma_hold(acc);  // no read of the accumulators moves above the last wait

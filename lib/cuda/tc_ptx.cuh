@@ -52,6 +52,7 @@ struct HostEmulator {
   virtual void mbarrier_arrive_expect_tx(uint32_t /*bar*/, uint32_t /*bytes*/) { abort(); }
   virtual bool mbarrier_try_wait_parity(uint32_t /*bar*/, uint32_t /*parity*/) { abort(); }
   virtual void mbarrier_arrive(uint32_t /*bar*/) { abort(); }
+  virtual void cp_async_mbarrier_arrive_noinc(uint32_t /*bar*/) { abort(); }
   // bar.sync id, threads: a barrier of `threads` threads (warps) of the CTA, not all of them.
   virtual void named_barrier(uint32_t /*id*/, uint32_t /*threads*/) { abort(); }
   virtual void tma_load_2d(uint32_t /*dst*/, const void* /*tensor_map*/, int32_t /*c0*/,

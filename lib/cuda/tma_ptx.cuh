@@ -1,6 +1,7 @@
 // PTX wrappers for Hopper's tensor memory accelerator (TMA) and the shared-memory barriers
 // (mbarrier) its copies complete on: a 2-D tiled tensor copy global -> shared, and the barrier's
-// init, arrivals (plain and with expected bytes) and phase wait. As in tc_ptx.cuh, each is its
+// init, arrivals (plain, with expected bytes, and on the completion of a thread's cp.async
+// copies) and phase wait. As in tc_ptx.cuh, each is its
 // instruction on the device and, on the host, goes to the emulator the tests install
 // (tests/cuda/int4_gemm_tc_emulation_test.cu), which implements the PTX ISA's definitions, so
 // that the kernel's own code runs on a machine without a GPU. Library code never calls the host
@@ -68,6 +69,20 @@ __host__ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   __trap();
 #else
   host_emulator->mbarrier_arrive(bar);
+#endif
+}
+
+// One arrival on the barrier, made by the hardware once every cp.async this thread has issued so
+// far has landed (cp.async.mbarrier.arrive.noinc: the arrival is one of the count the barrier
+// was initialised with, not an extra one). A thread that observes the phase then sees those
+// copies' bytes; the calling thread goes on at once.
+__host__ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
+#if QMOE_TMA_DEVICE
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#else
+  host_emulator->cp_async_mbarrier_arrive_noinc(bar);
 #endif
 }
 

@@ -79,6 +79,9 @@ struct Cta {
       std::vector<uint8_t> bytes;
     };
     uint32_t count = 0, pending = 0, phase = 0;
+    // Of the pending arrivals, those that cp.async.mbarrier.arrive.noinc defers to the landing of
+    // its thread's copies (held in `copies` with the TMA's, their bytes added to tx).
+    uint32_t deferred = 0;
     int64_t tx = 0;
     std::vector<Copy> copies;
     // Writes a copy's bytes into `shared`; they count against the phase's transaction bytes.
@@ -224,9 +227,12 @@ class ThreadEmulator : public ptx::HostEmulator {
     {
       std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
       Cta::MBarrier& b = known_mbarrier(bar);
-      if ((b.phase & 1u) == parity && b.pending == 0 && !b.copies.empty()) {
+      if ((b.phase & 1u) == parity && b.pending == b.deferred &&
+          (!b.copies.empty() || b.deferred != 0)) {
         for (const Cta::MBarrier::Copy& c : b.copies) b.land(c, cta_->shared);
         b.copies.clear();
+        b.pending -= b.deferred;  // the deferred arrivals, now that their copies have landed
+        b.deferred = 0;
         EXPECT_GE(b.tx, 0) << "more bytes landed than the phase expected";
         b.complete_if_done();
       }
@@ -247,6 +253,32 @@ class ThreadEmulator : public ptx::HostEmulator {
     }
     std::this_thread::yield();
     return false;
+  }
+  // cp.async.mbarrier.arrive.noinc: one of the barrier's arrivals, made when every cp.async this
+  // thread has issued has landed. Copies at once have; held ones move to the barrier and land,
+  // with the arrival, when a thread waits for the phase and every other arrival is in (the
+  // latest the PTX ISA allows), so that a read of a code before that sees stale bytes.
+  void cp_async_mbarrier_arrive_noinc(uint32_t bar) override {
+    std::vector<Copy> held = std::move(open_);
+    open_.clear();
+    for (std::vector<Copy>& group : groups_) {
+      for (Copy& c : group) held.push_back(std::move(c));
+    }
+    groups_.clear();
+    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
+    Cta::MBarrier& b = known_mbarrier(bar);
+    EXPECT_GT(b.pending, b.deferred) << "arrival on a barrier with none pending";
+    if (copies_ == Copies::kAtOnce) {
+      EXPECT_TRUE(held.empty());
+      --b.pending;
+      b.complete_if_done();
+      return;
+    }
+    for (Copy& c : held) {
+      b.tx += c.size;
+      b.copies.push_back({c.dst, std::move(c.bytes)});
+    }
+    ++b.deferred;
   }
   // cp.async.bulk.tensor.2d ... .tile with the map of x_tile_map (the test stores its XTileMap in
   // the CUtensorMap's bytes): box (c0, c1) of box_k x box_rows 16-bit elements, zeros outside
@@ -391,7 +423,7 @@ class ThreadEmulator : public ptx::HostEmulator {
   void arrive(uint32_t bar, uint32_t bytes) {
     std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
     Cta::MBarrier& b = known_mbarrier(bar);
-    EXPECT_GT(b.pending, 0u) << "arrival on a barrier with none pending";
+    EXPECT_GT(b.pending, b.deferred) << "arrival on a barrier with none pending";
     b.tx += bytes;
     --b.pending;
     b.complete_if_done();
@@ -557,6 +589,9 @@ struct Case {
   uint32_t scale_offset = 0;  // bytes: the scale plane placed this far into its buffer
   qmoe_accuracy accuracy = QMOE_ACCURACY_EXACT;
   uint32_t k_splits = 1;  // CTAs of a cluster on each output tile (wgmma tiles)
+  // Y's rows a multiple of 16 bytes apart (the wgmma epilogue's 16-byte stores), else an odd
+  // number of elements (pairs and single stores).
+  bool aligned_y = false;
 };
 
 void run_case(const Case& c, uint64_t seed) {
@@ -574,7 +609,7 @@ void run_case(const Case& c, uint64_t seed) {
   const Int4Matrix w = make_int4_matrix(c.w, rng);
   const uint32_t n = c.w.n, k = c.w.k, m = c.m;
   const uint32_t n_begin = c.n_begin, n_end = c.n_end == 0 ? n : c.n_end;
-  const size_t ldx = k + 8, ldy = n + 3;
+  const size_t ldx = k + 8, ldy = c.aligned_y ? (n + 7) / 8 * 8 + 8 : n + 3;
   const std::vector<float> x_values = random_activations(m, static_cast<uint32_t>(ldx), rng);
   const std::vector<unsigned char> x = narrow(ctx.get(), c.xd, x_values.data(), x_values.size());
   const std::vector<float> x_true = dense_rows(widen(ctx.get(), c.xd, x), m, k, ldx);
@@ -612,6 +647,7 @@ void run_case(const Case& c, uint64_t seed) {
   const uint32_t device_rows = c.device_rows;
   Params p = make_params(view, m, c.device_rows < m ? &device_rows : nullptr, x_buffer.data(), ldx,
                          c.yd, y.data(), ldy, n_begin, n_end);
+  EXPECT_EQ(p.y_octets, c.aligned_y) << "Y's alignment is not the case's";
   ASSERT_TRUE(c.k_splits == 1 || (int4_gemm_tc_tile_is_wgmma(static_cast<Int4GemmTcTile>(c.tile)) &&
                                   c.k_splits <= p.k_tiles && c.k_splits <= kMaxKSplits));
   p.k_splits = c.k_splits;
@@ -706,6 +742,7 @@ TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
         c.yd = kTypes[(index / 2) % 3];
         c.tile = tile;
         c.copies = (index / 2) % 2 == 0 ? Copies::kAtWait : Copies::kAtOnce;
+        c.aligned_y = (index / 3) % 2 == 0;
         c.scale_offset = c.w.scale_dtype == QMOE_DTYPE_F32 ? 4 * (index % 2) : 2 * (index % 4);
         ++index;
         ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
@@ -736,6 +773,7 @@ TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
     c.yd = QMOE_DTYPE_BF16;
     c.tile = tile;
     c.copies = tile == 1 || tile == 6 ? Copies::kAtOnce : Copies::kAtWait;
+    c.aligned_y = tile >= 4;
     ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
   }
 }
@@ -760,6 +798,7 @@ TEST(CudaInt4GemmTcEmulation, ScaledWeightsOnEveryWgmmaTile) {
       c.tile = tile;
       c.copies = index % 2 == 0 ? Copies::kAtWait : Copies::kAtOnce;
       c.accuracy = QMOE_ACCURACY_FAST;
+      c.aligned_y = (index / 3) % 2 == 0;
       ++index;
       ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
     }
@@ -789,6 +828,7 @@ TEST(CudaInt4GemmTcEmulation, SplitOverKAcrossACluster) {
       c.copies = index % 2 == 0 ? Copies::kAtWait : Copies::kAtOnce;
       c.accuracy = index % 4 < 2 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
       c.k_splits = splits;
+      c.aligned_y = (index / 3) % 2 == 0;
       ++index;
       ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
     }
