@@ -18,6 +18,7 @@
 
 #include "lib/cuda/int4_gemm_tc_kernel.cuh"
 #include "lib/cuda/int4_gemm_tc_layout.cuh"
+#include "lib/cuda/int4_gemm_wgmma_kernel.cuh"
 #include "lib/cuda/wgmma_ptx.cuh"
 
 namespace qmoe::cuda::tc {
@@ -464,10 +465,12 @@ uint32_t test_zero_point(uint32_t n, uint32_t b) {
 }
 
 // Every plane entry of every stage the loader fills (copy_async, then convert_planes by the
-// same thread), for every column tile and k-tile: the FP32 scale of (n, k / B) and the zero
-// constant of its zero point, scale 0 and the default zero point past N and K; and no byte
-// read outside the planes' words (the planes end exactly with their last element).
-template <class C, XMode kX>
+// same thread; with kByRegisters the wgmma producer's route instead, load_plane_values then
+// store_plane_values), for every column tile and k-tile: the FP32 scale of (n, k / B) (its two
+// BF16 parts for scaled weights) and the zero constant of its zero point, scale 0 and the
+// default zero point past N and K; and no byte read outside the planes' words (the planes end
+// exactly with their last element).
+template <class C, XMode kX, bool kByRegisters = false>
 void check_plane_staging(uint32_t block, qmoe_dtype scale_dtype, int scale_order, int zero_order,
                          uint32_t scale_offset, uint32_t zero_offset) {
   using L = Loader<C, kX>;
@@ -543,12 +546,22 @@ void check_plane_staging(uint32_t block, qmoe_dtype scale_dtype, int scale_order
   constexpr bool kBf16 = XTraits<kX>::kBf16Mma;
   for (uint32_t n0 = 0; n0 < n; n0 += C::kBN) {
     std::vector<L> loaders;
-    for (uint32_t tid = 0; tid < C::kThreads; ++tid) loaders.emplace_back(p, m, 0, n0, tid);
+    for (uint32_t tid = 0; tid < L::kThreads; ++tid) loaders.emplace_back(p, m, 0, n0, tid);
     for (uint32_t kt = 0; kt < p.k_tiles; ++kt) {
       std::fill(emulator.shared.begin(), emulator.shared.end(), 0xA5);
-      for (uint32_t tid = 0; tid < C::kThreads; ++tid) loaders[tid].copy_async(p, stage, kt, tid);
-      for (uint32_t tid = 0; tid < C::kThreads; ++tid) {
-        loaders[tid].convert_planes(p, stage, kt, tid);
+      if constexpr (kByRegisters) {
+        for (uint32_t tid = 0; tid < L::kThreads; ++tid) {
+          typename L::PlaneValues values;
+          loaders[tid].load_plane_values(p, kt, values);
+          loaders[tid].template store_plane_values<C::kScaledWeights>(p, stage, values, tid);
+        }
+      } else {
+        for (uint32_t tid = 0; tid < L::kThreads; ++tid) {
+          loaders[tid].copy_async(p, stage, kt, tid);
+        }
+        for (uint32_t tid = 0; tid < L::kThreads; ++tid) {
+          loaders[tid].convert_planes(p, stage, kt, tid);
+        }
       }
       for (uint32_t unit = 0; unit < kTileK / C::kFold; ++unit) {
         for (uint32_t column = 0; column < C::kBN; ++column) {
@@ -559,7 +572,13 @@ void check_plane_staging(uint32_t block, qmoe_dtype scale_dtype, int scale_order
               zero_constant<kBf16>(exists && zero_order >= 0 ? test_zero_point(row, kk / block) & 15
                                                              : kInt4DefaultZeroPoint);
           const uint32_t e = plane_entry(unit, column, C::kBN);
-          ASSERT_EQ(scale_entries[e], want_scale) << "n " << row << " k " << kk;
+          if constexpr (C::kScaledWeights) {
+            uint32_t parts;
+            std::memcpy(&parts, &scale_entries[e], 4);
+            ASSERT_EQ(parts, bf16_split_bits(want_scale)) << "n " << row << " k " << kk;
+          } else {
+            ASSERT_EQ(scale_entries[e], want_scale) << "n " << row << " k " << kk;
+          }
           ASSERT_EQ(zero_entries[e], want_zero) << "n " << row << " k " << kk;
         }
       }
@@ -568,14 +587,15 @@ void check_plane_staging(uint32_t block, qmoe_dtype scale_dtype, int scale_order
   ptx::host_emulator = nullptr;
 }
 
-template <class C, XMode kX>
+template <class C, XMode kX, bool kByRegisters = false>
 void check_plane_staging_all(uint32_t block) {
   int index = 0;
   for (qmoe_dtype sd : {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16}) {
+    if (C::kScaledWeights && sd != QMOE_DTYPE_F16) continue;  // scaled weights: FP16 scales
     for (int so = 0; so < 4; ++so) {
       for (int zo = -1; zo < 4; ++zo) {
         const uint32_t es = sd == QMOE_DTYPE_F32 ? 4 : 2;
-        check_plane_staging<C, kX>(block, sd, so, zo, es * (index % 4), index % 4);
+        check_plane_staging<C, kX, kByRegisters>(block, sd, so, zo, es * (index % 4), index % 4);
         ++index;
         if (::testing::Test::HasFatalFailure()) return;
       }
@@ -591,6 +611,16 @@ TEST(CudaInt4GemmTcLayout, LoaderStagesEveryPlaneEntry) {
   check_plane_staging_all<Config<2, XMode::kF16, 32>, XMode::kF16>(64);
   check_plane_staging_all<Config<3, XMode::kBf16, 32>, XMode::kBf16>(32);
   check_plane_staging_all<Config<3, XMode::kF32Split, 32>, XMode::kF32Split>(128);
+}
+
+// The wgmma producer's planes: loaded into registers and stored converted, they must be the
+// entries the cp.async route gives, on every wgmma tile, both fold granularities and levels.
+TEST(CudaInt4GemmTcLayout, ProducerStoresThePlaneEntriesItLoads) {
+  check_plane_staging_all<WgmmaConfig<4, XMode::kBf16, 32>, XMode::kBf16, true>(32);
+  check_plane_staging_all<WgmmaConfig<5, XMode::kF16, 16>, XMode::kF16, true>(16);
+  check_plane_staging_all<WgmmaConfig<6, XMode::kBf16, 32>, XMode::kBf16, true>(128);
+  check_plane_staging_all<WgmmaConfig<4, XMode::kBf16, 16, true>, XMode::kBf16, true>(16);
+  check_plane_staging_all<WgmmaConfig<5, XMode::kBf16, 32, true>, XMode::kBf16, true>(64);
 }
 
 // The wgmma tiles read the X stage through a 128-byte-swizzle descriptor: the hardware forms an
