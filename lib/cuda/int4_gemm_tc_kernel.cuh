@@ -358,6 +358,16 @@ struct Loader {
     return following;
   }
 
+  // Plane entry e of `stage` as the warps read it: the FP32 scale (its two BF16 parts with
+  // scaled weights: bf16_split_bits) and the zero constant of zero point z. Both routes for the
+  // planes (convert_planes, store_plane_values) end here.
+  QMOE_TC_HD static void write_entry(uint8_t* stage, uint32_t e, float scale, uint32_t z) {
+    reinterpret_cast<uint32_t*>(stage + C::kStage.scale_offset)[e] =
+        C::kScaledWeights ? bf16_split_bits(scale) : bits_of(scale);
+    reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset)[e] =
+        zero_constant<XTraits<kX>::kBf16Mma>(z);
+  }
+
   // Turns this thread's plane entries of k-tile kt in `stage` into the FP32 scale and the zero
   // constant, in place. Only after this thread's cp.async.wait_group for k-tile kt (the entries
   // are its own copies) and before the barrier that lets the warps read them. An element's bit
@@ -373,18 +383,16 @@ struct Loader {
       const uint32_t e = tid + i * kThreads;
       const uint32_t scale_low =
           static_cast<uint32_t>(scale_src) + b * static_cast<uint32_t>(p.scale_block_bytes);
-      // A missing entry was zero-filled: scale 0. With scaled weights the entry becomes the
-      // scale's two BF16 parts (bf16_split_bits).
+      // A missing entry was zero-filled: scale 0.
       const float scale =
           scale_from_entry(p.w.scale_dtype, scales[e], plane_word(scale_low, 0).shift);
-      scales[e] = C::kScaledWeights ? bf16_split_bits(scale) : bits_of(scale);
       uint32_t z = kInt4DefaultZeroPoint;
       if (p.w.zero_points != nullptr && valid) {
         const uint32_t zero_low =
             static_cast<uint32_t>(zero_src) + b * static_cast<uint32_t>(p.zero_block_bytes);
         z = zero_point_from_entry(zeros[e], plane_word(zero_low, 0).shift);
       }
-      zeros[e] = zero_constant<XTraits<kX>::kBf16Mma>(z);
+      write_entry(stage, e, scale, z);
     }
   }
 
@@ -420,15 +428,11 @@ struct Loader {
   template <bool kF16Scales = false>
   QMOE_TC_HD void store_plane_values(const Params& p, uint8_t* stage, const PlaneValues& v,
                                      uint32_t tid) const {
-    auto* scales = reinterpret_cast<uint32_t*>(stage + C::kStage.scale_offset);
-    auto* zeros = reinterpret_cast<uint32_t*>(stage + C::kStage.zero_offset);
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
-      const uint32_t e = tid + i * kThreads;
       const float scale = kF16Scales ? ptx::half_bits_to_float(static_cast<uint16_t>(v.scale[i]))
                                      : scale_from_entry(p.w.scale_dtype, v.scale[i], 0);
-      scales[e] = C::kScaledWeights ? bf16_split_bits(scale) : bits_of(scale);
-      zeros[e] = zero_constant<XTraits<kX>::kBf16Mma>(v.zero[i] & 0x0Fu);
+      write_entry(stage, tid + i * kThreads, scale, v.zero[i] & 0x0Fu);
     }
   }
 };

@@ -323,6 +323,21 @@ QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], c
   }
 }
 
+// Scaled weights: issues the MMAs of the warpgroup's local chunk cc of `stage` (its two k16
+// slices, fragments a from dequant_chunk) accumulating into `acc`, and closes their group.
+template <XMode kX>
+QMOE_TC_HD void issue_chunk_scaled(float (&acc)[64], const uint32_t (&a)[2][4],
+                                   const uint8_t* stage, const WgmmaLane& l, uint32_t cc) {
+  const uint32_t x_slices = ptx::shared_address(stage) + l.x_slice;
+  ptx::wgmma_fence();
+#pragma unroll
+  for (uint32_t h = 0; h < 2; ++h) {
+    ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
+        acc, a[h], ptx::wgmma_descriptor_sw128(x_slices + (2 * cc + h) * 32), true);
+  }
+  ptx::wgmma_commit();
+}
+
 // Scaled weights, one chunk a k-tile per warpgroup (the split tile): the warpgroup's MMAs of one
 // stage, accumulating into `acc` straight from the tensor cores (no fold); every one of them has
 // completed on return, so the stage may then be released. With one chunk the fragments are
@@ -331,18 +346,11 @@ QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], c
 // chunk's MMAs in flight during the other's dequantisation.)
 template <class C, XMode kX>
 QMOE_TC_HD void compute_stage_scaled(float (&acc)[64], const uint8_t* stage, const WgmmaLane& l) {
-  uint32_t a[2 * C::kChunksPerGroup][4];
-  const uint32_t x_slices = ptx::shared_address(stage) + l.x_slice;
+  uint32_t a[C::kChunksPerGroup][2][4];  // [local chunk][slice of the chunk]
 #pragma unroll
   for (uint32_t cc = 0; cc < C::kChunksPerGroup; ++cc) {
-    dequant_chunk<C, kX>(a[2 * cc], a[2 * cc + 1], stage, l, cc);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (uint32_t s = 2 * cc; s < 2 * cc + 2; ++s) {
-      ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
-          acc, a[s], ptx::wgmma_descriptor_sw128(x_slices + s * 32), true);
-    }
-    ptx::wgmma_commit();
+    dequant_chunk<C, kX>(a[cc][0], a[cc][1], stage, l, cc);
+    issue_chunk_scaled<kX>(acc, a[cc], stage, l, cc);
   }
   ptx::wgmma_wait<0>();
 }
@@ -367,14 +375,7 @@ QMOE_TC_HD void consume_stages_overlapped(float (&acc)[64], uint8_t* smem, uint3
     return smem + stage * C::kStage.bytes;
   };
   const auto issue = [&](const uint8_t* st, uint32_t cc) {
-    const uint32_t x_slices = ptx::shared_address(st) + l.x_slice;
-    ptx::wgmma_fence();
-#pragma unroll
-    for (uint32_t h = 0; h < 2; ++h) {
-      ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
-          acc, a[cc][h], ptx::wgmma_descriptor_sw128(x_slices + (2 * cc + h) * 32), true);
-    }
-    ptx::wgmma_commit();
+    issue_chunk_scaled<kX>(acc, a[cc], st, l, cc);
   };
   if (count == 0) return;
   uint32_t stage = 0;
