@@ -39,9 +39,10 @@ uint32_t element_bytes(qmoe_dtype d) {
 // they beat every mma.sync tile at every measured shape (docs/results/2026-12-02-h200-wgmma-gemm.md
 // and the files after it). Among them a second model (wgmma_cost) picks 128 x 64 alone, split
 // over K across a cluster of 2, 4 or 8 CTAs, or 128 x 64 split over K inside the CTA (two
-// warpgroups, one CTA a multiprocessor). 128 x 128 is not chosen: with the producer warpgroup
-// it runs 10-20% below 128 x 64 at every measured shape, though it reads X half as often per
-// output (its one producer copies and converts 128 rows' codes and planes for two MMA
+// warpgroups, one CTA a multiprocessor), and at the fast level's scaled weights 256 x 128 (never
+// split) where it is cheaper. 128 x 128 is not chosen: with the producer
+// warpgroup it runs 10-20% below 128 x 64 at every measured shape, though it reads X half as often
+// per output (its one producer copies and converts 128 rows' codes and planes for two MMA
 // warpgroups, which then wait for it).
 constexpr uint32_t kSchedulers = 4;
 constexpr uint32_t kRegistersPerThread = 192;
@@ -49,7 +50,8 @@ constexpr uint32_t kRegistersPerSm = 65536;
 constexpr double kIssuePerMma[] = {1.0, 1.25, 1.25, 1.25};  // the mma.sync tiles, by index
 static_assert(static_cast<int>(Int4GemmTcTile::kWgmma128x64) == 4 &&
               static_cast<int>(Int4GemmTcTile::kWgmma128x128) == 5 &&
-              static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK) == 6);
+              static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK) == 6 &&
+              static_cast<int>(Int4GemmTcTile::kWgmma256x128) == 7);
 constexpr double kSchedulerRate[] = {0.0, 0.6, 0.85, 1.0};  // by resident warps, 3 or more
 
 // The wgmma model, fitted to one H200 run of every split of 128 x 64 and its in-CTA split
@@ -73,15 +75,27 @@ constexpr double kTwoCtasFactor = 1.65;
 constexpr double kInCtaSplitFactor = 0.93;
 constexpr double kSplitGain = 0.05;
 constexpr uint64_t kClusterSizes[] = {2, 4, 8};
+// 256 x 128 (the fast level's scaled weights only): one CTA a multiprocessor, its k-tile
+// kWideKTileFactor times a 128 x 64 CTA's alone (four times the MMAs; per MMA, half the
+// dequantisation and copies), fitted to one H200 run of both tiles at M = 128 to 2048 on the
+// three benchmark shapes (docs/results/2026-12-03-h200-wgmma-256-token-tile.md). It is never
+// split over K: a cluster of such CTAs, each a whole multiprocessor, ran slower than one CTA
+// alone at every measured shape (FC2 at M = 512: 14.1 us alone, 16.9 split 2 ways, 25.4 4 ways).
+constexpr double kWideKTileFactor = 1.9;
 
 // The model's time of `tiles` output tiles of `tile` with K split `c` ways, in k-tiles of one
 // 128 x 64 CTA alone on a multiprocessor.
 double wgmma_cost(Int4GemmTcTile tile, uint64_t tiles, uint64_t k_tiles, uint64_t c, uint64_t sms) {
   const double per_cta = static_cast<double>((k_tiles + c - 1) / c + kCtaOverheadKTiles);
   const uint64_t ctas = tiles * c;
-  if (tile == Int4GemmTcTile::kWgmma128x64) {
-    if (ctas <= sms) return per_cta;
-    return static_cast<double>((ctas + 2 * sms - 1) / (2 * sms)) * per_cta * kTwoCtasFactor;
+  const uint64_t pairs = (ctas + 2 * sms - 1) / (2 * sms);  // waves of two CTAs a multiprocessor
+  switch (tile) {
+    case Int4GemmTcTile::kWgmma128x64:
+      return ctas <= sms ? per_cta : static_cast<double>(pairs) * per_cta * kTwoCtasFactor;
+    case Int4GemmTcTile::kWgmma256x128:
+      return static_cast<double>((ctas + sms - 1) / sms) * per_cta * kWideKTileFactor;
+    default:
+      break;
   }
   return static_cast<double>((ctas + sms - 1) / sms) * per_cta * kInCtaSplitFactor;
 }
@@ -113,8 +127,8 @@ bool take_cheaper_split(uint64_t tiles, uint64_t k_tiles, uint64_t sms, double* 
 }
 
 // The wgmma tile and split the model picks (128 x 64's and the in-CTA split's shared memory fit:
-// the caller checks).
-void choose_wgmma(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k, uint64_t sms,
+// the caller checks; `wide`: 256 x 128 runs and fits too).
+void choose_wgmma(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k, uint64_t sms, bool wide,
                   Int4GemmTcTile* tile, uint32_t* k_splits) {
   const uint64_t tiles = output_tiles(Int4GemmTcTile::kWgmma128x64, m, n_begin, n_end);
   const uint64_t k_tiles = (uint64_t{k} + tc::kTileK - 1) / tc::kTileK;
@@ -131,6 +145,12 @@ void choose_wgmma(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k, uint
   if (take_cheaper_split(tiles, k_tiles, sms, &best, k_splits)) {
     *tile = Int4GemmTcTile::kWgmma128x64;
   }
+  const Int4GemmTcTile wide_tile = Int4GemmTcTile::kWgmma256x128;
+  if (wide && wgmma_cost(wide_tile, output_tiles(wide_tile, m, n_begin, n_end), k_tiles, 1, sms) <
+                  best * (1.0 - kSplitGain)) {
+    *tile = wide_tile;
+    *k_splits = 1;
+  }
 }
 
 // Per device: filled once under the mutex, then read without it (`ready` publishes it).
@@ -144,8 +164,10 @@ struct DeviceState {
 };
 
 // Whether `tile` may run with this X type where the wgmma tiles do (`wgmma`) or do not: the
-// mma.sync tiles always; the wgmma tiles there, with 16-bit X only.
+// mma.sync tiles always; the wgmma tiles there, with 16-bit X only, and those that run scaled
+// weights only with BF16 X.
 bool tile_runs(Int4GemmTcTile tile, bool wgmma, qmoe_dtype x_dtype) {
+  if (int4_gemm_tc_tile_scaled_only(tile)) return wgmma && x_dtype == QMOE_DTYPE_BF16;
   return !int4_gemm_tc_tile_is_wgmma(tile) || (wgmma && x_dtype != QMOE_DTYPE_F32);
 }
 constexpr int kMaxDevices = 64;
@@ -258,17 +280,23 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
   error = current_device_state(&device);
   if (error != cudaSuccess) return error;
 
+  // Whether a wgmma tile would run scaled weights (the tile's own part of the condition is
+  // that it is one).
+  const bool scaled_level =
+      int4_gemm_tc_scaled_weights(Int4GemmTcTile::kWgmma128x64, accuracy, x_dtype, w.scale_dtype);
   Int4GemmTcTile tile;
   if (given_tile != nullptr) {
     tile = *given_tile;
     if (static_cast<int>(tile) < 0 || static_cast<int>(tile) >= kInt4GemmTcTileCount ||
         int4_gemm_tc_shared_bytes(tile, x_dtype, w.block_size) > device->max_shared_bytes ||
-        !tile_runs(tile, device->wgmma, x_dtype)) {
+        !tile_runs(tile, device->wgmma, x_dtype) ||
+        (int4_gemm_tc_tile_scaled_only(tile) && !scaled_level)) {
       return cudaErrorInvalidValue;
     }
   } else if (!choose_int4_gemm_tc_tile(m, n_begin, n_end, w.k, device->sm_count,
                                        device->max_shared_bytes, x_dtype, w.block_size, &tile,
-                                       device->wgmma, k_splits == 0 ? &k_splits : nullptr)) {
+                                       device->wgmma, k_splits == 0 ? &k_splits : nullptr,
+                                       scaled_level)) {
     return cudaErrorInvalidValue;
   }
   tc::Params p = tc::make_params(w, m, m_device, x, ldx, y_dtype, y, ldy, n_begin, n_end);
@@ -329,7 +357,7 @@ bool int4_gemm_tc_tile_available(Int4GemmTcTile tile, qmoe_dtype x_dtype) {
 bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k,
                               int sm_count, size_t max_shared_bytes, qmoe_dtype x_dtype,
                               uint32_t block_size, Int4GemmTcTile* tile, bool wgmma,
-                              uint32_t* k_splits) {
+                              uint32_t* k_splits, bool scaled_weights) {
   const uint64_t sms = static_cast<uint64_t>(std::max(sm_count, 1));
   uint32_t splits = 1;
   if (k_splits != nullptr) *k_splits = 1;
@@ -338,7 +366,8 @@ bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, uint
            int4_gemm_tc_shared_bytes(t, x_dtype, block_size) <= max_shared_bytes;
   };
   if (fits(Int4GemmTcTile::kWgmma128x64) && fits(Int4GemmTcTile::kWgmma128x64SplitK)) {
-    choose_wgmma(m, n_begin, n_end, k, sms, tile, &splits);
+    const bool wide = scaled_weights && fits(Int4GemmTcTile::kWgmma256x128);
+    choose_wgmma(m, n_begin, n_end, k, sms, wide, tile, &splits);
     if (k_splits != nullptr) *k_splits = splits;
     return true;
   }

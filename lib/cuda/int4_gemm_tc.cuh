@@ -95,8 +95,9 @@ cudaError_t prepare_int4_gemm_tc();
 /// 64 x 32 warp tiles; all but 128x128 give each warp tile two warps, one per half of every
 /// 64-code k-tile. The kWgmma tiles run Hopper's warpgroup MMA (int4_gemm_wgmma_kernel.cuh),
 /// one warpgroup per 64 rows of W (kWgmma128x64SplitK: two warpgroups on the same 64 rows, one
-/// per 32-code half of every k-tile): compute capability 9.0 only, a build with sm_90 among its
-/// architectures, 16-bit X only (int4_gemm_tc_tile_available).
+/// per 32-code half of every k-tile; kWgmma256x128: 256 rows of X, the fast level only): compute
+/// capability 9.0 only, a build with sm_90 among its architectures, 16-bit X only
+/// (int4_gemm_tc_tile_available).
 enum class Int4GemmTcTile : int {
   k128x128 = 0,
   k64x128 = 1,
@@ -104,13 +105,21 @@ enum class Int4GemmTcTile : int {
   k64x64 = 3,
   kWgmma128x64 = 4,
   kWgmma128x128 = 5,
-  kWgmma128x64SplitK = 6
+  kWgmma128x64SplitK = 6,
+  kWgmma256x128 = 7
 };
-constexpr int kInt4GemmTcTileCount = 7;
+constexpr int kInt4GemmTcTileCount = 8;
 
 /// Whether a tile runs on Hopper's warpgroup MMA.
 constexpr bool int4_gemm_tc_tile_is_wgmma(Int4GemmTcTile tile) {
   return static_cast<int>(tile) >= static_cast<int>(Int4GemmTcTile::kWgmma128x64);
+}
+
+/// Whether a tile runs the fast level's scaled weights only (int4_gemm_tc_scaled_weights):
+/// kWgmma256x128, whose 128 accumulators a thread leave no registers for the exact level's
+/// partial sums. Launched otherwise, it is cudaErrorInvalidValue.
+constexpr bool int4_gemm_tc_tile_scaled_only(Int4GemmTcTile tile) {
+  return tile == Int4GemmTcTile::kWgmma256x128;
 }
 
 /// Whether `tile` runs with this X type on the current device (false also when the device
@@ -130,14 +139,16 @@ size_t int4_gemm_tc_shared_bytes(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32
 /// The tile the launchers pick for m rows, columns [n_begin, n_end) and depth k on a device
 /// with `sm_count` multiprocessors and `max_shared_bytes` of opt-in shared memory per block, and
 /// its split over K (k_splits, if not null: 1 unless a wgmma tile is split across a cluster);
-/// `wgmma`: whether the kWgmma tiles run on that device (16-bit X only either way). Where they
-/// run, a wgmma tile by a model of the H200's measurements; elsewhere the mma.sync tile with the
-/// least work on the busiest warp scheduler, at the rate its resident warps sustain (both models
-/// are in int4_gemm_tc.cu). Returns false when no tile fits the shared memory.
+/// `wgmma`: whether the kWgmma tiles run on that device (16-bit X only either way);
+/// `scaled_weights`: whether a wgmma tile would run them (int4_gemm_tc_scaled_weights), which
+/// makes the tiles that run nothing else candidates. Where the wgmma tiles run, one of them by a
+/// model of the H200's measurements; elsewhere the mma.sync tile with the least work on the
+/// busiest warp scheduler, at the rate its resident warps sustain (both models are in
+/// int4_gemm_tc.cu). Returns false when no tile fits the shared memory.
 bool choose_int4_gemm_tc_tile(uint32_t m, uint32_t n_begin, uint32_t n_end, uint32_t k,
                               int sm_count, size_t max_shared_bytes, qmoe_dtype x_dtype,
                               uint32_t block_size, Int4GemmTcTile* tile, bool wgmma = false,
-                              uint32_t* k_splits = nullptr);
+                              uint32_t* k_splits = nullptr, bool scaled_weights = false);
 
 /// How many CTAs of a cluster split K for each output tile of a launch of the tile given (the
 /// model of choose_int4_gemm_tc_tile): 1, 2, 4 or 8 for kWgmma128x64, so that a grid that would
@@ -148,7 +159,9 @@ uint32_t choose_int4_gemm_tc_k_splits(Int4GemmTcTile tile, uint32_t m, uint32_t 
 /// Either launcher with the tile given instead of chosen (tests, benchmarks); m_device may be
 /// nullptr (then M = m); k_splits 0 for the launcher's choice, else 1 .. 8 on a wgmma tile (at
 /// most the 64-code k-tiles) and 1 on the others. cudaErrorInvalidValue if the tile's shared
-/// memory exceeds the device's limit or k_splits is out of range.
+/// memory exceeds the device's limit, the tile does not run on this device with this X, it runs
+/// scaled weights only and the launch would not (int4_gemm_tc_tile_scaled_only), or k_splits is
+/// out of range.
 cudaError_t launch_int4_gemm_tc_tile(Int4GemmTcTile tile, const DeviceQuantMatrix& w, uint32_t m,
                                      const uint32_t* m_device, qmoe_dtype x_dtype, const void* x,
                                      size_t ldx, qmoe_dtype y_dtype, void* y, size_t ldy,

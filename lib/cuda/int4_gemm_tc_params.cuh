@@ -56,8 +56,8 @@ constexpr uint32_t kMaxKSplits = 8;
 // work, for the shapes where the tile count, not the tile speed, limits (MoE expert GEMMs at
 // prefill sizes leave a 64 x 32 warp tile per scheduler or less). Indexed by Int4GemmTcTile.
 // The wgmma tiles' geometry gives their stage layout and thread count (warps_m x warps_n "warp
-// tiles" of 64 x 32, times split_k: 128 threads for 128 x 64, 256 for 128 x 128 and for 128 x 64
-// split over K); their warps split the tile otherwise (int4_gemm_wgmma_kernel.cuh).
+// tiles" of 64 x 32, times split_k: 128 threads for 128 x 64, 256 for 128 x 128, 256 x 128 and
+// 128 x 64 split over K); their warps split the tile otherwise (int4_gemm_wgmma_kernel.cuh).
 struct TileGeometry {
   uint32_t bm, bn, warps_m, warps_n, split_k;
   bool wgmma = false;
@@ -65,8 +65,9 @@ struct TileGeometry {
 constexpr uint32_t kWarpRowsM = 64;
 constexpr uint32_t kWarpRowsN = 32;
 constexpr TileGeometry kTileGeometry[kInt4GemmTcTileCount] = {
-    {128, 128, 2, 4, 1},      {64, 128, 1, 4, 2},        {64, 96, 1, 3, 2},       {64, 64, 1, 2, 2},
-    {128, 64, 2, 2, 1, true}, {128, 128, 2, 4, 1, true}, {128, 64, 2, 2, 2, true}};
+    {128, 128, 2, 4, 1},      {64, 128, 1, 4, 2},       {64, 96, 1, 3, 2},
+    {64, 64, 1, 2, 2},        {128, 64, 2, 2, 1, true}, {128, 128, 2, 4, 1, true},
+    {128, 64, 2, 2, 2, true}, {256, 128, 2, 4, 1, true}};
 
 // The wgmma tile's stages start on this boundary (its X tile is the 128-byte-swizzled operand
 // of the MMA's descriptor, whose 8-row atoms must be 1024-byte aligned): the kernel aligns its
@@ -116,8 +117,8 @@ constexpr uint32_t kMaxStages = 8;
 // complete) and empty (the stage's release by the consumers).
 constexpr uint32_t kWgmmaBarrierBytes = 16 * kMaxStages;
 // The wgmma tiles have budgets of their own: 128 x 64 two CTAs per multiprocessor with 5
-// stages, 128 x 128 and 128 x 64 split over K (one CTA each, by their registers) the deepest
-// pipeline (their CTAs are fewest).
+// stages, 128 x 128, 256 x 128 and 128 x 64 split over K (one CTA each, by their registers) the
+// deepest pipeline (their CTAs are fewest: 256 x 128 gets 5 stages of 38 or 40 KB).
 constexpr uint32_t kStageBudget = 96 * 1024;
 constexpr uint32_t stage_budget(TileGeometry g) {
   return !g.wgmma ? kStageBudget : g.bn == 64 && g.split_k == 1 ? 110 * 1024 : 200 * 1024;
@@ -161,9 +162,10 @@ cudaError_t launch_variant_f16(Int4GemmTcTile tile, uint32_t fold, const Params&
 cudaError_t launch_variant_f32(Int4GemmTcTile tile, uint32_t fold, const Params& p, dim3 grid,
                                cudaStream_t stream);
 // The wgmma tile (int4_gemm_wgmma.cu, built for sm_90a only when QMOE_HAVE_WGMMA is defined):
-// X in BF16 or FP16, copied by the TMA through x_map (x_tile_map(p, 128)). Configure only on a
-// compute capability 9.0 device.
-// `scaled`: the fast level's scaled weights (BF16 X only).
+// X in BF16 or FP16, copied by the TMA through x_map (x_tile_map(p, the tile's rows of X)).
+// Configure only on a compute capability 9.0 device.
+// `scaled`: the fast level's scaled weights (BF16 X only; the only variant of a tile that
+// int4_gemm_tc_tile_scaled_only names).
 cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold, bool scaled,
                          const Params& p, const CUtensorMap& x_map, dim3 grid, cudaStream_t stream);
 cudaError_t configure_wgmma(size_t max_shared_bytes);

@@ -17,8 +17,8 @@ namespace qmoe::cuda::tc {
 namespace {
 
 // 128 x 64: one MMA warpgroup and the producer, two CTAs a multiprocessor (about 100 KB of
-// shared memory each); 128 x 128 and 128 x 64 split over K: two MMA warpgroups and the
-// producer, one CTA (its registers). WgmmaConfig::kConsumerRegisters says how the registers are
+// shared memory each); 128 x 128, 256 x 128 and 128 x 64 split over K: two MMA warpgroups and
+// the producer, one CTA (its registers). WgmmaConfig::kConsumerRegisters says how the registers are
 // shared.
 template <int kTile, XMode kX, uint32_t kFold, bool kScaled>
 __global__ void __launch_bounds__(WgmmaConfig<kTile, kX, kFold, kScaled>::kCtaThreads,
@@ -123,6 +123,10 @@ cudaError_t launch_wgmma(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32_t fold,
     case Int4GemmTcTile::kWgmma128x64SplitK:
       return launch_x<static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK)>(x_dtype, fold, scaled,
                                                                             p, x_map, grid, stream);
+    case Int4GemmTcTile::kWgmma256x128:  // scaled weights only
+      if (!scaled || x_dtype != QMOE_DTYPE_BF16) break;
+      return launch_fold<static_cast<int>(Int4GemmTcTile::kWgmma256x128), XMode::kBf16, true>(
+          fold, p, x_map, grid, stream);
     default:
       break;
   }
@@ -153,6 +157,13 @@ cudaError_t configure_wgmma(size_t max_shared_bytes) {
   if (error == cudaSuccess) {
     error = configure_tile_wgmma<static_cast<int>(Int4GemmTcTile::kWgmma128x64SplitK)>(
         max_shared_bytes);
+  }
+  constexpr int kScaledOnly = static_cast<int>(Int4GemmTcTile::kWgmma256x128);
+  if (error == cudaSuccess) {
+    error = configure_one_wgmma<kScaledOnly, XMode::kBf16, 16, true>(max_shared_bytes);
+  }
+  if (error == cudaSuccess) {
+    error = configure_one_wgmma<kScaledOnly, XMode::kBf16, 32, true>(max_shared_bytes);
   }
   return error;
 }

@@ -4,8 +4,13 @@
 // the MMA's register operand and X its shared-memory operand.
 //
 // Work split. One or two warpgroups (128 or 256 threads) per CTA; CTA (bx, by) computes rows
-// [by * 128, by * 128 + 128) of Y (tokens, the MMA's N) against W rows [n0, n0 + bn),
-// n0 = n_base + bx * bn, all of them sharing the CTA's X stages. Either each warpgroup takes 64
+// [by * bm, by * bm + bm) of Y (tokens, the MMA's N: bm = 128, or 256 for the fast level's
+// 256 x 128 tile) against W rows [n0, n0 + bn), n0 = n_base + bx * bn, all of them sharing the
+// CTA's X stages. (The 256-token tile gives every dequantised weight twice the MMA work, 128
+// accumulators a thread: per MMA it halves the consumers' dequantisation and the producer's
+// codes and planes, which bound the 128-token tiles. Its wgmma needs 158 registers where it
+// issues, whatever setmaxnreg grants (ptxas C7602), more than two 256-thread CTAs a
+// multiprocessor leave (128): so two MMA warpgroups share one CTA.) Either each warpgroup takes 64
 // rows of W (the MMA's M: eight 8-row code groups; bn = 64 or 128), or (split_k = 2, bn = 64)
 // both take the same 64 rows, warpgroup h the 32-code chunk h of every k-tile, and their sums
 // are added at the end (as the mma.sync split-K tiles do): the same work in two concurrent
@@ -27,7 +32,7 @@
 // bound allows: c - 1 additions instead of the folds they replace). A second cluster barrier
 // keeps every CTA, and so its tile, alive until the others have read it.
 //
-// Pipeline. The stages of the tile's geometry (kTileGeometry): X 128 rows x 64 k with its
+// Pipeline. The stages of the tile's geometry (kTileGeometry): X bm rows x 64 k with its
 // 16-byte units swizzled by row (x_piece_offset), which is exactly the 128-byte-swizzled
 // K-major layout wgmma reads through a descriptor once every stage starts on a 1024-byte
 // boundary (the kernel aligns its shared memory; a stage is a multiple of 1024 bytes). The
@@ -89,8 +94,9 @@ struct WgmmaConfig {
   static_assert(!kScaled || kX == XMode::kBf16, "scaled weights are BF16, as X must be");
   static constexpr bool kScaledWeights = kScaled;
   static constexpr TileGeometry kGeometry = kTileGeometry[kTileIndex];
-  static constexpr uint32_t kBM = kGeometry.bm;  // tokens: the MMA's N
-  static constexpr uint32_t kBN = kGeometry.bn;  // W rows: the MMA's M
+  static constexpr uint32_t kBM = kGeometry.bm;       // tokens: the MMA's N (128 or 256)
+  static constexpr uint32_t kBN = kGeometry.bn;       // W rows: the MMA's M
+  static constexpr uint32_t kAccumulators = kBM / 2;  // a thread's of one 64 x kBM MMA tile
   static constexpr uint32_t kThreads = tile_threads(kGeometry);
   static constexpr uint32_t kFold = kFoldK;
   static constexpr StageLayout kStage = stage_layout(kGeometry, 2, kFold);
@@ -116,7 +122,8 @@ struct WgmmaConfig {
   // Registers a thread: the launch gives every warp the same share of the multiprocessor's
   // 64 K (a sub-partition's 16 K holds three warps of a 384-thread CTA at 168, or two CTAs'
   // two warps each at 128); then the producer, which holds little, gives most of its share to
-  // the consumers (setmaxnreg), so that their accumulators (three sets of 64 floats) fit.
+  // the consumers (setmaxnreg), so that their accumulators (three sets of 64 floats, or one of
+  // 128 for 256 tokens) fit.
   static constexpr uint32_t kCtasPerSm = kThreads == 128 ? 2 : 1;
   static constexpr uint32_t kProducerRegisters = 40;
   static constexpr uint32_t kConsumerRegisters =
@@ -137,8 +144,11 @@ struct WgmmaConfig {
   // The consumers' own barrier (the epilogue), apart from the CTA's barrier 0.
   static constexpr uint32_t kConsumerBarrier = 1;
 
-  static_assert(kGeometry.wgmma && kBM == 128 && kBN % 64 == 0 && kThreads == 2 * kBN * kSplitK);
+  static_assert(kGeometry.wgmma && kBN % 64 == 0 && kThreads == 2 * kBN * kSplitK);
   static_assert(kSplitK == 1 || (kSplitK == 2 && kBN == 64));
+  // 256 tokens: 128 accumulators a thread, which leave no registers for the exact level's two
+  // partial sets; two MMA warpgroups, one CTA a multiprocessor (the wgmma's 158 registers).
+  static_assert(kBM == 128 || (kBM == 256 && kScaled && kCtasPerSm == 1 && kSplitK == 1));
   static_assert(kStage.bytes % kWgmmaAlignment == 0 && kStage.x_row_bytes == 128);
   static_assert(kStages >= 3 && kStages <= kMaxStages);
   static_assert(kSharedBytes ==
@@ -204,7 +214,7 @@ QMOE_TC_HD void scale_pairs(uint32_t (&pairs)[2], uint32_t scale_parts) {
 // The A fragments of the warpgroup's local chunk cc of the stage (its chunks are c0 .. c0 +
 // kChunksPerGroup - 1; local slice s = local chunk s / 2, half s % 2: a_lo is slice 2 cc, a_hi
 // slice 2 cc + 1), from the thread's two code rows: a[s] = {row g lo/hi pair 0, row g + 8 pair 0,
-// row g pair 1, row g + 8 pair 1} (wgmma_m64n128k16's A layout with dequant_chunk_row's pairs).
+// row g pair 1, row g + 8 pair 1} (wgmma_m64k16's A layout with dequant_chunk_row's pairs).
 template <class C, XMode kX>
 QMOE_TC_HD void dequant_chunk(uint32_t (&a_lo)[4], uint32_t (&a_hi)[4], const uint8_t* stage,
                               const WgmmaLane& l, uint32_t cc) {
@@ -250,14 +260,15 @@ QMOE_TC_HD void dequant_stage(uint32_t (&a)[2 * C::kChunksPerGroup][4], const ui
 // Issues the warpgroup's fold unit u (local) of the stage into `partial` (from zero) and closes
 // their group; x_slices is the shared address of the warpgroup's first k16 slice of X.
 template <class C, XMode kX>
-QMOE_TC_HD void issue_unit(float (&partial)[64], const uint32_t (&a)[2 * C::kChunksPerGroup][4],
-                           uint32_t x_slices, uint32_t u) {
+QMOE_TC_HD void issue_unit(float (&partial)[C::kAccumulators],
+                           const uint32_t (&a)[2 * C::kChunksPerGroup][4], uint32_t x_slices,
+                           uint32_t u) {
   constexpr uint32_t kSlicesPerUnit = C::kFold / 16;
   ptx::wgmma_fence();
 #pragma unroll
   for (uint32_t i = 0; i < kSlicesPerUnit; ++i) {
     const uint32_t s = u * kSlicesPerUnit + i;
-    ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
+    ptx::wgmma_m64k16<XTraits<kX>::kBf16Mma, C::kBM>(
         partial, a[s], ptx::wgmma_descriptor_sw128(x_slices + s * 32), i != 0);
   }
   ptx::wgmma_commit();
@@ -275,10 +286,11 @@ QMOE_TC_HD UnitScales unit_scales(const uint8_t* stage, const WgmmaLane& l, uint
 }
 
 // acc += scale * partial: d[4i + e] is W row g + 8 (e / 2) of the warp's 16.
-QMOE_TC_HD void fold_partial(float (&acc)[64], float (&partial)[64], UnitScales s) {
+template <uint32_t kCount>
+QMOE_TC_HD void fold_partial(float (&acc)[kCount], float (&partial)[kCount], UnitScales s) {
   ptx::wgmma_hold(partial);
 #pragma unroll
-  for (uint32_t i = 0; i < 64; i += 4) {
+  for (uint32_t i = 0; i < kCount; i += 4) {
     acc[i] = fmaf(s.s0, partial[i], acc[i]);
     acc[i + 1] = fmaf(s.s0, partial[i + 1], acc[i + 1]);
     acc[i + 2] = fmaf(s.s1, partial[i + 2], acc[i + 2]);
@@ -295,7 +307,8 @@ QMOE_TC_HD void fold_partial(float (&acc)[64], float (&partial)[64], UnitScales 
 // that lost 1-3%, so such a stage folds its unit at once.) Every MMA of the stage has completed
 // on return, so the stage may then be released.
 template <class C, XMode kX>
-QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], const uint8_t* stage,
+QMOE_TC_HD void compute_stage_wgmma(float (&acc)[C::kAccumulators],
+                                    float (&partial)[2][C::kAccumulators], const uint8_t* stage,
                                     const WgmmaLane& l, UnitScales& last, bool fold_last) {
   constexpr uint32_t kUnits = C::kUnitsPerGroup;
   constexpr bool kCarry = kUnits % 2 == 0;
@@ -325,14 +338,14 @@ QMOE_TC_HD void compute_stage_wgmma(float (&acc)[64], float (&partial)[2][64], c
 
 // Scaled weights: issues the MMAs of the warpgroup's local chunk cc of `stage` (its two k16
 // slices, fragments a from dequant_chunk) accumulating into `acc`, and closes their group.
-template <XMode kX>
-QMOE_TC_HD void issue_chunk_scaled(float (&acc)[64], const uint32_t (&a)[2][4],
+template <class C, XMode kX>
+QMOE_TC_HD void issue_chunk_scaled(float (&acc)[C::kAccumulators], const uint32_t (&a)[2][4],
                                    const uint8_t* stage, const WgmmaLane& l, uint32_t cc) {
   const uint32_t x_slices = ptx::shared_address(stage) + l.x_slice;
   ptx::wgmma_fence();
 #pragma unroll
   for (uint32_t h = 0; h < 2; ++h) {
-    ptx::wgmma_m64n128k16<XTraits<kX>::kBf16Mma>(
+    ptx::wgmma_m64k16<XTraits<kX>::kBf16Mma, C::kBM>(
         acc, a[h], ptx::wgmma_descriptor_sw128(x_slices + (2 * cc + h) * 32), true);
   }
   ptx::wgmma_commit();
@@ -345,12 +358,13 @@ QMOE_TC_HD void issue_chunk_scaled(float (&acc)[64], const uint32_t (&a)[2][4],
 // CTA's other warpgroup overlap it instead. (With two chunks, consume_stages_overlapped keeps one
 // chunk's MMAs in flight during the other's dequantisation.)
 template <class C, XMode kX>
-QMOE_TC_HD void compute_stage_scaled(float (&acc)[64], const uint8_t* stage, const WgmmaLane& l) {
+QMOE_TC_HD void compute_stage_scaled(float (&acc)[C::kAccumulators], const uint8_t* stage,
+                                     const WgmmaLane& l) {
   uint32_t a[C::kChunksPerGroup][2][4];  // [local chunk][slice of the chunk]
 #pragma unroll
   for (uint32_t cc = 0; cc < C::kChunksPerGroup; ++cc) {
     dequant_chunk<C, kX>(a[cc][0], a[cc][1], stage, l, cc);
-    issue_chunk_scaled<kX>(acc, a[cc], stage, l, cc);
+    issue_chunk_scaled<C, kX>(acc, a[cc], stage, l, cc);
   }
   ptx::wgmma_wait<0>();
 }
@@ -365,8 +379,8 @@ QMOE_TC_HD void compute_stage_scaled(float (&acc)[64], const uint8_t* stage, con
 // their order (acc accumulates slices 0..3 of each k-tile in turn) are the same, so the sums
 // are the same bits.
 template <class C, XMode kX>
-QMOE_TC_HD void consume_stages_overlapped(float (&acc)[64], uint8_t* smem, uint32_t count,
-                                          const WgmmaLane& l) {
+QMOE_TC_HD void consume_stages_overlapped(float (&acc)[C::kAccumulators], uint8_t* smem,
+                                          uint32_t count, const WgmmaLane& l) {
   static_assert(C::kScaledWeights && C::kChunksPerGroup == 2);
   const uint32_t bars = ptx::shared_address(smem);
   uint32_t a[2][2][4];  // [chunk][slice of the chunk]
@@ -375,7 +389,7 @@ QMOE_TC_HD void consume_stages_overlapped(float (&acc)[64], uint8_t* smem, uint3
     return smem + stage * C::kStage.bytes;
   };
   const auto issue = [&](const uint8_t* st, uint32_t cc) {
-    issue_chunk_scaled<kX>(acc, a[cc], st, l, cc);
+    issue_chunk_scaled<C, kX>(acc, a[cc], st, l, cc);
   };
   if (count == 0) return;
   uint32_t stage = 0;
@@ -489,9 +503,9 @@ QMOE_TC_HD void store_rows_by_octets(const Params& p, const float* tile, uint32_
 // (the file's comment says why). The consumer threads alone (tid < kThreads), after the stages
 // are free.
 template <class C>
-QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], float* tile,
-                                    uint32_t rows, uint32_t m0, uint32_t n0, uint32_t rank,
-                                    uint32_t tid) {
+QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[C::kAccumulators],
+                                    float* tile, uint32_t rows, uint32_t m0, uint32_t n0,
+                                    uint32_t rank, uint32_t tid) {
   const uint32_t lane = tid & 31, warp = tid >> 5;
   const uint32_t rw = warp % C::kRowWarps, half = warp / C::kRowWarps;
   const auto at = [&](uint32_t i) {
@@ -501,13 +515,13 @@ QMOE_TC_HD void store_outputs_wgmma(const Params& p, const float (&acc)[64], flo
   };
   if (C::kSplitK == 1 || half == 1) {
 #pragma unroll
-    for (uint32_t i = 0; i < 64; ++i) tile[at(i)] = acc[i];
+    for (uint32_t i = 0; i < C::kAccumulators; ++i) tile[at(i)] = acc[i];
   }
   if constexpr (C::kSplitK == 2) {
     ptx::named_barrier(C::kConsumerBarrier, C::kThreads);
     if (half == 0) {
 #pragma unroll
-      for (uint32_t i = 0; i < 64; ++i) tile[at(i)] = acc[i] + tile[at(i)];
+      for (uint32_t i = 0; i < C::kAccumulators; ++i) tile[at(i)] = acc[i] + tile[at(i)];
     }
   }
   ptx::named_barrier(C::kConsumerBarrier, C::kThreads);
@@ -612,11 +626,11 @@ QMOE_TC_HD void run_cta_wgmma(const Params& p, const void* x_map, uint8_t* smem,
   ptx::warpgroup_registers_increase<C::kConsumerRegisters>();
 
   const WgmmaLane lane_offsets = wgmma_lane<C>(tid >> 5, tid & 31);
-  float acc[64];
+  float acc[C::kAccumulators];
 #pragma unroll
-  for (uint32_t i = 0; i < 64; ++i) acc[i] = 0.0f;
-  float partial[2][64];         // the fold's partial sums (exact weights only)
-  UnitScales last{0.0f, 0.0f};  // the previous k-tile's last fold unit (compute_stage_wgmma)
+  for (uint32_t i = 0; i < C::kAccumulators; ++i) acc[i] = 0.0f;
+  float partial[2][C::kAccumulators];  // the fold's partial sums (exact weights only)
+  UnitScales last{0.0f, 0.0f};         // the previous k-tile's last fold unit (compute_stage_wgmma)
   if constexpr (C::kScaledWeights && C::kChunksPerGroup == 2) {
     consume_stages_overlapped<C, kX>(acc, smem, kt_end - kt_begin, lane_offsets);
   } else {

@@ -40,8 +40,9 @@ struct HostEmulator {
   // The warpgroup MMA of wgmma_ptx.cuh, for the emulators that run a wgmma kernel; the others
   // never see these calls (a kernel without wgmma makes none).
   virtual void wgmma_fence() {}
-  virtual void wgmma_m64n128k16(bool /*bf16*/, float (&/*d*/)[64], const uint32_t (&/*a*/)[4],
-                                uint64_t /*desc*/, bool /*accumulate*/) {
+  // wgmma m64nNk16 (N = 128 or 256): d holds the thread's N / 2 accumulators.
+  virtual void wgmma_m64k16(bool /*bf16*/, uint32_t /*n*/, float* /*d*/, const uint32_t (&/*a*/)[4],
+                            uint64_t /*desc*/, bool /*accumulate*/) {
     abort();
   }
   virtual void wgmma_commit() {}

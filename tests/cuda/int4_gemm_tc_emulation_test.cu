@@ -65,6 +65,7 @@ struct Cta {
     Barrier barrier{128};
     uint32_t a[128][4];
     uint64_t desc[128];
+    uint32_t n[128];  // the MMA's N, as each thread gave it
   };
   Cta(uint32_t threads, size_t shared_bytes)
       : shared(shared_bytes, 0xA5),
@@ -353,29 +354,34 @@ class ThreadEmulator : public ptx::HostEmulator {
     for (uint32_t e = 0; e < 4; ++e) d[e] = out[e];
   }
 
-  // wgmma.mma_async m64n128k16 with A from registers and B through a K-major, 128-byte-swizzled
-  // descriptor (PTX ISA: the descriptor's start address, stride byte offset and swizzle mode; an
-  // element's address is formed unswizzled, start + (n / 8) * stride + (n % 8) * 128 + 2 k, and
-  // its 16-byte unit then XORed with bits 7-9 of that address). A[r][k] is element k % 2 of
-  // register (k / 8) * 2 + (r % 16) / 8 of thread 32 (r / 16) + 4 (r % 8) + (k % 8) / 2; this
-  // thread's D elements are d[4i + e] = D[16w + g + 8 (e / 2)][8i + 2t + e % 2]. The result is
-  // held until the wgmma_wait that retires its group (the latest the PTX ISA allows), so a read
-  // of d before that wait sees the old values; an MMA that accumulates into a d with an MMA
-  // still pending chains on that MMA's result.
-  void wgmma_m64n128k16(bool bf16, float (&d)[64], const uint32_t (&a)[4], uint64_t desc,
-                        bool accumulate) override {
+  // wgmma.mma_async m64nNk16 (N = 128 or 256) with A from registers and B through a K-major,
+  // 128-byte-swizzled descriptor (PTX ISA: the descriptor's start address, stride byte offset
+  // and swizzle mode; an element's address is formed unswizzled, start + (n / 8) * stride +
+  // (n % 8) * 128 + 2 k, and its 16-byte unit then XORed with bits 7-9 of that address).
+  // A[r][k] is element k % 2 of register (k / 8) * 2 + (r % 16) / 8 of thread
+  // 32 (r / 16) + 4 (r % 8) + (k % 8) / 2; this thread's D elements are
+  // d[4i + e] = D[16w + g + 8 (e / 2)][8i + 2t + e % 2], i < N / 8. The result is held until the
+  // wgmma_wait that retires its group (the latest the PTX ISA allows), so a read of d before that
+  // wait sees the old values; an MMA that accumulates into a d with an MMA still pending chains
+  // on that MMA's result.
+  void wgmma_m64k16(bool bf16, uint32_t n_size, float* d, const uint32_t (&a)[4], uint64_t desc,
+                    bool accumulate) override {
+    EXPECT_TRUE(n_size == 128 || n_size == 256) << "no wgmma m64n" << n_size << "k16 here";
     for (uint32_t i = 0; i < 4; ++i) group_.a[in_group_][i] = a[i];
     group_.desc[in_group_] = desc;
+    group_.n[in_group_] = n_size;
     group_.barrier.wait();
     EXPECT_EQ(group_.desc[0], desc) << "wgmma descriptors differ across the warpgroup";
+    EXPECT_EQ(group_.n[0], n_size) << "wgmma shapes differ across the warpgroup";
     const uint32_t start = static_cast<uint32_t>(desc & 0x3FFFu) << 4;
     const uint32_t stride = static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4;
     EXPECT_EQ(desc >> 62, 1u) << "not the 128-byte swizzle";
     EXPECT_EQ((desc >> 49) & 7u, 0u) << "nonzero base offset";
     EXPECT_EQ(stride, 1024u);
     const uint32_t w = in_group_ / 32, g = lane_ / 4, t = lane_ % 4;
-    std::vector<float> out(64);
-    for (uint32_t e = 0; e < 64; ++e) {
+    const uint32_t count = n_size / 2;
+    std::vector<float> out(count);
+    for (uint32_t e = 0; e < count; ++e) {
       const uint32_t r = 16 * w + g + 8 * ((e / 2) % 2), n = 8 * (e / 4) + 2 * t + e % 2;
       double sum = 0.0;
       for (uint32_t k = 0; k < 16; ++k) {
@@ -393,7 +399,8 @@ class ThreadEmulator : public ptx::HostEmulator {
     }
     group_.barrier.wait();  // the operands stay until every thread has read
     const std::vector<float>* base = pending_result(d);
-    for (uint32_t e = 0; e < 64; ++e) {
+    EXPECT_TRUE(base == nullptr || base->size() == count) << "accumulators change shape";
+    for (uint32_t e = 0; e < count; ++e) {
       if (accumulate) out[e] += base != nullptr ? (*base)[e] : d[e];
     }
     mma_open_.push_back({d, std::move(out)});
@@ -405,7 +412,9 @@ class ThreadEmulator : public ptx::HostEmulator {
   void wgmma_wait(int pending) override {
     EXPECT_TRUE(mma_open_.empty()) << "wgmma issued but not committed before a wait";
     while (mma_groups_.size() > static_cast<size_t>(pending)) {
-      for (const MmaResult& r : mma_groups_.front()) std::memcpy(r.d, r.values.data(), 64 * 4);
+      for (const MmaResult& r : mma_groups_.front()) {
+        std::memcpy(r.d, r.values.data(), r.values.size() * 4);
+      }
       mma_groups_.pop_front();
     }
   }
@@ -533,6 +542,8 @@ void emulate_tile(int tile, const Params& p, dim3 grid, Copies copies, bool scal
         return emulate_wgmma<5, kX, kFold, true>(p, grid, copies);
       case 6:
         return emulate_wgmma<6, kX, kFold, true>(p, grid, copies);
+      case 7:
+        return emulate_wgmma<7, kX, kFold, true>(p, grid, copies);
       default:
         ADD_FAILURE() << "scaled weights on an mma.sync tile";
         return;
@@ -551,8 +562,11 @@ void emulate_tile(int tile, const Params& p, dim3 grid, Copies copies, bool scal
       return emulate_wgmma<4, kX, kFold>(p, grid, copies);
     case 5:
       return emulate_wgmma<5, kX, kFold>(p, grid, copies);
-    default:
+    case 6:
       return emulate_wgmma<6, kX, kFold>(p, grid, copies);
+    default:
+      ADD_FAILURE() << "tile " << tile << " runs scaled weights only";
+      return;
   }
 }
 
@@ -721,15 +735,17 @@ TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
   int index = 0;
   for (int tile = 0; tile < kInt4GemmTcTileCount; ++tile) {
     for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16, QMOE_DTYPE_F32}) {
-      if (int4_gemm_tc_tile_is_wgmma(static_cast<Int4GemmTcTile>(tile)) && xd == QMOE_DTYPE_F32) {
-        continue;  // 16-bit X only
-      }
+      const auto t = static_cast<Int4GemmTcTile>(tile);
+      if (int4_gemm_tc_tile_is_wgmma(t) && xd == QMOE_DTYPE_F32) continue;      // 16-bit X only
+      if (int4_gemm_tc_tile_scaled_only(t) && xd != QMOE_DTYPE_BF16) continue;  // BF16 X only
       for (int b = 0; b < 3; ++b) {
         Case c;
         c.w.n = 46;
         c.w.k = ks[b];
         c.w.block_size = blocks[b];
-        c.w.scale_dtype = kTypes[index % 3];
+        // A scaled-weights-only tile: FP16 scales, the fast level.
+        c.w.scale_dtype = int4_gemm_tc_tile_scaled_only(t) ? QMOE_DTYPE_F16 : kTypes[index % 3];
+        c.accuracy = int4_gemm_tc_tile_scaled_only(t) ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
         c.w.scale_order = kOrders[index % 4];
         c.w.zero_points = index % 2 == 0;
         c.w.zero_point_order = kOrders[(index + 1) % 4];
@@ -758,7 +774,7 @@ TEST(CudaInt4GemmTcEmulation, EveryTileXTypeAndBlockSize) {
 // release of a stage).
 TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
   static_assert(kMaxStages * 2 < 1088 / kTileK);
-  for (int tile : {0, 1, 3, 4, 5, 6}) {
+  for (int tile : {0, 1, 3, 4, 5, 6, 7}) {
     Case c;
     c.w.n = tile == 0 || tile >= 4 ? 136 : 72;
     c.w.k = 1088;  // 17 k-tiles
@@ -768,10 +784,11 @@ TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
     c.w.zero_points = true;
     c.w.zero_point_order = ScaleOrder::kGrouped;
     c.w.bias = true;
-    c.m = tile == 0 || tile >= 4 ? 130 : 70;
+    c.m = tile == 7 ? 260 : tile == 0 || tile >= 4 ? 130 : 70;
     c.xd = QMOE_DTYPE_BF16;
     c.yd = QMOE_DTYPE_BF16;
     c.tile = tile;
+    c.accuracy = tile == 7 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;  // scaled weights only
     c.copies = tile == 1 || tile == 6 ? Copies::kAtOnce : Copies::kAtWait;
     c.aligned_y = tile >= 4;
     ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
@@ -782,7 +799,7 @@ TEST(CudaInt4GemmTcEmulation, SeveralCtasAndALongerK) {
 // granularity, zero points or not, both copy timings, and a k loop that wraps the stages.
 TEST(CudaInt4GemmTcEmulation, ScaledWeightsOnEveryWgmmaTile) {
   int index = 0;
-  for (int tile : {4, 5, 6}) {
+  for (int tile : {4, 5, 6, 7}) {
     for (uint32_t block : {16u, 32u, 128u}) {
       Case c;
       c.w.n = 70;
@@ -811,10 +828,10 @@ TEST(CudaInt4GemmTcEmulation, ScaledWeightsOnEveryWgmmaTile) {
 // it returns at once and leaves its outputs alone.
 TEST(CudaInt4GemmTcEmulation, SplitOverKAcrossACluster) {
   int index = 0;
-  for (int tile : {4, 5, 6}) {
+  for (int tile : {4, 5, 6, 7}) {
     for (uint32_t splits : {2u, 3u}) {
       Case c;
-      c.w.n = tile == 5 ? 136 : 70;
+      c.w.n = tile == 5 || tile == 7 ? 136 : 70;
       c.w.k = index % 3 == 2 ? 1088 : 448;
       c.w.block_size = index % 2 == 0 ? 32 : 16;
       c.w.scale_dtype = QMOE_DTYPE_F16;
@@ -822,11 +839,13 @@ TEST(CudaInt4GemmTcEmulation, SplitOverKAcrossACluster) {
       c.m = index % 2 == 0 ? 17 : 130;
       c.n_begin = index % 2 == 0 ? 0 : 3;
       c.n_end = index % 2 == 0 ? 0 : 69;
-      c.xd = index % 3 == 1 ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16;
+      // 256 x 128 runs scaled weights only: BF16 X, the fast level, rows past its first 256.
+      c.xd = index % 3 == 1 && tile != 7 ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16;
       c.yd = kTypes[(index / 2) % 3];
       c.tile = tile;
       c.copies = index % 2 == 0 ? Copies::kAtWait : Copies::kAtOnce;
-      c.accuracy = index % 4 < 2 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
+      c.accuracy = index % 4 < 2 || tile == 7 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
+      if (tile == 7 && c.m > 17) c.m = 270;
       c.k_splits = splits;
       c.aligned_y = (index / 3) % 2 == 0;
       ++index;
@@ -847,14 +866,16 @@ TEST(CudaInt4GemmTcEmulation, SplitOverKAcrossACluster) {
 
 // The row count read through m_device: rows from it up keep their poison.
 TEST(CudaInt4GemmTcEmulation, DeviceRowCount) {
-  for (int tile : {3, 4, 5}) {
+  for (int tile : {3, 4, 5, 7}) {
     for (uint32_t rows : {0u, 1u, 40u}) {
       Case c;
       c.w.n = 24;
       c.w.k = 64;
-      c.m = tile == 3 ? 70 : 150;
+      c.m = tile == 3 ? 70 : tile == 7 ? 300 : 150;
       c.tile = tile;
-      c.device_rows = rows;
+      c.accuracy = tile == 7 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;  // scaled weights only
+      // 256 x 128: the second row tile cut short instead of the first.
+      c.device_rows = tile == 7 && rows == 40 ? 280 : rows;
       ASSERT_NO_FATAL_FAILURE(run_case(c, qmoe::testing::fresh_seed()));
     }
   }

@@ -54,6 +54,14 @@ const char* tile_name(int tile) {
       return "64x96";
     case 3:
       return "64x64";
+    case 4:
+      return "wgmma 128x64";
+    case 5:
+      return "wgmma 128x128";
+    case 6:
+      return "wgmma 128x64 split K";
+    case 7:
+      return "wgmma 256x128";
   }
   return "auto";
 }
@@ -330,12 +338,17 @@ TEST_F(CudaInt4GemmTc, EveryTileBlockSizeAndXType) {
   for (int tile = 0; tile < cuda::kInt4GemmTcTileCount; ++tile) {
     for (int b = 0; b < 4; ++b) {
       for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16, QMOE_DTYPE_F32}) {
-        if (!cuda::int4_gemm_tc_tile_available(static_cast<Int4GemmTcTile>(tile), xd)) continue;
+        const auto t = static_cast<Int4GemmTcTile>(tile);
+        if (!cuda::int4_gemm_tc_tile_available(t, xd)) continue;
         Case c;
         c.w.n = 70;
         c.w.k = ks[b];
         c.w.block_size = blocks[b];
-        c.w.scale_dtype = kTypes[index % 3];
+        // A tile that runs scaled weights only: FP16 scales at the fast level.
+        c.w.scale_dtype =
+            cuda::int4_gemm_tc_tile_scaled_only(t) ? QMOE_DTYPE_F16 : kTypes[index % 3];
+        c.accuracy =
+            cuda::int4_gemm_tc_tile_scaled_only(t) ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
         c.w.scale_order = kOrders[index % 4];
         c.w.zero_points = index % 2 == 0;
         c.w.zero_point_order = kOrders[(index + 1) % 4];
@@ -441,13 +454,14 @@ TEST_F(CudaInt4GemmTc, SplitOverKAcrossACluster) {
   }
   int index = 0;
   for (const auto tile : {Int4GemmTcTile::kWgmma128x64, Int4GemmTcTile::kWgmma128x128,
-                          Int4GemmTcTile::kWgmma128x64SplitK}) {
+                          Int4GemmTcTile::kWgmma128x64SplitK, Int4GemmTcTile::kWgmma256x128}) {
+    const bool scaled_only = cuda::int4_gemm_tc_tile_scaled_only(tile);
     for (uint32_t splits : {2u, 3u, 5u, 8u}) {
       Case c;
       c.w.n = 200;
       c.w.k = 1536;
       c.w.block_size = index % 2 == 0 ? 32 : 16;
-      c.w.scale_dtype = index % 4 < 2 ? QMOE_DTYPE_F16 : kTypes[index % 3];
+      c.w.scale_dtype = index % 4 < 2 || scaled_only ? QMOE_DTYPE_F16 : kTypes[index % 3];
       c.w.scale_order = kOrders[index % 4];
       c.w.zero_points = index % 2 == 1;
       c.w.zero_point_order = kOrders[(index + 2) % 4];
@@ -455,10 +469,10 @@ TEST_F(CudaInt4GemmTc, SplitOverKAcrossACluster) {
       c.w.bias_dtype = kTypes[(index + 2) % 3];
       c.m = index % 2 == 0 ? 300 : 17;
       c.n_begin = index % 4 == 3 ? 9 : 0;
-      c.xd = index % 3 == 2 ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16;
+      c.xd = index % 3 == 2 && !scaled_only ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16;
       c.yd = kTypes[index % 3];
       c.tile = static_cast<int>(tile);
-      c.accuracy = index % 2 == 0 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
+      c.accuracy = index % 2 == 0 || scaled_only ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
       c.k_splits = splits;
       ++index;
       ASSERT_NO_FATAL_FAILURE(run_case(c, fresh_seed()));
@@ -480,6 +494,7 @@ TEST_F(CudaInt4GemmTc, SplitOverKAcrossACluster) {
     const char* what;
   } refused[] = {{Int4GemmTcTile::kWgmma128x64, 3, "more splits than k-tiles"},
                  {Int4GemmTcTile::kWgmma128x64, 9, "more than 8 splits"},
+                 {Int4GemmTcTile::kWgmma256x128, 3, "more splits than k-tiles"},
                  {Int4GemmTcTile::k64x64, 2, "a split on an mma.sync tile"}};
   for (const auto& r : refused) {
     EXPECT_EQ(cuda::launch_int4_gemm_tc_tile(r.tile, dw.view, 64, nullptr, QMOE_DTYPE_BF16,
@@ -500,7 +515,7 @@ TEST_F(CudaInt4GemmTc, WgmmaScaledWeights) {
   }
   int index = 0;
   for (const auto tile : {Int4GemmTcTile::kWgmma128x64, Int4GemmTcTile::kWgmma128x128,
-                          Int4GemmTcTile::kWgmma128x64SplitK}) {
+                          Int4GemmTcTile::kWgmma128x64SplitK, Int4GemmTcTile::kWgmma256x128}) {
     for (uint32_t block : {16u, 32u, 64u, 128u}) {
       Case c;
       c.w.n = 200;
@@ -513,6 +528,7 @@ TEST_F(CudaInt4GemmTc, WgmmaScaledWeights) {
       c.w.bias = index % 3 != 2;
       c.w.bias_dtype = kTypes[index % 3];
       c.m = index % 2 == 0 ? 300 : 129;
+      if (cuda::int4_gemm_tc_tile_scaled_only(tile) && block == 128) c.m = 600;  // 3 row tiles
       c.n_begin = index % 4 == 3 ? 9 : 0;
       c.xd = QMOE_DTYPE_BF16;
       c.yd = kTypes[index % 3];
@@ -566,6 +582,61 @@ TEST_F(CudaInt4GemmTc, FastLevelKeepsExactWeightsElsewhere) {
     }
     EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), y_bytes), 0);
   }
+}
+
+// 256 x 128 runs scaled weights only: BF16 X (it is not available for FP16 or FP32 X), the fast
+// level and FP16 scales; a launch that would not run them is refused and writes nothing. Through
+// the launcher's choice at the fast level, a shape that fills the device with 256-row tiles.
+TEST_F(CudaInt4GemmTc, WideTileRunsScaledWeightsOnly) {
+  const auto tile = Int4GemmTcTile::kWgmma256x128;
+  if (!cuda::int4_gemm_tc_tile_available(tile, QMOE_DTYPE_BF16)) {
+    GTEST_SKIP() << "the wgmma tiles need a compute capability 9.0 device and an sm_90 build";
+  }
+  EXPECT_FALSE(cuda::int4_gemm_tc_tile_available(tile, QMOE_DTYPE_F16));
+  EXPECT_FALSE(cuda::int4_gemm_tc_tile_available(tile, QMOE_DTYPE_F32));
+  const struct {
+    qmoe_dtype xd, scale_dtype;
+    qmoe_accuracy accuracy;
+    const char* what;
+  } refused[] = {{QMOE_DTYPE_BF16, QMOE_DTYPE_F16, QMOE_ACCURACY_EXACT, "the exact level"},
+                 {QMOE_DTYPE_F16, QMOE_DTYPE_F16, QMOE_ACCURACY_FAST, "FP16 X"},
+                 {QMOE_DTYPE_BF16, QMOE_DTYPE_BF16, QMOE_ACCURACY_FAST, "BF16 scales"},
+                 {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_ACCURACY_FAST, "FP32 X"}};
+  for (const auto& r : refused) {
+    Int4Options o;
+    o.n = 128;
+    o.k = 256;
+    o.scale_dtype = r.scale_dtype;
+    std::mt19937_64 rng(fresh_seed());
+    const Int4Matrix w = make_int4_matrix(o, rng);
+    DeviceMatrix dw;
+    QMOE_CUDA_ASSERT(upload_matrix(w, &dw));
+    DeviceBuffer dx, dy;
+    QMOE_CUDA_ASSERT(dx.allocate(size_t{256} * o.k * 4));
+    QMOE_CUDA_ASSERT(dy.allocate(size_t{256} * o.n * 4));
+    QMOE_CUDA_ASSERT(cudaMemset(dy.get(), kPoison, size_t{256} * o.n * 4));
+    EXPECT_EQ(
+        cuda::launch_int4_gemm_tc_tile(tile, dw.view, 256, nullptr, r.xd, dx.get(), o.k,
+                                       QMOE_DTYPE_F32, dy.get(), o.n, 0, o.n, stream_, r.accuracy),
+        cudaErrorInvalidValue)
+        << r.what;
+    QMOE_CUDA_ASSERT(cudaStreamSynchronize(stream_));
+    std::vector<unsigned char> y(size_t{256} * o.n * 4);
+    QMOE_CUDA_ASSERT(cudaMemcpy(y.data(), dy.get(), y.size(), cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](unsigned char b) { return b == kPoison; }))
+        << r.what << ": the output was written";
+  }
+  Case c;
+  c.w.n = 1536;
+  c.w.k = 1024;
+  c.w.block_size = 32;
+  c.w.scale_dtype = QMOE_DTYPE_F16;
+  c.w.zero_points = true;
+  c.m = 2000;
+  c.xd = QMOE_DTYPE_BF16;
+  c.yd = QMOE_DTYPE_BF16;
+  c.accuracy = QMOE_ACCURACY_FAST;
+  ASSERT_NO_FATAL_FAILURE(run_case(c, fresh_seed()));
 }
 
 // Column sub-ranges on every tile: only [n_begin, n_end) of each row is written.
@@ -872,6 +943,33 @@ TEST(CudaInt4GemmTcTiles, WgmmaTilesByGridSize) {
     ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, r.k, 132, 232448, QMOE_DTYPE_F32, 32,
                                                &tile, true));
     EXPECT_FALSE(cuda::int4_gemm_tc_tile_is_wgmma(tile));
+  }
+  // At the fast level's scaled weights (BF16 X), 256 x 128 where its grid fills the device, never
+  // split; with FP16 X (no scaled weights) or where its shared memory does not fit, never.
+  const Row wide_rows[] = {{2048, 1536, 2048, T::kWgmma256x128, 1},  // 96 tiles of 256 x 128
+                           {512, 5760, 2880, T::kWgmma256x128, 1},   // 90
+                           {1024, 5760, 2880, T::kWgmma256x128, 1},  // 180
+                           {2048, 2048, 768, T::kWgmma256x128, 1},   // 128
+                           {256, 5760, 2880, T::kWgmma128x64, 1},    // 45: 180 of 128 x 64
+                           {1024, 1536, 2048, T::kWgmma128x64, 1},   // 48: 192 of 128 x 64
+                           {512, 1536, 2048, T::kWgmma128x64, 2},    // 24: 96 of 128 x 64
+                           {512, 2048, 768, T::kWgmma128x64SplitK, 1}};
+  for (const Row& r : wide_rows) {
+    Int4GemmTcTile tile;
+    uint32_t splits = 0;
+    ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, r.k, 132, 232448, QMOE_DTYPE_BF16, 32,
+                                               &tile, true, &splits, true));
+    EXPECT_EQ(tile, r.want) << "scaled weights, m=" << r.m << " n=" << r.n << " k=" << r.k;
+    EXPECT_EQ(splits, r.splits) << "scaled weights, m=" << r.m << " n=" << r.n << " k=" << r.k;
+    ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, r.k, 132, 232448, QMOE_DTYPE_F16, 32,
+                                               &tile, true, &splits, true));
+    EXPECT_NE(tile, T::kWgmma256x128) << "FP16 X";
+    const size_t below_wide =
+        cuda::int4_gemm_tc_shared_bytes(T::kWgmma256x128, QMOE_DTYPE_BF16, 32) - 1;
+    ASSERT_TRUE(cuda::choose_int4_gemm_tc_tile(r.m, 0, r.n, r.k, 132, below_wide, QMOE_DTYPE_BF16,
+                                               32, &tile, true, &splits, true));
+    EXPECT_NE(tile, T::kWgmma256x128) << "its shared memory does not fit";
+    EXPECT_EQ(cuda::choose_int4_gemm_tc_k_splits(T::kWgmma256x128, r.m, 0, r.n, r.k, 132), 1u);
   }
   Int4GemmTcTile tile;
   const size_t below_128x64 =
