@@ -402,23 +402,29 @@ struct Loader {
   // between the producer and the stage's publication. Each element is loaded alone, with its own
   // size: no aligned word, no tail case.
   struct PlaneValues {
-    uint32_t scale[kPlanePerThread];  // the element's bits (0 for a missing entry: scale 0)
-    uint32_t zero[kPlanePerThread];   // the zero point (the default for a missing entry)
+    uint32_t scale[kPlanePerThread];  // the element's bits, as loaded
+    uint32_t zero[kPlanePerThread];   // the zero point as loaded (the default without them)
+    uint32_t valid;                   // bit i: entry i exists (else scale 0, default zero point)
   };
+  // Branch-free: a missing entry's block is 0 (plane_block), whose element exists (its column's
+  // first, or the plane's first past N), so every load is issued, and whether the entry exists
+  // is kept beside the value for store_plane_values to apply: a select here would wait for the
+  // load at once, where the stage's store is some k-tiles later. kF16Scales: the scales
+  // are known to be FP16 (scaled weights), so their size is no branch either.
+  template <bool kF16Scales = false>
   QMOE_TC_HD void load_plane_values(const Params& p, uint32_t kt, PlaneValues& v) const {
+    v.valid = 0;
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
       uint32_t b;
-      const bool valid = plane_block(p, kt, i, b);
+      v.valid |= plane_block(p, kt, i, b) ? 1u << i : 0u;
       const uintptr_t scale = scale_src + size_t{b} * p.scale_block_bytes;
-      if (!valid) {
-        v.scale[i] = 0;
-      } else if (p.scale_bytes == 4) {
-        v.scale[i] = *reinterpret_cast<const uint32_t*>(scale);
-      } else {
+      if (kF16Scales || p.scale_bytes != 4) {
         v.scale[i] = *reinterpret_cast<const uint16_t*>(scale);
+      } else {
+        v.scale[i] = *reinterpret_cast<const uint32_t*>(scale);
       }
-      v.zero[i] = p.w.zero_points != nullptr && valid
+      v.zero[i] = p.w.zero_points != nullptr  // uniform
                       ? *reinterpret_cast<const uint8_t*>(zero_src + size_t{b} * p.zero_block_bytes)
                       : uint32_t{kInt4DefaultZeroPoint};
     }
@@ -430,9 +436,12 @@ struct Loader {
                                      uint32_t tid) const {
 #pragma unroll
     for (uint32_t i = 0; i < kPlanePerThread; ++i) {
-      const float scale = kF16Scales ? ptx::half_bits_to_float(static_cast<uint16_t>(v.scale[i]))
-                                     : scale_from_entry(p.w.scale_dtype, v.scale[i], 0);
-      write_entry(stage, tid + i * kThreads, scale, v.zero[i] & 0x0Fu);
+      const bool valid = (v.valid >> i) & 1u;
+      const uint32_t bits = valid ? v.scale[i] : 0u;  // scale 0 for a missing entry
+      const float scale = kF16Scales ? ptx::half_bits_to_float(static_cast<uint16_t>(bits))
+                                     : scale_from_entry(p.w.scale_dtype, bits, 0);
+      const uint32_t z = valid ? v.zero[i] & 0x0Fu : uint32_t{kInt4DefaultZeroPoint};
+      write_entry(stage, tid + i * kThreads, scale, z);
     }
   }
 };

@@ -58,7 +58,7 @@
 // K-tile kt lives in stage kt % kStages and is its (kt / kStages)-th use, hence the parities:
 // full[s]'s phase kt / kStages, empty[s]'s the same one after kt is consumed. The producer never
 // waits for a copy of its own: the plane elements of k-tile kt are loaded into registers when
-// k-tile kt - kPlaneLead is stored, and the stores and the copies of k-tile kt are issued as
+// k-tile kt - 2 is stored, and the stores and the copies of k-tile kt are issued as
 // soon as its stage is free, so every stage is published as soon as it lands. (Until
 // 2026-12-03 the producer copied the plane words by cp.async too and converted them in place
 // once its cp.async.wait_group said they had landed: the wait for k-tile kt - 3 then sat behind
@@ -123,11 +123,14 @@ struct WgmmaConfig {
   // 64 K (a sub-partition's 16 K holds three warps of a 384-thread CTA at 168, or two CTAs'
   // two warps each at 128); then the producer, which holds little, gives most of its share to
   // the consumers (setmaxnreg), so that their accumulators (three sets of 64 floats, or one of
-  // 128 for 256 tokens) fit.
+  // 128 for 256 tokens) fit. The producer keeps two k-tiles' plane elements in registers
+  // (produce_stages): 48 where a thread has four entries a k-tile (128 W rows, 16-code folds),
+  // which spill at 40; the consumers get the rest of the launch's registers.
   static constexpr uint32_t kCtasPerSm = kThreads == 128 ? 2 : 1;
-  static constexpr uint32_t kProducerRegisters = 40;
+  static constexpr uint32_t kLaunchRegisters = 65536 / kCtasPerSm / kCtaThreads / 8 * 8;
+  static constexpr uint32_t kProducerRegisters = kPlaneEntries / kLoaderThreads >= 4 ? 48 : 40;
   static constexpr uint32_t kConsumerRegisters =
-      (65536 / kCtasPerSm - kLoaderThreads * kProducerRegisters) / kThreads / 8 * 8;
+      (kLaunchRegisters * kCtaThreads - kLoaderThreads * kProducerRegisters) / kThreads / 8 * 8;
   static constexpr uint32_t kXTileBytes = kBM * kTileK * 2;  // one TMA box: a stage's X
   // The stages' mbarriers follow the stages (from the aligned base): full[s], then empty[s].
   static constexpr uint32_t kBarrierOffset = kStages * kStage.bytes;
@@ -136,11 +139,6 @@ struct WgmmaConfig {
   // landing of its code copies (cp_async_mbarrier_arrive_noinc), and the X's expect_tx.
   static constexpr uint32_t kFullArrivals = 2 * kLoaderThreads + 1;
   static constexpr uint32_t kEmptyArrivals = kThreads;
-  // The producer loads a k-tile's plane elements into registers this many k-tiles before it
-  // stores them into their stage (its loop is unrolled by as much, so that every k-tile's
-  // values have registers of their own and no move waits for a load); two where a thread has
-  // more than one entry a k-tile (16-code folds), which would spill the producer's registers.
-  static constexpr uint32_t kPlaneLead = kPlaneEntries / kLoaderThreads > 1 ? 2 : 3;
   // The consumers' own barrier (the epilogue), apart from the CTA's barrier 0.
   static constexpr uint32_t kConsumerBarrier = 1;
 
@@ -156,7 +154,7 @@ struct WgmmaConfig {
   static_assert(kWgmmaBarrierBytes >= 16 * kStages);
   static_assert(kConsumerRegisters <= 256 &&
                 kConsumerRegisters * kThreads + kProducerRegisters * kLoaderThreads <=
-                    65536 / kCtasPerSm / kCtaThreads / 8 * 8 * kCtaThreads);
+                    kLaunchRegisters * kCtaThreads);
   static_assert(kStage.x_bytes == kXTileBytes && kStage.bytes % 8 == 0);
   static_assert(size_t{kBM} * kOutStride * 4 <= size_t{kStages} * kStage.bytes);
 };
@@ -550,44 +548,67 @@ QMOE_TC_HD void copy_x_tile(const void* x_map, uint8_t* smem, uint32_t stage, ui
 // The producer warpgroup (pt: 0..127): every k-tile's X, codes and planes into its stage, in
 // order, each stage once the consumers have released its previous k-tile (see the pipeline
 // above). Nothing here waits for a copy: X and the codes complete on full[s] by themselves, and
-// the planes are stored from registers loaded kPlaneLead k-tiles earlier.
+// the planes are stored from registers loaded two k-tiles earlier. The k-tiles go two at a
+// time: both stages' waits first, then the two k-tiles' work as one branch-free block, so that
+// ptxas interleaves their independent chains (addresses, conversions, stores). One warp a
+// scheduler runs this; one k-tile's chain at a time left it stalled on fixed latencies most of
+// its cycles, slower than the consumers it feeds.
 template <class C, XMode kX>
 QMOE_TC_HD void produce_stages(const Params& p, const void* x_map, uint8_t* smem, uint32_t rows,
                                uint32_t m0, uint32_t n0, uint32_t kt_begin, uint32_t kt_end,
                                uint32_t pt) {
   using L = Loader<C, kX>;
+  constexpr bool kF16 = C::kScaledWeights;
   const L loader(p, rows, m0, n0, pt);
   const uint32_t bars = ptx::shared_address(smem);
   // j counts the CTA's k-tiles (k-tile kt_begin + j), and the stages and parities follow j.
   const uint32_t count = kt_end - kt_begin;
-  typename L::PlaneValues planes[C::kPlaneLead];  // planes[u]: k-tile j with j % kPlaneLead == u
+  typename L::PlaneValues planes[2];  // k-tiles j and j + 1 of the step
 #pragma unroll
-  for (uint32_t u = 0; u < C::kPlaneLead; ++u) {
-    if (u < count) loader.load_plane_values(p, kt_begin + u, planes[u]);
+  for (uint32_t u = 0; u < 2; ++u) {
+    if (u < count) loader.template load_plane_values<kF16>(p, kt_begin + u, planes[u]);
   }
-  uint32_t stage = 0;
-  const auto fill = [&](uint32_t j, typename L::PlaneValues& values) {
-    const uint32_t full = bars + C::kBarrierOffset + 8 * stage;
+  const auto next_stage = [](uint32_t s) { return s + 1 == C::kStages ? 0u : s + 1; };
+  const auto full = [&](uint32_t s) { return bars + C::kBarrierOffset + 8 * s; };
+  const auto stage_at = [&](uint32_t s) { return smem + s * C::kStage.bytes; };
+  const auto wait_free = [&](uint32_t j, uint32_t s) {
     if (j >= C::kStages) {
-      ptx::mbarrier_wait_parity(bars + C::kEmptyBarrierOffset + 8 * stage,
-                                ((j / C::kStages) - 1) & 1);
+      ptx::mbarrier_wait_parity(bars + C::kEmptyBarrierOffset + 8 * s, ((j / C::kStages) - 1) & 1);
     }
-    uint8_t* st = smem + stage * C::kStage.bytes;
-    if (pt == 0) copy_x_tile<C>(x_map, smem, stage, kt_begin + j, m0);
-    loader.copy_operands(p, st, kt_begin + j, pt);
-    ptx::cp_async_mbarrier_arrive_noinc(full);
-    loader.template store_plane_values<C::kScaledWeights>(p, st, values, pt);
-    ptx::mbarrier_arrive(full);  // release: the plane entries just stored
-    if (j + C::kPlaneLead < count) {
-      loader.load_plane_values(p, kt_begin + j + C::kPlaneLead, values);
-    }
-    stage = stage + 1 == C::kStages ? 0 : stage + 1;
   };
-  for (uint32_t j = 0; j < count; j += C::kPlaneLead) {
-#pragma unroll
-    for (uint32_t u = 0; u < C::kPlaneLead; ++u) {
-      if (j + u < count) fill(j + u, planes[u]);
+  uint32_t stage = 0, j = 0;
+  for (; j + 1 < count; j += 2) {
+    const uint32_t s0 = stage, s1 = next_stage(s0);
+    wait_free(j, s0);
+    wait_free(j + 1, s1);
+    if (pt == 0) {
+      copy_x_tile<C>(x_map, smem, s0, kt_begin + j, m0);
+      copy_x_tile<C>(x_map, smem, s1, kt_begin + j + 1, m0);
     }
+    // cp.async.mbarrier.arrive.noinc tracks every earlier copy of the thread: full[s1]'s
+    // arrival also waits for k-tile j's codes, which land no later than the consumers need them.
+    loader.copy_operands(p, stage_at(s0), kt_begin + j, pt);
+    ptx::cp_async_mbarrier_arrive_noinc(full(s0));
+    loader.copy_operands(p, stage_at(s1), kt_begin + j + 1, pt);
+    ptx::cp_async_mbarrier_arrive_noinc(full(s1));
+    loader.template store_plane_values<kF16>(p, stage_at(s0), planes[0], pt);
+    loader.template store_plane_values<kF16>(p, stage_at(s1), planes[1], pt);
+    ptx::mbarrier_arrive(full(s0));  // release: the plane entries just stored
+    ptx::mbarrier_arrive(full(s1));
+    // The next step's planes; past the last k-tile the last one again (a load that exists and
+    // is never stored), so that no branch splits the block.
+    const uint32_t last = count - 1;
+    loader.template load_plane_values<kF16>(p, kt_begin + (j + 2 < last ? j + 2 : last), planes[0]);
+    loader.template load_plane_values<kF16>(p, kt_begin + (j + 3 < last ? j + 3 : last), planes[1]);
+    stage = next_stage(s1);
+  }
+  if (j < count) {  // an odd count's last k-tile, its planes in planes[0]
+    wait_free(j, stage);
+    if (pt == 0) copy_x_tile<C>(x_map, smem, stage, kt_begin + j, m0);
+    loader.copy_operands(p, stage_at(stage), kt_begin + j, pt);
+    ptx::cp_async_mbarrier_arrive_noinc(full(stage));
+    loader.template store_plane_values<kF16>(p, stage_at(stage), planes[0], pt);
+    ptx::mbarrier_arrive(full(stage));
   }
   ptx::cp_async_commit();  // every copy has landed before the thread exits
   ptx::cp_async_wait<0>();
