@@ -68,11 +68,14 @@ constexpr double kSchedulerRate[] = {0.0, 0.6, 0.85, 1.0};  // by resident warps
 // cuBLAS). Clusters of 2, 4 and 8 only, with at least kMinKTilesPerSplit k-tiles a CTA: the
 // in-CTA split tile (one CTA a multiprocessor) ran clusters of 4 and 5 at half the speed of 3,
 // which fits clusters that cannot all be resident at once (a GPC's free multiprocessors are not
-// a multiple of the cluster), so it is not split.
+// a multiple of the cluster), so it is not split. kInCtaSplitFactor was 0.93 when fitted; with
+// the producer taking two k-tiles a step the in-CTA split tile ran at 0.71-0.87 of 128 x 64 alone
+// where its grid holds 48 to 128 CTAs, and 1.0 at 24 and 32
+// (docs/results/2026-12-03-h200-wgmma-256-token-tile.md).
 constexpr uint64_t kMinKTilesPerSplit = 2;
 constexpr uint64_t kCtaOverheadKTiles = 2;
 constexpr double kTwoCtasFactor = 1.65;
-constexpr double kInCtaSplitFactor = 0.93;
+constexpr double kInCtaSplitFactor = 0.8;
 constexpr double kSplitGain = 0.05;
 constexpr uint64_t kClusterSizes[] = {2, 4, 8};
 // 256 x 128 (the fast level's scaled weights only): one CTA a multiprocessor, its k-tile

@@ -907,22 +907,22 @@ TEST(CudaInt4GemmTcTiles, WgmmaTilesByGridSize) {
     uint32_t splits;
   };
   using T = Int4GemmTcTile;
-  const Row rows[] = {{2048, 1536, 2048, T::kWgmma128x64, 1},      // 384 tiles of 128 x 64
-                      {1024, 1536, 2048, T::kWgmma128x64, 1},      // 192
-                      {256, 5760, 2880, T::kWgmma128x64, 1},       // 180
-                      {2048, 2048, 768, T::kWgmma128x64, 1},       // 512
-                      {2048, 5760, 2880, T::kWgmma128x64, 1},      // 1440
-                      {512, 5760, 2880, T::kWgmma128x64, 1},       // 360
-                      {512, 1536, 2048, T::kWgmma128x64, 2},       // 96
-                      {128, 5760, 2880, T::kWgmma128x64, 2},       // 90
-                      {512, 2048, 768, T::kWgmma128x64SplitK, 1},  // 128
-                      {512, 2112, 768, T::kWgmma128x64SplitK, 1},  // 132
-                      {512, 2120, 768, T::kWgmma128x64, 1},        // 136
-                      {512, 3072, 768, T::kWgmma128x64, 1},        // 192
-                      {128, 1536, 2048, T::kWgmma128x64, 4},       // 24
-                      {16, 2048, 768, T::kWgmma128x64, 4},         // 32
-                      {16, 64, 2048, T::kWgmma128x64, 8},          // 1
-                      {16, 64, 64, T::kWgmma128x64SplitK, 1}};     // 1, one k-tile
+  const Row rows[] = {{2048, 1536, 2048, T::kWgmma128x64, 1},       // 384 tiles of 128 x 64
+                      {1024, 1536, 2048, T::kWgmma128x64, 1},       // 192
+                      {256, 5760, 2880, T::kWgmma128x64, 1},        // 180
+                      {2048, 2048, 768, T::kWgmma128x64, 1},        // 512
+                      {2048, 5760, 2880, T::kWgmma128x64, 1},       // 1440
+                      {512, 5760, 2880, T::kWgmma128x64, 1},        // 360
+                      {512, 1536, 2048, T::kWgmma128x64SplitK, 1},  // 96
+                      {128, 5760, 2880, T::kWgmma128x64SplitK, 1},  // 90
+                      {512, 2048, 768, T::kWgmma128x64SplitK, 1},   // 128
+                      {512, 2112, 768, T::kWgmma128x64SplitK, 1},   // 132
+                      {512, 2120, 768, T::kWgmma128x64, 1},         // 136
+                      {512, 3072, 768, T::kWgmma128x64, 1},         // 192
+                      {128, 1536, 2048, T::kWgmma128x64, 4},        // 24
+                      {16, 2048, 768, T::kWgmma128x64, 4},          // 32
+                      {16, 64, 2048, T::kWgmma128x64, 8},           // 1
+                      {16, 64, 64, T::kWgmma128x64SplitK, 1}};      // 1, one k-tile
   for (const Row& r : rows) {
     for (qmoe_dtype xd : {QMOE_DTYPE_BF16, QMOE_DTYPE_F16}) {
       Int4GemmTcTile tile;
@@ -946,13 +946,13 @@ TEST(CudaInt4GemmTcTiles, WgmmaTilesByGridSize) {
   }
   // At the fast level's scaled weights (BF16 X), 256 x 128 where its grid fills the device, never
   // split; with FP16 X (no scaled weights) or where its shared memory does not fit, never.
-  const Row wide_rows[] = {{2048, 1536, 2048, T::kWgmma256x128, 1},  // 96 tiles of 256 x 128
-                           {512, 5760, 2880, T::kWgmma256x128, 1},   // 90
-                           {1024, 5760, 2880, T::kWgmma256x128, 1},  // 180
-                           {2048, 2048, 768, T::kWgmma256x128, 1},   // 128
-                           {256, 5760, 2880, T::kWgmma128x64, 1},    // 45: 180 of 128 x 64
-                           {1024, 1536, 2048, T::kWgmma128x64, 1},   // 48: 192 of 128 x 64
-                           {512, 1536, 2048, T::kWgmma128x64, 2},    // 24: 96 of 128 x 64
+  const Row wide_rows[] = {{2048, 1536, 2048, T::kWgmma256x128, 1},      // 96 tiles of 256 x 128
+                           {512, 5760, 2880, T::kWgmma256x128, 1},       // 90
+                           {1024, 5760, 2880, T::kWgmma256x128, 1},      // 180
+                           {2048, 2048, 768, T::kWgmma256x128, 1},       // 128
+                           {256, 5760, 2880, T::kWgmma128x64, 1},        // 45: 180 of 128 x 64
+                           {1024, 1536, 2048, T::kWgmma128x64, 1},       // 48: 192 of 128 x 64
+                           {512, 1536, 2048, T::kWgmma128x64SplitK, 1},  // 24: 96 of 128 x 64
                            {512, 2048, 768, T::kWgmma128x64SplitK, 1}};
   for (const Row& r : wide_rows) {
     Int4GemmTcTile tile;
