@@ -283,10 +283,8 @@ cudaError_t launch(const Int4GemmTcTile* given_tile, const DeviceQuantMatrix& w,
   error = current_device_state(&device);
   if (error != cudaSuccess) return error;
 
-  // Whether a wgmma tile would run scaled weights (the tile's own part of the condition is
-  // that it is one).
-  const bool scaled_level =
-      int4_gemm_tc_scaled_weights(Int4GemmTcTile::kWgmma128x64, accuracy, x_dtype, w.scale_dtype);
+  // Whether a wgmma tile would run scaled weights.
+  const bool scaled_level = int4_gemm_tc_scaled_level(accuracy, x_dtype, w.scale_dtype);
   Int4GemmTcTile tile;
   if (given_tile != nullptr) {
     tile = *given_tile;

@@ -140,7 +140,7 @@ size_t int4_gemm_tc_shared_bytes(Int4GemmTcTile tile, qmoe_dtype x_dtype, uint32
 /// with `sm_count` multiprocessors and `max_shared_bytes` of opt-in shared memory per block, and
 /// its split over K (k_splits, if not null: 1 unless a wgmma tile is split across a cluster);
 /// `wgmma`: whether the kWgmma tiles run on that device (16-bit X only either way);
-/// `scaled_weights`: whether a wgmma tile would run them (int4_gemm_tc_scaled_weights), which
+/// `scaled_weights`: whether a wgmma tile would run them (int4_gemm_tc_scaled_level), which
 /// makes the tiles that run nothing else candidates. Where the wgmma tiles run, one of them by a
 /// model of the H200's measurements; elsewhere the mma.sync tile with the least work on the
 /// busiest warp scheduler, at the rate its resident warps sustain (both models are in
@@ -177,12 +177,20 @@ double int4_gemm_tc_accumulation_bound(uint32_t k, uint32_t block_size, qmoe_dty
 /// 2^-16 for FP32 X (the hi + lo split), 0 for BF16 and FP16 X.
 double int4_gemm_tc_x_split_bound(qmoe_dtype x_dtype);
 
-/// Whether a launch runs scaled weights ("Scaled weights" above): the fast level, a wgmma tile,
-/// BF16 X and FP16 scales.
+/// Whether a launch at this level, X type and scale type runs scaled weights on whichever wgmma
+/// tile it takes: the fast level, BF16 X and FP16 scales.
+constexpr bool int4_gemm_tc_scaled_level(qmoe_accuracy accuracy, qmoe_dtype x_dtype,
+                                         qmoe_dtype scale_dtype) {
+  return accuracy == QMOE_ACCURACY_FAST && x_dtype == QMOE_DTYPE_BF16 &&
+         scale_dtype == QMOE_DTYPE_F16;
+}
+
+/// Whether a launch runs scaled weights ("Scaled weights" above): a wgmma tile at a scaled level
+/// (int4_gemm_tc_scaled_level).
 constexpr bool int4_gemm_tc_scaled_weights(Int4GemmTcTile tile, qmoe_accuracy accuracy,
                                            qmoe_dtype x_dtype, qmoe_dtype scale_dtype) {
-  return accuracy == QMOE_ACCURACY_FAST && int4_gemm_tc_tile_is_wgmma(tile) &&
-         x_dtype == QMOE_DTYPE_BF16 && scale_dtype == QMOE_DTYPE_F16;
+  return int4_gemm_tc_tile_is_wgmma(tile) &&
+         int4_gemm_tc_scaled_level(accuracy, x_dtype, scale_dtype);
 }
 
 /// Scaled weights, against y_ref computed from the BF16 weights the kernel uses
