@@ -18,6 +18,11 @@
 //                                      every layer to 8 other experts. /early_routing: with
 //                                      inputs_ready_early (each FC1 routes and prefetches
 //                                      while the previous layer's FC2 runs)
+//   .../general_walk                   the layer and the stack (M = 1, routing not early) on
+//                                      the kernels that also hold the general INT4 walk, on
+//                                      the same bytes: the others run the lean walk's
+//                                      (MoeLayerParams::lean_walk), as a device expert set
+//                                      of these experts does
 // Counters: bytes_per_second (weights the calls must read: codes + scales), frac_of_roof
 // (that over gpu/read_roof's rate), us_per_call (per launch, layer or replay).
 #include <benchmark/benchmark.h>
@@ -32,6 +37,7 @@
 
 #include "lib/cuda/device_quant_matrix.cuh"
 #include "lib/cuda/int4_gemv.cuh"
+#include "lib/cuda/int4_tile.cuh"
 #include "lib/cuda/moe_layer.cuh"
 
 namespace qmoe::cuda {
@@ -337,8 +343,11 @@ std::vector<int32_t> routing_ids(uint32_t sets, uint32_t m) {
   return ids;
 }
 
+// lean: the kernels of the lean INT4 walk, as a device expert set of these experts picks
+// (int4_lean_layout holds for them); false runs the kernels that also hold the general walk, on
+// the same bytes (the "/general_walk" rows: what the lean policy gains, in one process).
 MoeLayerParams layer_params(qmoe_accuracy accuracy, uint32_t m, const DeviceMemory& d1,
-                            const DeviceMemory& d2) {
+                            const DeviceMemory& d2, bool lean) {
   MoeLayerParams p{};
   p.num_experts = kExperts;
   p.hidden = kHidden;
@@ -353,6 +362,8 @@ MoeLayerParams layer_params(qmoe_accuracy accuracy, uint32_t m, const DeviceMemo
   p.beta = 0.0f;
   p.limit = INFINITY;
   p.format = QMOE_WEIGHT_FORMAT_INT4;
+  p.lean_walk =
+      lean && int4_lean_layout(kFc1.describe(nullptr)) && int4_lean_layout(kFc2.describe(nullptr));
   p.fc1 = d1.as<const DeviceQuantMatrix>();
   p.fc2 = d2.as<const DeviceQuantMatrix>();
   p.ldx = kHidden;
@@ -368,7 +379,7 @@ size_t distinct_experts(const std::vector<int32_t>& ids, uint32_t m, uint32_t s)
   return static_cast<size_t>(std::unique(e.begin(), e.end()) - e.begin());
 }
 
-void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m) {
+void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bool lean) {
   constexpr uint32_t kSets = 16;
   DeviceMemory weights(kExperts * expert_stride()), d1(kExperts * sizeof(DeviceQuantMatrix)),
       d2(kExperts * sizeof(DeviceQuantMatrix)), ids(size_t{kSets} * m * kTopK * 4),
@@ -393,7 +404,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m) {
   BENCH_CUDA(cudaMemcpy(count.p, &m, 4, cudaMemcpyHostToDevice), state);
   fill_f16_value<<<64, 256>>>(x.as<uint16_t>(), size_t{m} * kHidden, 0x3F80);  // BF16 1.0
   BENCH_CUDA(cudaDeviceSynchronize(), state);
-  MoeLayerParams p = layer_params(accuracy, m, d1, d2);
+  MoeLayerParams p = layer_params(accuracy, m, d1, d2, lean);
   p.m = count.as<const uint32_t>();
   p.x = x.p;
   p.y = y.p;
@@ -430,7 +441,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m) {
   report(state, bytes, kSets);
 }
 
-void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early) {
+void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, bool lean) {
   constexpr uint32_t kLayers = 48, m = 1, kSets = 16;
   const size_t layer_bytes = size_t{kExperts} * expert_stride();
   DeviceMemory weights(kLayers * layer_bytes);
@@ -472,7 +483,7 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early) 
   BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), state);
   cudaError_t launched = cudaSuccess;
   for (uint32_t l = 0; l < kLayers && launched == cudaSuccess; ++l) {
-    MoeLayerParams p = layer_params(accuracy, m, *descs[2 * l], *descs[2 * l + 1]);
+    MoeLayerParams p = layer_params(accuracy, m, *descs[2 * l], *descs[2 * l + 1], lean);
     p.m = count.as<const uint32_t>();
     p.x = acts.as<uint16_t>() + size_t{l} * kHidden;
     p.y = acts.as<uint16_t>() + size_t{l + 1} * kHidden;
@@ -570,19 +581,30 @@ void register_all() {
     }
   }
   for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
-    for (uint32_t m : {1u, 4u}) {
+    for (uint32_t m : {1u, 2u, 4u, 8u}) {
       const std::string name =
           std::string("gpu/moe_layer/qwen3/") + level(a) + "/m:" + std::to_string(m);
-      benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m)->UseManualTime()->MinTime(0.2);
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m, true)
+          ->UseManualTime()
+          ->MinTime(0.2);
+      benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeLayer, a, m, false)
+          ->UseManualTime()
+          ->MinTime(0.2);
     }
   }
   for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
     for (bool early : {false, true}) {
       const std::string name = std::string("gpu/moe_stack48/qwen3/") + level(a) + "/m:1" +
                                (early ? "/early_routing" : "");
-      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early)
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early, true)
           ->UseManualTime()
           ->MinTime(0.3);
+      if (!early) {
+        benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeStack48, a, early,
+                                     false)
+            ->UseManualTime()
+            ->MinTime(0.3);
+      }
     }
   }
 }

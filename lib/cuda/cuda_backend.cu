@@ -134,6 +134,7 @@ qmoe_status moe_forward(const char* function, const void* set, const CudaMoeCall
   p.fc1 = s->fc1;
   p.fc2 = s->fc2;
   p.format = s->format;
+  p.lean_walk = s->lean_walk;
   p.m = c.m;
   p.x = c.x;
   p.ldx = c.ldx;

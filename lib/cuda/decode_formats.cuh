@@ -65,6 +65,30 @@ struct Int4Decode {
   }
 };
 
+// INT4 whose every matrix has the lean layout (int4_lean_layout): the same walk as Int4Decode's
+// lean path, without its general path. The MoE kernels take it when every expert of the set has
+// that layout (MoeLayerParams::lean_walk). Why a policy of its own: those kernels run at the
+// register cap of int4_tile.cuh, and a kernel that holds both walks allocates for the larger one;
+// with the general walk compiled in, the lean walk spilled (ptxas, sm_90, FC1 fast T = 1: 108
+// bytes of spill stores a thread against 28 without it). A description that is not lean is not
+// valid here, so a slot that breaks the promise is reported, never read with the wrong walk.
+struct Int4LeanDecode : Int4Decode {
+  __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
+    return Int4Decode::valid(w) && int4_lean_layout(w);
+  }
+  template <int U>
+  __device__ __forceinline__ static void prime(Batch<U>& a, Batch<U>& b, const Walk& w,
+                                               const Row& lr, const QuadWalk& qw, uint32_t q0) {
+    prime_walk_with<Int4BatchOps<true>, U>(a, b, w, lr, qw, q0);
+  }
+  template <Level L, int MAXM, int U>
+  __device__ __forceinline__ static void run(Batch<U>& a, Batch<U>& b, const Walk& w, const Row& lr,
+                                             const QuadWalk& qw, uint32_t q0,
+                                             const unsigned char* xs, float acc[MAXM]) {
+    run_walk_with<Int4BatchOps<true>, L, MAXM, U>(a, b, w, lr, qw, q0, xs, acc);
+  }
+};
+
 // The list: one row per format, (qmoe_weight_format value, policy).
 #define QMOE_CUDA_DECODE_FORMATS(X)        \
   X(QMOE_WEIGHT_FORMAT_INT4, Int4Decode)   \

@@ -174,6 +174,15 @@ struct WalkMatrix {
   size_t zp_step;     // bytes between consecutive blocks of a row's zero points
 };
 
+// The models' layout, which the lean walk (kSimple below) reads: blocks of 32 or more, 16-bit
+// scales, no zero points (so zero point 8). A template over the description type so that the host
+// (qmoe_quant_matrix, when a device expert set is made) and the kernels (DeviceQuantMatrix) test
+// the same fields the same way.
+template <class Matrix>
+__host__ __device__ constexpr bool int4_lean_layout(const Matrix& w) {
+  return w.block_size >= 32 && w.scale_dtype != QMOE_DTYPE_F32 && w.zero_points == nullptr;
+}
+
 // log2(block / 32) for blocks of 32, 64, 128: chunk c lies in block c >> shift.
 __device__ __forceinline__ uint32_t chunk_block_shift(uint32_t block_size) {
   return block_size <= 32 ? 0u : static_cast<uint32_t>(26 - __clz(block_size));
@@ -186,7 +195,7 @@ __device__ __forceinline__ WalkMatrix walk_matrix(const DeviceQuantMatrix& w) {
   wm.shift = chunk_block_shift(w.block_size);
   wm.wide = w.scale_dtype == QMOE_DTYPE_F32;
   wm.bf16 = w.scale_dtype == QMOE_DTYPE_BF16;
-  wm.simple = !wm.b16 && !wm.wide && w.zero_points == nullptr;
+  wm.simple = int4_lean_layout(w);
   wm.scale_step = w.scale_block_stride * scale_bytes(w.scale_dtype);
   wm.zp_step = w.zero_point_block_stride;
   return wm;

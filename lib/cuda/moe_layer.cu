@@ -554,15 +554,39 @@ KernelFn pick_fc2(uint32_t T) {
   }
 }
 
-// The two kernels for the call's format, level and T; false for a format without decode
-// kernels.
+// Whether INT4 experts of the lean layout (MoeLayerParams::lean_walk) run the lean kernels
+// (Int4LeanDecode) at this level and T: where they measured faster than the kernels that also
+// hold the general walk. On the H200, Qwen3 layer, 16 calls (docs/results/
+// 2026-12-03-h200-moe-lean-walk.md): exact, M = 1 / 2 / 4 / 8: 1% / 12% / 20% / 29% faster;
+// fast, M = 1 and 8: 3.5% and 9.5% faster, and the 48-layer stack at M = 1 3.9%. At the fast
+// level with 2 and 4 tokens an item they were 12% and 5% slower: FC1's warps waited longer on
+// global loads (Nsight Compute at M = 2: 28.6 against 23.2 us, 6.3 against 3.9 stall cycles an
+// instruction), though its walk loop is the other kernel's lean loop instruction for instruction
+// and it spills less. Why is not known; those two keep the general kernels.
+bool lean_kernels_for(const MoeLayerParams& p, uint32_t T) {
+  if (!p.lean_walk || p.format != QMOE_WEIGHT_FORMAT_INT4) return false;
+  return p.accuracy == QMOE_ACCURACY_EXACT || (T != 2 && T != 4);
+}
+
+// The two kernels for the call's format (lean INT4: lean_kernels_for), level and T; false for
+// a format without decode kernels.
 bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* fc2) {
   const bool exact = p.accuracy == QMOE_ACCURACY_EXACT;
-  return with_decode_format(p.format, [&](auto f) {
+  const auto pick = [&](auto f) {
     using F = decltype(f);
     *fc1 = exact ? pick_fc1<F, Level::kExact>(T) : pick_fc1<F, Level::kFast>(T);
     *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : pick_fc2<F, Level::kFast>(T);
-  });
+  };
+  if (lean_kernels_for(p, T)) {  // at the fast level T is 1 or 8: only those are compiled
+    using F = Int4LeanDecode;
+    const bool one = T == 1;
+    *fc1 = exact ? pick_fc1<F, Level::kExact>(T)
+                 : (one ? moe_fc1_kernel<F, Level::kFast, 1> : moe_fc1_kernel<F, Level::kFast, 8>);
+    *fc2 = exact ? pick_fc2<F, Level::kExact>(T)
+                 : (one ? moe_fc2_kernel<F, Level::kFast, 1> : moe_fc2_kernel<F, Level::kFast, 8>);
+    return true;
+  }
+  return with_decode_format(p.format, pick);
 }
 
 }  // namespace

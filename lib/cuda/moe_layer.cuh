@@ -95,6 +95,11 @@ struct MoeLayerParams {
   // The weight format of every slot's FC1 and FC2 (INT4, MXFP4 or NVFP4): the kernels are
   // compiled per format, so a set holds one.
   qmoe_weight_format format;
+  // INT4 only: every slot's FC1 and FC2 has the lean layout (int4_lean_layout: blocks >= 32,
+  // 16-bit scales, no zero points), so the kernels compiled for that walk alone run
+  // (decode_formats.cuh, Int4LeanDecode). A device expert set knows it from its experts; a slot
+  // that is not lean is then reported as malformed (kMoeErrorSlotMatrix).
+  bool lean_walk;
   // Device memory, read by every call.
   const DeviceQuantMatrix* fc1;  // [num_slots]: [2I, H]
   const DeviceQuantMatrix* fc2;  // [num_slots]: [H, I]

@@ -244,6 +244,7 @@ qmoe_status enqueue_offload_layer(const char* function, OffloadSession* s, uint3
   p.fc1 = g.fc1;
   p.fc2 = g.fc2;
   p.format = g.format;
+  p.lean_walk = g.lean_walk;
   p.m = c.m;
   p.x = c.x;
   p.ldx = c.ldx;

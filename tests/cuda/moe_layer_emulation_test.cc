@@ -97,7 +97,16 @@ class MoeFixture {
       fc2_.push_back(describe_host<emu::DeviceQuantMatrix>(model_->fc2[order[0]]));
     }
     for (int32_t s : residency_) mask_.push_back(s >= 0 ? 1 : 0);
+    // What a device expert set of these experts would say (device_expert_set.cu).
+    lean_ = true;
+    for (size_t i = 0; i < fc1_.size(); ++i) {
+      lean_ = lean_ && emu::int4_lean_layout(fc1_[i]) && emu::int4_lean_layout(fc2_[i]);
+    }
   }
+  // Whether every slot has the lean INT4 layout (the calls then set MoeLayerParams::lean_walk),
+  // and a switch to run the kernels that also hold the general walk instead.
+  bool lean() const { return lean_; }
+  void set_lean_walk(bool on) { lean_walk_ = on; }
   const MoeModel& model() const { return *model_; }
   std::vector<int32_t>& residency() { return residency_; }
   std::vector<emu::DeviceQuantMatrix>& fc2() { return fc2_; }
@@ -158,6 +167,7 @@ class MoeFixture {
     p.limit = options_.limit;
     p.accumulate = c.accumulate;
     p.format = QMOE_WEIGHT_FORMAT_INT4;
+    p.lean_walk = lean_ && lean_walk_;
     p.fc1 = fc1_.data();
     p.fc2 = fc2_.data();
     p.m = &m_call;
@@ -198,6 +208,7 @@ class MoeFixture {
   std::vector<int32_t> residency_;
   std::vector<emu::DeviceQuantMatrix> fc1_, fc2_;
   std::vector<uint8_t> mask_;
+  bool lean_ = false, lean_walk_ = true;
 };
 
 std::string describe_moe(const MoeCase& c, const MoeOptions& o, int sms) {
@@ -288,6 +299,14 @@ void check_moe_case(const MoeCase& c, const MoeOptions& base, std::mt19937_64& r
       EXPECT_TRUE(first == r.y) << "the bits depend on the device size; " << what;
     }
     if (::testing::Test::HasFailure()) return;
+    // Lean experts: the kernels that also hold the general walk give the lean ones' bits.
+    if (f.lean() && sms == 4) {
+      f.set_lean_walk(false);
+      const MoeRun g = f.run(c, x, ids, weights, logits, y0, c.m, sms);
+      f.set_lean_walk(true);
+      EXPECT_EQ(g.error, 0u) << what;
+      EXPECT_TRUE(g.y == r.y) << "the general walk's bits differ from the lean walk's; " << what;
+    }
   }
 }
 
@@ -327,6 +346,23 @@ MoeOptions shape_b() {
   return b;
 }
 
+MoeOptions shape_c() {
+  // The lean INT4 layout (blocks >= 32, 16-bit scales, no zero points; the kernels'
+  // Int4LeanDecode): FC1 block 32, BF16 grouped, bias; FC2 block 64, FP16 row-major.
+  MoeOptions c;
+  c.experts = 6;
+  c.hidden = 96;
+  c.intermediate = 64;
+  c.fc1.block_size = 32;
+  c.fc1.scale_dtype = QMOE_DTYPE_BF16;
+  c.fc1.scale_order = ScaleOrder::kGrouped;
+  c.fc1.bias = true;
+  c.fc2.block_size = 64;
+  c.fc2.scale_dtype = QMOE_DTYPE_F16;
+  c.fc2.scale_order = ScaleOrder::kRowMajor;
+  return c;
+}
+
 TEST_F(EmulatedDevice, MoeLayerMatchesReferenceAcrossOptions) {
   struct Size {
     uint32_t capacity, m, k;
@@ -340,8 +376,9 @@ TEST_F(EmulatedDevice, MoeLayerMatchesReferenceAcrossOptions) {
       for (int v = 0; v < 6; ++v, ++index) {
         if (HasFailure()) return;
         const Size sz = sizes[index % 6];
-        const int routing = (index / 2) % 3;  // ids, logits renormalized, logits over all E
-        MoeOptions o = (v % 2) ? shape_b() : shape_a();
+        const int routing = (index / 2) % 3;    // ids, logits renormalized, logits over all E
+        const int shape = (v + index / 6) % 3;  // the shapes in turn, shifted per level and fusion
+        MoeOptions o = shape == 0 ? shape_a() : shape == 1 ? shape_b() : shape_c();
         o.fusion = fusion;
         if (v % 3 == 1) {
           use_gpt_oss_swiglu(&o);
@@ -402,6 +439,21 @@ TEST_F(EmulatedDevice, MoeLayerErrorWordAndZeroOutput) {
   f.fc2()[saved_slot].k = 64;
   f.fc2()[saved_slot].chunks = 2;
   expect(3, emu::kMoeErrorSlotMatrix, "malformed FC2");
+  f.fc2()[saved_slot] = saved;
+  // A slot that breaks the lean promise (a zero-point plane: every zero point 8, strides 0) is
+  // malformed for the lean kernels (the exact level runs them at every T), which never read it
+  // with their walk; the kernels that also hold the general walk read it, and zero point 8
+  // gives the layer's own result.
+  ASSERT_TRUE(f.lean());
+  static const uint8_t kEight = 8;
+  f.fc2()[saved_slot].zero_points = &kEight;
+  MoeCase ce = c;
+  ce.acc = QMOE_ACCURACY_EXACT;
+  EXPECT_EQ(f.run(ce, x, ids, weights, logits, y0, 3, 2).error, emu::kMoeErrorSlotMatrix)
+      << "zero points in a slot of a lean call";
+  f.set_lean_walk(false);
+  EXPECT_EQ(f.run(ce, x, ids, weights, logits, y0, 3, 2).error, 0u);
+  f.set_lean_walk(true);
   f.fc2()[saved_slot] = saved;
   const MoeRun ok = f.run(c, x, ids, weights, logits, y0, 3, 2);
   EXPECT_EQ(ok.error, 0u);

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <vector>
 
+#include "lib/cuda/int4_tile.cuh"
 #include "lib/cuda/moe_layer.cuh"
 #include "qmoe/qmoe.h"
 #include "tests/cpu/isa_test_util.h"
@@ -37,6 +38,7 @@ struct DeviceExperts {
   std::vector<int32_t> host_residency;
   std::vector<uint8_t> run_mask;  // residency >= 0, for the CPU and the reference
   uint32_t slots = 0;
+  bool lean = true;  // every slot's INT4 layout is lean: the calls set lean_walk, as a set does
 };
 
 // Uploads the distinct matrices and assigns slots: every expert resident, or about two in three.
@@ -67,6 +69,9 @@ std::unique_ptr<DeviceExperts> upload_experts(const std::vector<const Int4Matrix
     d2.push_back(d->fc2[order[0] % distinct]->desc);
   }
   d->slots = static_cast<uint32_t>(d1.size());
+  for (size_t i = 0; i < d1.size(); ++i) {
+    d->lean = d->lean && cuda::int4_lean_layout(d1[i]) && cuda::int4_lean_layout(d2[i]);
+  }
   d->fc1_desc = DeviceBuffer(d1.size() * sizeof(d1[0]));
   d->fc2_desc = DeviceBuffer(d2.size() * sizeof(d2[0]));
   EXPECT_TRUE(d->fc1_desc.upload(d1.data(), d1.size() * sizeof(d1[0])));
@@ -231,6 +236,7 @@ std::unique_ptr<DeviceCall> make_call(const MoeOptions& o, const DeviceExperts& 
   p.limit = o.limit;
   p.accumulate = accumulate;
   p.format = QMOE_WEIGHT_FORMAT_INT4;
+  p.lean_walk = ex.lean;
   p.fc1 = ex.fc1_desc.as<const cuda::DeviceQuantMatrix>();
   p.fc2 = ex.fc2_desc.as<const cuda::DeviceQuantMatrix>();
   p.m = c->m.as<const uint32_t>();
