@@ -107,8 +107,11 @@ objs=("$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/int4_gemv.cu.o"
   "$build/lib/CMakeFiles/qmoe_cuda.dir/cuda/moe_layer.cu.o")
 wgmma_obj="$build/lib/CMakeFiles/qmoe_cuda_sm90a.dir/cuda/int4_gemm_wgmma.cu.o"
 [[ -f $wgmma_obj ]] && objs+=("$wgmma_obj")
-cuobjdump --dump-resource-usage "${objs[@]}" >"$out/resource_usage.txt" 2>&1 || true
-cuobjdump --dump-sass "${objs[@]}" 2>&1 | gzip >"$out/decode_sass.txt.gz" || true
+# One object a call: cuobjdump takes a single file (given several, it prints its usage).
+for obj in "${objs[@]}"; do cuobjdump --dump-resource-usage "$obj" 2>&1 || true; done \
+  >"$out/resource_usage.txt"
+for obj in "${objs[@]}"; do cuobjdump --dump-sass "$obj" 2>&1 || true; done |
+  gzip >"$out/decode_sass.txt.gz"
 
 cat "$out/table.txt" "$out/offload_latency.log" 2>/dev/null
 grep -E '^BM_Int4GemmTcVsCublas' "$out/prefill.log" 2>/dev/null | sed -E 's/ +/ /g' || true
