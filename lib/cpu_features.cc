@@ -75,6 +75,9 @@ CpuFeatures probe_cpu_features() {
     if (bit(l7.ebx, 31)) b |= QMOE_CPU_FEATURE_AVX512VL;
     if (bit(l7.ecx, 11)) b |= QMOE_CPU_FEATURE_AVX512VNNI;
     if (bit(l7.ecx, 1)) b |= QMOE_CPU_FEATURE_AVX512VBMI;
+    // GFNI's instructions come in SSE, VEX and EVEX forms; the library's kernels use the EVEX
+    // ones (vgf2p8affineqb on ZMM), so it counts where ZMM state is saved.
+    if (bit(l7.ecx, 8)) b |= QMOE_CPU_FEATURE_GFNI;
     if (bit(l7s1.eax, 5)) b |= QMOE_CPU_FEATURE_AVX512BF16;
   }
   f.bits = b;

@@ -64,6 +64,8 @@ QMOE_API const char* qmoe_cpu_feature_name(uint32_t feature_bit) {
       return "avxvnni";
     case QMOE_CPU_FEATURE_AVX512VBMI:
       return "avx512vbmi";
+    case QMOE_CPU_FEATURE_GFNI:
+      return "gfni";
     default:
       return nullptr;
   }

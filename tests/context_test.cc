@@ -117,7 +117,8 @@ TEST_P(ContextTier, CreateAtTierOrReportUnsupported) {
     std::string suffix = n.substr(n.rfind("__") + 2);
     // Extension kernels name their feature; each belongs to the tier it extends.
     if (suffix == "avxvnni") suffix = "avx2";
-    if (suffix == "avx512vnni" || suffix == "avx512vbmi") suffix = "avx512";
+    if (suffix == "avx512vnni" || suffix == "avx512vbmi" || suffix == "avx512gfni")
+      suffix = "avx512";
     EXPECT_EQ(suffix, qmoe::isa_name(isa)) << n << " is not the tier's own";
     EXPECT_EQ(n.rfind(std::string("qmoe_") + info.operation, 0), 0u) << n;
   }

@@ -128,7 +128,8 @@ enum {
   QMOE_CPU_FEATURE_AVX512VNNI = 1u << 8,
   QMOE_CPU_FEATURE_AVX512BF16 = 1u << 9,
   QMOE_CPU_FEATURE_AVXVNNI = 1u << 10,
-  QMOE_CPU_FEATURE_AVX512VBMI = 1u << 11
+  QMOE_CPU_FEATURE_AVX512VBMI = 1u << 11,
+  QMOE_CPU_FEATURE_GFNI = 1u << 12
 };
 
 /// Name of one QMOE_CPU_FEATURE_* bit ("avx2", ...); NULL for a value that is not one bit.

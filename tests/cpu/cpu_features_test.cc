@@ -34,6 +34,7 @@ TEST(CpuFeatures, ProbeAgreesWithCpuinfoOnEveryFeatureBothReport) {
       {QMOE_CPU_FEATURE_AVX512VNNI, cpuinfo_has_x86_avx512vnni()},
       {QMOE_CPU_FEATURE_AVX512BF16, cpuinfo_has_x86_avx512bf16()},
       {QMOE_CPU_FEATURE_AVX512VBMI, cpuinfo_has_x86_avx512vbmi()},
+      {QMOE_CPU_FEATURE_GFNI, cpuinfo_has_x86_gfni()},
       // cpuinfo 2022 (Debian 12) does not report AVX-VNNI; nothing to compare it with.
   };
   for (const Pair& p : pairs) {
@@ -78,7 +79,7 @@ TEST(TierGates, EachTierNeedsExactlyItsFeatures) {
   EXPECT_TRUE(isa_runs_on(Isa::kAvx512, avx512));
   // Dropping any single required feature disables the tier (a Haswell without F16C, a
   // Knights Landing without BW/DQ/VL, an OS that does not save ZMM state...).
-  for (uint32_t bit = 1; bit <= QMOE_CPU_FEATURE_AVX512VBMI; bit <<= 1) {
+  for (uint32_t bit = 1; bit <= QMOE_CPU_FEATURE_GFNI; bit <<= 1) {
     if (avx2 & bit) {
       EXPECT_FALSE(isa_runs_on(Isa::kAvx2, avx2 & ~bit)) << bit;
     }

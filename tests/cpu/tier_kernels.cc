@@ -34,7 +34,8 @@ const std::vector<TierRule>& tier_rules() {
       {Isa::kAvx2, "avx2", {{"avxvnni", QMOE_CPU_FEATURE_AVXVNNI}}},
       {Isa::kAvx512,
        "avx512",
-       {{"avx512vbmi", QMOE_CPU_FEATURE_AVX512VNNI | QMOE_CPU_FEATURE_AVX512VBMI},
+       {{"avx512gfni", QMOE_CPU_FEATURE_AVX512VNNI | QMOE_CPU_FEATURE_GFNI},
+        {"avx512vbmi", QMOE_CPU_FEATURE_AVX512VNNI | QMOE_CPU_FEATURE_AVX512VBMI},
         {"avx512vnni", QMOE_CPU_FEATURE_AVX512VNNI}}},
   };
   return rules;

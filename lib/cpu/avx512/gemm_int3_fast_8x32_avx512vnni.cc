@@ -1,10 +1,8 @@
-// AVX512-VNNI INT3 dequant-GEMM, fast level: the AVX-512 kernel (gemm_int3_fast_8x32_avx512.cc:
-// the 256-bit body of gemm_int3_fast_ymm.inc with the tier's flags) with its dot products done
-// by the EVEX vpdpbusd (int3_row_sums_dpbusd.inc), the same exact sums in the same lane order.
-// It pays from M = 2 up, where the products dominate (about 10% at M = 4); at M = 1 the stream
-// does (docs/results/2026-12-01-int3-layout.md). Compiled with -mavx512vnni in its own
-// translation unit (the compiler may emit VNNI anywhere in a file built with that flag); the
-// table entry is taken only when the probe reports AVX512-VNNI.
+// AVX512-VNNI INT3 dequant-GEMM, fast level: the 512-bit body (gemm_int3_fast_8x32_avx512.inc)
+// with its products done by vpdpbusd (int3_pair_dots_dpbusd_zmm.inc), the same exact sums in the
+// same lanes as the AVX-512 kernel's vpmaddubsw, so the same bits. Compiled with -mavx512vnni in
+// its own translation unit (the compiler may emit VNNI anywhere in a file built with that flag);
+// the table entry is taken only when the probe reports AVX512-VNNI.
 #include <type_traits>
 
 #include "lib/cpu/avx512/immintrin_avx512.h"
@@ -15,10 +13,11 @@
 
 namespace qmoe::avx512vnni {
 namespace {
-#include "lib/cpu/common/int3_row_sums_dpbusd.inc"
+#include "lib/cpu/avx512/int3_pair_dots_dpbusd_zmm.inc"
+#include "lib/cpu/avx512/int3_unpack_zmm.inc"
 }  // namespace
 
 // Defines gemm_int3_fast_8x32 (and its templates) in this namespace.
-#include "lib/cpu/common/gemm_int3_fast_ymm.inc"
+#include "lib/cpu/avx512/gemm_int3_fast_8x32_avx512.inc"
 
 }  // namespace qmoe::avx512vnni

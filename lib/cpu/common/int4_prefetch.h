@@ -38,10 +38,12 @@ inline constexpr uint32_t kInt4ScalePrefetchBlocks = QMOE_INT4_SCALE_PREFETCH_BL
 // (docs/dispatch.md, "Flags never leak").
 namespace {
 
-// Called once per 128-byte chunk of the code stream: its two lines kInt4PrefetchBytes ahead
-// into L1, and, when `l2_bytes` is not 0 (GemmGroupArgs::prefetch_l2_bytes, chosen once per
-// process by lib/gemm/stream_tuning.h), two lines `l2_bytes` ahead into L2 only. Prefetches never
-// fault, so running past the end of the codes is harmless.
+// Called once per `kLines` 64-byte lines of the code stream (INT4 and E2M1: one 128-byte chunk,
+// two lines; the 512-bit INT3 body: two 96-byte tiles, three lines): those lines
+// kInt4PrefetchBytes ahead into L1, and, when `l2_bytes` is not 0
+// (GemmGroupArgs::prefetch_l2_bytes, chosen once per process by lib/gemm/stream_tuning.h), the
+// lines `l2_bytes` ahead into L2 only. Prefetches never fault, so running past the end of the
+// codes is harmless.
 //
 // always_inline, because without it GCC 12 (-O3) silently deleted the L2 prefetch: its
 // function splitting moved the `if` body into a `.part` function, the pure-const pass found
@@ -50,14 +52,23 @@ namespace {
 // a prefetcht1 until this was found. tests/cmake/check_int4_prefetch.cmake (ctest
 // build.int4_kernels_emit_l2_prefetch) fails if a kernel object again holds L1 prefetches
 // without the L2 ones.
+template <int kLines>
+__attribute__((always_inline)) inline void prefetch_code_lines(const uint8_t* codes,
+                                                               uint32_t l2_bytes) {
+  for (int i = 0; i < kLines; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(codes + kInt4PrefetchBytes + 64 * i), _MM_HINT_T0);
+  }
+  if (l2_bytes != 0) {
+    for (int i = 0; i < kLines; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(codes + l2_bytes + 64 * i), _MM_HINT_T1);
+    }
+  }
+}
+
+// One 128-byte chunk: its two lines.
 __attribute__((always_inline)) inline void prefetch_int4_chunk(const uint8_t* codes,
                                                                uint32_t l2_bytes) {
-  _mm_prefetch(reinterpret_cast<const char*>(codes + kInt4PrefetchBytes), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(codes + kInt4PrefetchBytes + 64), _MM_HINT_T0);
-  if (l2_bytes != 0) {
-    _mm_prefetch(reinterpret_cast<const char*>(codes + l2_bytes), _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(codes + l2_bytes + 64), _MM_HINT_T1);
-  }
+  prefetch_code_lines<2>(codes, l2_bytes);
 }
 
 // Called once per chunk with the group's scale plane (`scales`, elements of `scale_bytes`) and
