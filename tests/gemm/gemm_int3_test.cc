@@ -483,13 +483,16 @@ TEST(GemmInt3Extension, PickedOnlyWithTheFeatureAndBitIdenticalToThePlainKernel)
     // the entry (tests/cpu/tier_kernels.h has the rule); either way, it holds the rule's.
     const KernelEntry<GemmGroupFn> held =
         gemm_kernel(*assembled, QMOE_WEIGHT_FORMAT_INT3, QMOE_ACCURACY_FAST);
+    int rules = 0;
     for (const ExpectedKernel& want : expected_tier_kernels(info.tier)) {
       if (want.operation == "gemm" && want.format == QMOE_WEIGHT_FORMAT_INT3 &&
           want.accuracy == QMOE_ACCURACY_FAST) {
         EXPECT_EQ(std::string(held.name), want.name);
         EXPECT_EQ(reinterpret_cast<const void*>(held.fn), want.fn);
+        ++rules;
       }
     }
+    EXPECT_EQ(rules, 1) << "the tier rule has no gemm[int3][fast] entry for " << info.name;
     const KernelTable* plain = nullptr;
     for (uint32_t i = 0; i < kCpuIsaCount; ++i) {
       const CpuIsaInfo& base = cpu_isa_info(static_cast<CpuIsa>(i));
