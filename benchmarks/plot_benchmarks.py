@@ -10,7 +10,7 @@ Each plot is drawn when the inputs hold its rows, and skipped (with a line sayin
                             tier and level, one panel per M and thread count; the M = 1 panels
                             add the read_only rows (the same pages read alone) and issue 3's bars
   gemm_int4_m4_over_m1.png  fast, cold, one thread: time(M = 4) / time(M = 1), bar 1.30
-  moe_layer_roof.png        moe_layer rows: fraction of the read roof per thread count
+  moe_layer_roof.png        moe_layer rows (INT4): fraction of the read roof per thread count
   convert_roof.png          DRAM-sized conversions: fraction of the read roof per tier
   decode_threads.png        qmoe run reports: the ratio against the read roof (and against the
                             weights' own pages) and ms per layer, per thread count
@@ -255,7 +255,7 @@ def plot_gemm_m4_over_m1(plt, runs, out):
 
 def plot_moe_layer(plt, runs, out):
     def parse(parts, run):
-        if parts[0] != "moe_layer":
+        if parts[0] != "moe_layer" or parts[1] != "qwen3":  # INT4; qwen3_<format> for the others
             return None
         return (run.threads_label(parts[-1].removeprefix("threads:")),
                 f"{parts[2]}/{parts[3]}/{parts[4].replace(':', ' = ')}")

@@ -95,6 +95,21 @@ class WeightPool {
   std::vector<qmoe_quant_matrix> matrices_;
 };
 
+// One read of a cold matrix's slot (codes, the padding to the next page, scales: at most 4 KiB
+// more than a GEMM call reads) by the tier's read kernel on the context's threads, one
+// qmoe_measure_read_bandwidth_over pass: the bytes it read per second, or 0 when it failed
+// (*failed then holds the status).
+double read_slot(qmoe_context* context, const WeightPool& pool, const qmoe_quant_matrix& w,
+                 bool all_threads, qmoe_status* failed) {
+  const auto* first = static_cast<const unsigned char*>(w.codes);
+  const auto* end = static_cast<const unsigned char*>(w.scales) + pool.scale_bytes();
+  double bytes_per_second = 0.0;
+  const qmoe_status s = qmoe_measure_read_bandwidth_over(
+      context, first, static_cast<size_t>(end - first), 1, all_threads ? 1 : 0, &bytes_per_second);
+  if (s != QMOE_STATUS_OK) *failed = s;
+  return s == QMOE_STATUS_OK ? bytes_per_second : 0.0;
+}
+
 }  // namespace
 
 void fill_scales_f16(void* dst, size_t count, uint64_t& seed) {
@@ -110,6 +125,16 @@ void fill_scales_e4m3(void* dst, size_t count, uint64_t& seed) {
   auto* out = static_cast<uint8_t*>(dst);
   for (size_t e = 0; e < count; ++e) out[e] = static_cast<uint8_t>(0x30 + splitmix64(seed) % 0x4F);
 }
+
+const GemmBenchFormat kBenchInt4 = {
+    "int4", QMOE_WEIGHT_FORMAT_INT4, 32, QMOE_DTYPE_F16, sizeof(uint16_t), 0.0f, &fill_scales_f16};
+const GemmBenchFormat kBenchInt3 = {
+    "int3", QMOE_WEIGHT_FORMAT_INT3, 32, QMOE_DTYPE_F16, sizeof(uint16_t), 0.0f, &fill_scales_f16};
+const GemmBenchFormat kBenchMxfp4 = {"mxfp4", QMOE_WEIGHT_FORMAT_MXFP4, 32, QMOE_DTYPE_E8M0, 1,
+                                     0.0f,    &fill_scales_e8m0};
+const GemmBenchFormat kBenchNvfp4 = {
+    "nvfp4",        QMOE_WEIGHT_FORMAT_NVFP4, 16, QMOE_DTYPE_F8_E4M3, 1,
+    1.0f / 4096.0f, &fill_scales_e4m3};
 
 std::string gemm_bench_name(const GemmBenchCase& c) {
   return std::string("gemm_") + c.format->name + "/" + c.shape->name + "/" + isa_name(c.isa) + "/" +
@@ -152,10 +177,29 @@ void gemm_benchmark(benchmark::State& state, const GemmBenchCase& c) {
     }
   }
 
-  qmoe_status failed = QMOE_STATUS_OK;
+  // Cold rows: before each call, untimed, the next cold matrix is read by the read kernel on
+  // the same threads (the paired read; gemm_int4_bench.cc says why), and the call takes the
+  // one after it.
+  qmoe_status failed = QMOE_STATUS_OK, read_failed = QMOE_STATUS_OK;
+  double read_bytes = 0.0, read_seconds = 0.0;
   const qmoe_quant_matrix* w = nullptr;
   const double seconds = run_timed(
-      state, [&] { w = next(); },
+      state,
+      [&] {
+        if (c.cold) {
+          const qmoe_quant_matrix& r = pool.next_cold();
+          const double bytes_per_second =
+              read_slot(context.get(), pool, r, c.threads > 1, &read_failed);
+          const double slot_bytes =
+              static_cast<double>(static_cast<const unsigned char*>(r.scales) + pool.scale_bytes() -
+                                  static_cast<const unsigned char*>(r.codes));
+          if (bytes_per_second > 0.0) {
+            read_bytes += slot_bytes;
+            read_seconds += slot_bytes / bytes_per_second;
+          }
+        }
+        w = next();
+      },
       [&] {
         const qmoe_status s = qmoe_gemm(context.get(), w, c.accuracy, c.m, x, k, y, n, 0, n);
         if (s != QMOE_STATUS_OK) failed = s;
@@ -163,6 +207,11 @@ void gemm_benchmark(benchmark::State& state, const GemmBenchCase& c) {
   benchmark::DoNotOptimize(y);
   if (failed != QMOE_STATUS_OK) {
     state.SkipWithError((std::string("qmoe_gemm failed: ") + qmoe_status_string(failed)).c_str());
+    return;
+  }
+  if (read_failed != QMOE_STATUS_OK) {
+    state.SkipWithError(
+        (std::string("the paired read failed: ") + qmoe_status_string(read_failed)).c_str());
     return;
   }
 
@@ -181,6 +230,11 @@ void gemm_benchmark(benchmark::State& state, const GemmBenchCase& c) {
   if (seconds > 0.0 && iterations > 0.0) {
     state.counters["us_per_call"] = seconds / iterations * 1e6;
     state.counters["Gmac_per_s"] = static_cast<double>(c.m) * n * k * iterations / seconds / 1e9;
+    if (read_seconds > 0.0) {
+      const double paired_read = read_bytes / read_seconds;
+      state.counters["paired_read_GB/s"] = paired_read / 1e9;
+      state.counters["frac_of_paired_read"] = bytes * iterations / seconds / paired_read;
+    }
   }
 }
 
@@ -198,15 +252,9 @@ void gemm_read_only_benchmark(benchmark::State& state, const GemmBenchFormat* fo
     return;
   }
   WeightPool& pool = WeightPool::get(*format, *shape);
-  const int all = threads > 1;
   qmoe_status failed = QMOE_STATUS_OK;
   auto read = [&](const qmoe_quant_matrix& w) {
-    const auto* first = static_cast<const unsigned char*>(w.codes);
-    const auto* end = static_cast<const unsigned char*>(w.scales) + pool.scale_bytes();
-    double unused = 0.0;
-    const qmoe_status s = qmoe_measure_read_bandwidth_over(
-        context.get(), first, static_cast<size_t>(end - first), 1, all, &unused);
-    if (s != QMOE_STATUS_OK) failed = s;
+    read_slot(context.get(), pool, w, threads > 1, &failed);
   };
   for (int i = 0; i < 3; ++i) read(pool.next_cold());  // warm-up, as the GEMM rows do
   const qmoe_quant_matrix* w = nullptr;

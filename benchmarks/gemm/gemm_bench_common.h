@@ -48,6 +48,14 @@ void fill_scales_f16(void* dst, size_t count, uint64_t& seed);
 void fill_scales_e8m0(void* dst, size_t count, uint64_t& seed);
 void fill_scales_e4m3(void* dst, size_t count, uint64_t& seed);
 
+/// What every benchmark's weights of each format hold (the GEMM rows and the MoE layer rows),
+/// no zero points and no bias:
+///   int4   INT4 codes, FP16 scales per 32 k (zero point 8)
+///   int3   INT3 codes, FP16 scales per 32 k (zero point 4)
+///   mxfp4  E2M1 codes, E8M0 scales per 32 k
+///   nvfp4  E2M1 codes, E4M3 scales per 16 k, global scale 2^-12
+extern const GemmBenchFormat kBenchInt4, kBenchInt3, kBenchMxfp4, kBenchNvfp4;
+
 struct GemmBenchCase {
   const GemmBenchFormat* format;
   const GemmBenchShape* shape;

@@ -30,13 +30,8 @@ constexpr GemmBenchShape kShapes[] = {
 };
 constexpr uint32_t kBatchSizes[] = {1, 4};
 
-const GemmBenchFormat kMxfp4 = {"mxfp4", QMOE_WEIGHT_FORMAT_MXFP4, 32, QMOE_DTYPE_E8M0, 1,
-                                0.0f,    &fill_scales_e8m0};
-const GemmBenchFormat kNvfp4 = {"nvfp4",        QMOE_WEIGHT_FORMAT_NVFP4, 16, QMOE_DTYPE_F8_E4M3, 1,
-                                1.0f / 4096.0f, &fill_scales_e4m3};
-
 void register_gemm_fp4_benchmarks() {
-  for (const GemmBenchFormat* format : {&kMxfp4, &kNvfp4}) {
+  for (const GemmBenchFormat* format : {&kBenchMxfp4, &kBenchNvfp4}) {
     register_gemm_bench_rows(
         {format, kShapes, std::size(kShapes), kBatchSizes, std::size(kBatchSizes)});
   }

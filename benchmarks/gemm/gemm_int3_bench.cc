@@ -30,13 +30,9 @@ constexpr GemmBenchShape kShapes[] = {
 };
 constexpr uint32_t kBatchSizes[] = {1, 4};
 
-// INT3 codes, FP16 scales per 32 k, no zero points (the default 4), no bias.
-const GemmBenchFormat kInt3 = {
-    "int3", QMOE_WEIGHT_FORMAT_INT3, 32, QMOE_DTYPE_F16, sizeof(uint16_t), 0.0f, &fill_scales_f16};
-
 void register_gemm_int3_benchmarks() {
   register_gemm_bench_rows(
-      {&kInt3, kShapes, std::size(kShapes), kBatchSizes, std::size(kBatchSizes)});
+      {&kBenchInt3, kShapes, std::size(kShapes), kBatchSizes, std::size(kBatchSizes)});
 }
 
 // Between gemm_int4 (300) and gemm_mxfp4 / gemm_nvfp4 (320): the formats' rows in

@@ -26,12 +26,19 @@
 // with the other formats' files in gemm_bench_common.{h,cc}.
 //
 // One iteration is one qmoe_gemm call, timed alone (argument checks, activation quantization
-// and the thread hand-off included). Counters:
-//   us_per_call      mean time per call
-//   GB/s             weight bytes (codes + scales) per call over time, 1e9 bytes/s
-//   frac_of_read_bw  GB/s over the DRAM read roof of the same thread count, measured at
-//                    startup; for cold rows the fraction of the memory-bound floor reached
-//   Gmac_per_s       M x N x K multiply-adds per second (for compute-bound rows, large M)
+// and the thread hand-off included). Before each call of a cold row, untimed, the same context
+// reads the next cold matrix's slot with qmoe_measure_read_bandwidth_over (the paired read),
+// and the call takes the matrix after it: the same pages, the same threads, the same seconds,
+// so that a host whose bandwidth drifts between processes or leases (other tenants, a shared
+// socket) moves the call and its roof together. Counters:
+//   us_per_call          mean time per call
+//   GB/s                 weight bytes (codes + scales) per call over time, 1e9 bytes/s
+//   frac_of_read_bw      GB/s over the DRAM read roof of the same thread count, measured at
+//                        startup; for cold rows the fraction of the memory-bound floor reached
+//   paired_read_GB/s     cold rows: the paired reads' bytes over their time
+//   frac_of_paired_read  cold rows: GB/s over paired_read_GB/s, the same fraction against the
+//                        roof measured beside each call (issue 21's one-thread bar reads it)
+//   Gmac_per_s           M x N x K multiply-adds per second (for compute-bound rows, large M)
 //
 // Threads: by default the context runs on libqmoe's own pool (pthreadpool, unpinned), as a
 // runtime that does not pass a parallel_for would. QMOE_BENCH_GEMM_POOL=team instead passes a
@@ -55,10 +62,6 @@ constexpr GemmBenchShape kShapes[] = {
 };
 constexpr uint32_t kBatchSizes[] = {1, 2, 4, 8, 32};
 
-// INT4 codes, FP16 scales per 32 k, no zero points (the default 8), no bias.
-const GemmBenchFormat kInt4 = {
-    "int4", QMOE_WEIGHT_FORMAT_INT4, 32, QMOE_DTYPE_F16, sizeof(uint16_t), 0.0f, &fill_scales_f16};
-
 void register_gemm_int4_benchmarks() {
   benchmark::AddCustomContext("qmoe_gemm_int4_pool",
                               use_team_pool()
@@ -66,7 +69,7 @@ void register_gemm_int4_benchmarks() {
                                     "(QMOE_BENCH_GEMM_POOL=team)"
                                   : "threads:all on the context's own pthreadpool (unpinned)");
   register_gemm_bench_rows(
-      {&kInt4, kShapes, std::size(kShapes), kBatchSizes, std::size(kBatchSizes)});
+      {&kBenchInt4, kShapes, std::size(kShapes), kBatchSizes, std::size(kBatchSizes)});
 }
 
 QMOE_BENCH_REGISTRAR(300, register_gemm_int4_benchmarks);

@@ -50,6 +50,7 @@ def bench_run(m1_us, m4_us):
         row("gemm_int4/qwen3_fc1/avx2/read_only/cold/threads:1", 0.98, 90.0),
         row("gemm_int4/qwen3_fc1/avx512/fast/m:1/cold/threads:1", 0.0, 0.0, error=True),
         row("moe_layer/qwen3/avx2/fast/m:1/cold/threads:all", 1.02, 180.0),
+        row("moe_layer/qwen3_int3/avx2/fast/m:1/cold/threads:all", 0.97, 150.0),
         row("convert_f16_to_f32/avx2/dram/threads:1", 1.05, 7000.0),
     ]
     return {"context": context, "benchmarks": benchmarks}
