@@ -1,4 +1,4 @@
-// The MoE layer executor. One forward, on the calling thread then in three parallel phases:
+// The MoE layer executor. One forward, on the calling thread then in parallel phases:
 //  0. Routes. Every (token t, slot j) whose expert runs (weight != 0, marked in run_mask) is a
 //     route; routes are numbered expert by expert in ascending id, tokens ascending within an
 //     expert, so expert a's routes are rows [offset[a], offset[a + 1]) of every per-route
@@ -10,26 +10,33 @@
 //     then SwiGLU of the same 32 and their preparation as FC2 activations (fast: quantized per
 //     32 k, which is exactly one unit, so no unit waits for another).
 //  2. FC2. Units are (expert, one row group of outputs).
+//  3. Combine: y[t, n] = (accumulate ? y[t, n] : 0) + sum over slots j in order of w[t, j] *
+//     out, in FP32 and rounded once to the activation dtype (combine_span), as a parallel phase
+//     of its own, or at M = 1 (combine_in_fc2 says why) inside phase 2: each FC2 task counts
+//     its groups done (group_done: an acq_rel fetch_add after the group's outputs are
+//     written), and the task whose count reaches the number of active experts has acquired
+//     every other task's outputs of that group and combines it for every token. A call with
+//     no route runs the phase. (A 16-bit X is widened chunk by chunk as it is prepared, so the
+//     typed forward gives the bits of widening X, the FP32 forward and rounding Y.)
 // The unit sizes are the tiling every weight format shares (lib/formats/tiles.h), so the
 // executor is the same for every format.
-//  3. Combine: y[t] = (accumulate ? y[t] : 0) + sum over slots j in order of w[t, j] * out, in
-//     FP32 and rounded once to the activation dtype. (A 16-bit X is widened chunk by chunk as
-//     it is prepared, so the typed forward gives the bits of widening X, the FP32 forward and
-//     rounding Y.)
 // Phases 1 and 2 split their units, in (expert, unit) order and weighted by the expert's
 // route count, into one contiguous run per task (a few tasks per thread, parallel_task_count,
 // so an idle thread can take a descheduled one's unstarted work): with more experts than tasks
 // a task gets whole experts, with fewer an expert is split over tasks; every task reads
 // sequential streams. Each output element is computed by one kernel call over the whole K whatever
-// the split, and phase 3 sums in slot order, so the result is bitwise independent of the thread
-// count, and an expert's output rows do not depend on which other experts run (marking every
-// expert in run_mask gives the full layer bit for bit).
+// the split, and the combine sums in slot order whichever thread runs it, so the result is
+// bitwise independent of the thread count, and an expert's output rows do not depend on which
+// other experts run (marking every expert in run_mask gives the full layer bit for bit).
 #include "lib/moe/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <new>
 
+#include "lib/formats/quant_matrix.h"
 #include "lib/formats/tiles.h"
 #include "lib/gemm/activation_dtype.h"
 #include "lib/gemm/activation_rows.h"
@@ -41,8 +48,17 @@ namespace qmoe {
 namespace {
 
 constexpr size_t kMinChunksPerTask = 64;          // as qmoe_gemm: ~8 KiB of codes per task
-constexpr size_t kMinCombinePerTask = 16 * 1024;  // multiply-adds per combine task
-constexpr size_t kCombineBlock = 256;             // Y elements summed in FP32 at a time
+constexpr size_t kMinCombinePerTask = 16 * 1024;  // multiply-adds per task of the combine phase
+
+// Where the combine runs: inside FC2 (the last expert of each group of outputs combines it) or
+// as a phase of its own. Alternating the two call by call in one process on the H200 host's
+// 16 cores, the former took 0.96-1.005 of the latter's time at M = 1 and 1.003-1.03 at M = 4
+// (docs/results/2026-12-04-h200-host-paired-roof.md): with several tokens a group's combine
+// reads many more routes' outputs from other cores, inside the FC2 tasks' streams.
+bool combine_in_fc2(uint32_t m) {
+  return m == 1;
+}
+constexpr size_t kCombineBlock = 256;  // Y elements summed in FP32 at a time
 
 // Expert a's routes read X rows in place when their tokens are consecutive.
 bool consecutive(const uint32_t* tokens, uint32_t count) {
@@ -68,11 +84,12 @@ struct MoeCall {
   const uint32_t* route_token;  // [routes]
   const int32_t* slot_route;    // [m * k] route of each slot, -1 when it does not run
   // Buffers.
-  ActivationView tokens;    // m rows of X, prepared or in place
-  ActivationView gathered;  // X rows in route order (experts with non-consecutive tokens)
-  float* h1;                // [routes, 2I] FC1 outputs
-  ActivationRows a2;        // [routes] FC2 activations (SwiGLU outputs, prepared)
-  float* y2;                // [routes, H] FC2 outputs
+  ActivationView tokens;              // m rows of X, prepared or in place
+  ActivationView gathered;            // X rows in route order (experts with non-consecutive tokens)
+  float* h1;                          // [routes, 2I] FC1 outputs
+  ActivationRows a2;                  // [routes] FC2 activations (SwiGLU outputs, prepared)
+  float* y2;                          // [routes, H] FC2 outputs
+  std::atomic<uint32_t>* group_done;  // [H / 8] experts whose FC2 outputs of the group are done
   unsigned char* row_scratch;
   size_t row_scratch_stride;
   uint32_t tasks;  // of the phase being run
@@ -154,36 +171,53 @@ struct MoeCall {
       const uint32_t r0 = c->offset[a], count = c->offset[a + 1] - r0;
       run_gemm_rows(s.fc2[c->active[a]], *c->kernels, a2, r0, count, c->y2 + size_t{r0} * s.hidden,
                     s.hidden, u0 * kGroupRows, std::min(u1 * kGroupRows, s.hidden), scratch);
+      // Release this expert's outputs of groups [u0, u1); the last expert of a group to finish
+      // acquires the others' and combines the group.
+      if (c->group_done == nullptr) return;  // the combine runs as a phase of its own
+      for (uint32_t g = u0; g < u1; ++g) {
+        if (c->group_done[g].fetch_add(1, std::memory_order_acq_rel) + 1 == c->num_active) {
+          const uint32_t n0 = g * kGroupRows;
+          for (uint32_t token = 0; token < c->m; ++token) {
+            c->combine_span(token, n0, std::min<size_t>(kGroupRows, s.hidden - n0));
+          }
+        }
+      }
     });
   }
 
-  // Task t combines elements [M H t / T, M H (t + 1) / T) of Y in row-major order, up to
-  // kCombineBlock at a time: the sum is formed in FP32 (from 0, or from y widened) and written
-  // to y once, rounded to the activation dtype.
+  // y[token, n0 .. n0 + len) for len <= kCombineBlock: the sum is formed in FP32 (from 0, or
+  // from y widened) over the token's slots in order and written to y once, rounded to the
+  // activation dtype. The one place the combine's arithmetic is written, so the phase below
+  // and FC2's per-group combine give the same bits.
+  void combine_span(size_t token, size_t n0, size_t len) const {
+    float sum[kCombineBlock];
+    void* out_y = activation_at(y, dtype, token * ldy + n0);
+    if (accumulate) {
+      widen_activations(*kernels, dtype, out_y, sum, len);
+    } else {
+      std::fill(sum, sum + len, 0.0f);
+    }
+    for (uint32_t j = 0; j < k; ++j) {
+      const int32_t r = slot_route[token * k + j];
+      if (r < 0) continue;
+      const float w = weights[token * k + j];
+      const float* out = y2 + static_cast<size_t>(r) * set->hidden + n0;
+      for (size_t n = 0; n < len; ++n) sum[n] += w * out[n];
+    }
+    narrow_activations(*kernels, dtype, sum, out_y, len);
+  }
+
+  // The combine as a phase (a call with no route): task t combines elements
+  // [M H t / T, M H (t + 1) / T) of Y in row-major order, up to kCombineBlock at a time.
   static void combine_task(void* state, size_t t) {
     const auto* c = static_cast<const MoeCall*>(state);
     const size_t h = c->set->hidden, total = c->m * h;
     const size_t lo = total * t / c->tasks, hi = total * (t + 1) / c->tasks;
-    float sum[kCombineBlock];
     for (size_t token = lo / h; token * h < hi; ++token) {
       const size_t n0 = std::max(lo, token * h) - token * h;
       const size_t n1 = std::min(hi, (token + 1) * h) - token * h;
       for (size_t b0 = n0; b0 < n1; b0 += kCombineBlock) {
-        const size_t len = std::min(kCombineBlock, n1 - b0);
-        void* y = activation_at(c->y, c->dtype, token * c->ldy + b0);
-        if (c->accumulate) {
-          widen_activations(*c->kernels, c->dtype, y, sum, len);
-        } else {
-          std::fill(sum, sum + len, 0.0f);
-        }
-        for (uint32_t j = 0; j < c->k; ++j) {
-          const int32_t r = c->slot_route[token * c->k + j];
-          if (r < 0) continue;
-          const float w = c->weights[token * c->k + j];
-          const float* out = c->y2 + static_cast<size_t>(r) * h + b0;
-          for (size_t n = 0; n < len; ++n) sum[n] += w * out[n];
-        }
-        narrow_activations(*c->kernels, c->dtype, sum, y, len);
+        c->combine_span(token, b0, std::min(kCombineBlock, n1 - b0));
       }
     }
   }
@@ -291,13 +325,19 @@ void run_moe_forward(Context& ctx, const ExpertSet& s, const MoeForward& f, cons
                                   size_t{routes} * ((2 * s.intermediate + 7) / 8) * h_chunks,
                                   kMinChunksPerTask);
     ctx.parallel_for(&MoeCall::fc1_task, &c, c.tasks);
-    const size_t fc2_units = size_t{num_active} * ((s.hidden + 7) / 8);
-    c.tasks = parallel_task_count(
-        threads, fc2_units, size_t{routes} * ((s.hidden + 7) / 8) * i_chunks, kMinChunksPerTask);
+    const uint32_t groups = row_groups(s.hidden);
+    if (combine_in_fc2(m)) {
+      c.group_done = reinterpret_cast<std::atomic<uint32_t>*>(base + l.group_done);
+      for (uint32_t g = 0; g < groups; ++g) new (&c.group_done[g]) std::atomic<uint32_t>(0);
+    }
+    const size_t fc2_units = size_t{num_active} * groups;
+    c.tasks = parallel_task_count(threads, fc2_units, size_t{routes} * groups * i_chunks,
+                                  kMinChunksPerTask);
     ctx.parallel_for(&MoeCall::fc2_task, &c, c.tasks);
+    if (c.group_done != nullptr) return;  // FC2 combined every group
   }
 
-  // 3. Combine, in slot order.
+  // 3. The combine as a phase: y = 0 (or y rounded once with accumulate) where no route runs.
   const size_t elements = size_t{m} * s.hidden;
   c.tasks = parallel_task_count(threads, elements, elements * (k + 1), kMinCombinePerTask);
   ctx.parallel_for(&MoeCall::combine_task, &c, c.tasks);

@@ -1,5 +1,8 @@
 #include "lib/moe/workspace_layout.h"
 
+#include <atomic>
+
+#include "lib/formats/quant_matrix.h"
 #include "lib/formats/tiles.h"
 #include "lib/gemm/activation_rows.h"
 #include "lib/gemm/task_split.h"
@@ -53,6 +56,8 @@ bool make_moe_layout(const ExpertSet& s, qmoe_accuracy accuracy, uint32_t m, uin
   l.h1 = take(routes * 2 * i * sizeof(float));
   l.a2 = take(activation_rows_bytes(accuracy, s.intermediate, routes));
   l.y2 = take(routes * h * sizeof(float));
+  // FC2's completion count per group of 8 outputs (lib/moe/executor.cc: the combine).
+  l.group_done = take(size_t{row_groups(h)} * sizeof(std::atomic<uint32_t>));
   l.row_scratch = take(max_parallel_tasks(threads) * s.row_scratch_bytes);
   if (!fits) return false;
   l.total = at;

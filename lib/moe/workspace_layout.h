@@ -16,7 +16,7 @@ namespace qmoe {
 // Byte offsets of one forward's workspace pieces from its 64-byte aligned base.
 struct MoeLayout {
   size_t counts, offsets, active, route_token, slot_route, ids, weights, logits;
-  size_t tokens, gathered, h1, a2, y2, row_scratch;
+  size_t tokens, gathered, h1, a2, y2, group_done, row_scratch;
   size_t total;
   bool direct_tokens;  // exact level, H % 32 == 0: FP32 X rows are read in place
 };
