@@ -49,6 +49,13 @@ namespace {
 
 constexpr size_t kMinChunksPerTask = 64;          // as qmoe_gemm: ~8 KiB of codes per task
 constexpr size_t kMinCombinePerTask = 16 * 1024;  // multiply-adds per task of the combine phase
+constexpr size_t kCombineBlock = 256;             // Y elements summed in FP32 at a time
+
+// FC2's per-group counters live in the workspace (caller memory, reused call after call), one
+// 4-byte word each, constructed at the start of every call that uses them.
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "group_done is an array of plain lock-free words");
 
 // Where the combine runs: inside FC2 (the last expert of each group of outputs combines it) or
 // as a phase of its own. Alternating the two call by call in one process on the H200 host's
@@ -58,7 +65,6 @@ constexpr size_t kMinCombinePerTask = 16 * 1024;  // multiply-adds per task of t
 bool combine_in_fc2(uint32_t m) {
   return m == 1;
 }
-constexpr size_t kCombineBlock = 256;  // Y elements summed in FP32 at a time
 
 // Expert a's routes read X rows in place when their tokens are consecutive.
 bool consecutive(const uint32_t* tokens, uint32_t count) {
@@ -337,7 +343,8 @@ void run_moe_forward(Context& ctx, const ExpertSet& s, const MoeForward& f, cons
     if (c.group_done != nullptr) return;  // FC2 combined every group
   }
 
-  // 3. The combine as a phase: y = 0 (or y rounded once with accumulate) where no route runs.
+  // 3. The combine as a phase: at M > 1, and for a call with no route (y = 0, or y rounded
+  // once with accumulate).
   const size_t elements = size_t{m} * s.hidden;
   c.tasks = parallel_task_count(threads, elements, elements * (k + 1), kMinCombinePerTask);
   ctx.parallel_for(&MoeCall::combine_task, &c, c.tasks);
