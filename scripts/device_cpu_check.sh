@@ -24,8 +24,12 @@ bench="$build/benchmarks/qmoe_bench"
 step bench_bars 240 "$bench" \
   --benchmark_filter='^gemm_int4/(qwen3_fc1|qwen3_fc2|gptoss)/(avx2|avx512)/(read_only/cold|(fast|exact)/m:(1|4)/cold)' \
   --benchmark_repetitions=3 --benchmark_out="$out/bars.json" --benchmark_out_format=json
-step bench_moe 240 "$bench" --benchmark_filter='^moe_layer/' --benchmark_repetitions=3 \
+# The INT4 layer rows the plot draws, then every format's fast M = 1 rows (issue 21's bar).
+step bench_moe 240 "$bench" --benchmark_filter='^moe_layer/qwen3/' --benchmark_repetitions=3 \
   --benchmark_out="$out/moe.json" --benchmark_out_format=json
+step bench_moe_formats 240 "$bench" \
+  --benchmark_filter='^moe_layer/qwen3_(int3|mxfp4|nvfp4)/(avx2|avx512)/fast/m:1/' \
+  --benchmark_repetitions=3 --benchmark_out="$out/moe_formats.json" --benchmark_out_format=json
 step bench_convert 120 "$bench" --benchmark_filter='^convert_.*/dram/' \
   --benchmark_repetitions=3 --benchmark_out="$out/convert.json" --benchmark_out_format=json
 for t in 1 2 4 8 16; do
