@@ -37,7 +37,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,15 +94,19 @@ struct Projection {
   }
 };
 
-// Layers of random experts of one format in one huge-page buffer, built once per format for
-// the whole process. Expert e of layer l occupies slot l * 128 + e: its FC1, then its FC2.
+// Layers of random experts of one format in one huge-page buffer. Expert e of layer l occupies
+// slot l * 128 + e: its FC1, then its FC2. Kept for the consecutive rows of one format (they are
+// registered format by format); the next format's pool replaces it, so that one pool (4 x the
+// LLC or more) is held at a time.
 class LayerPool {
  public:
   static LayerPool& get(const GemmBenchFormat& format) {
-    static std::map<qmoe_weight_format, std::unique_ptr<LayerPool>> pools;
-    std::unique_ptr<LayerPool>& pool = pools[format.format];
-    if (!pool) pool.reset(new LayerPool(format));
-    return *pool;
+    static std::unique_ptr<LayerPool> current;
+    if (current == nullptr || current->format_ != &format) {
+      current.reset();  // free the previous pool's buffer before allocating the next
+      current.reset(new LayerPool(format));
+    }
+    return *current;
   }
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
@@ -124,7 +127,8 @@ class LayerPool {
 
  private:
   explicit LayerPool(const GemmBenchFormat& format)
-      : fc1_(format, 2 * kIntermediate, kHidden),
+      : format_(&format),
+        fc1_(format, 2 * kIntermediate, kHidden),
         fc2_(format, kHidden, kIntermediate),
         expert_slot_(fc1_.slot_bytes() + fc2_.slot_bytes()) {
     const size_t layer_bytes = size_t{kExperts} * expert_bytes();
@@ -162,6 +166,7 @@ class LayerPool {
     }
   }
 
+  const GemmBenchFormat* format_;
   Projection fc1_, fc2_;
   size_t expert_slot_;
   AlignedBuffer buffer_;
