@@ -97,17 +97,24 @@ class WeightPool {
 
 // One read of a cold matrix's slot (codes, the padding to the next page, scales: at most 4 KiB
 // more than a GEMM call reads) by the tier's read kernel on the context's threads, one
-// qmoe_measure_read_bandwidth_over pass: the bytes it read per second, or 0 when it failed
-// (*failed then holds the status).
-double read_slot(qmoe_context* context, const WeightPool& pool, const qmoe_quant_matrix& w,
-                 bool all_threads, qmoe_status* failed) {
+// qmoe_measure_read_bandwidth_over pass. *failed gets the status when it fails (the read then
+// counts nothing).
+struct SlotRead {
+  double bytes = 0.0, seconds = 0.0;
+};
+SlotRead read_slot(qmoe_context* context, const WeightPool& pool, const qmoe_quant_matrix& w,
+                   bool all_threads, qmoe_status* failed) {
   const auto* first = static_cast<const unsigned char*>(w.codes);
   const auto* end = static_cast<const unsigned char*>(w.scales) + pool.scale_bytes();
+  const auto bytes = static_cast<size_t>(end - first);
   double bytes_per_second = 0.0;
-  const qmoe_status s = qmoe_measure_read_bandwidth_over(
-      context, first, static_cast<size_t>(end - first), 1, all_threads ? 1 : 0, &bytes_per_second);
-  if (s != QMOE_STATUS_OK) *failed = s;
-  return s == QMOE_STATUS_OK ? bytes_per_second : 0.0;
+  const qmoe_status s = qmoe_measure_read_bandwidth_over(context, first, bytes, 1,
+                                                         all_threads ? 1 : 0, &bytes_per_second);
+  if (s != QMOE_STATUS_OK || !(bytes_per_second > 0.0)) {
+    *failed = s != QMOE_STATUS_OK ? s : QMOE_STATUS_INTERNAL_ERROR;
+    return {};
+  }
+  return {static_cast<double>(bytes), static_cast<double>(bytes) / bytes_per_second};
 }
 
 }  // namespace
@@ -187,16 +194,10 @@ void gemm_benchmark(benchmark::State& state, const GemmBenchCase& c) {
       state,
       [&] {
         if (c.cold) {
-          const qmoe_quant_matrix& r = pool.next_cold();
-          const double bytes_per_second =
-              read_slot(context.get(), pool, r, c.threads > 1, &read_failed);
-          const double slot_bytes =
-              static_cast<double>(static_cast<const unsigned char*>(r.scales) + pool.scale_bytes() -
-                                  static_cast<const unsigned char*>(r.codes));
-          if (bytes_per_second > 0.0) {
-            read_bytes += slot_bytes;
-            read_seconds += slot_bytes / bytes_per_second;
-          }
+          const SlotRead r =
+              read_slot(context.get(), pool, pool.next_cold(), c.threads > 1, &read_failed);
+          read_bytes += r.bytes;
+          read_seconds += r.seconds;
         }
         w = next();
       },
