@@ -14,6 +14,8 @@
 #include <limits>
 #include <utility>
 
+#include "qmoe/qmoe_experimental.h"
+
 namespace qmoe::bench {
 namespace {
 
@@ -362,6 +364,25 @@ void report_bandwidth(benchmark::State& state, double bytes_per_iteration, doubl
     const double roof = read_roof().bytes_per_second(threads);
     if (roof > 0.0) state.counters["frac_of_read_bw"] = rate / roof;
   }
+}
+
+void PairedRead::read(qmoe_context* context, const void* data, size_t size, bool all_threads) {
+  double bytes_per_second = 0.0;
+  const qmoe_status s = qmoe_measure_read_bandwidth_over(context, data, size, 1,
+                                                         all_threads ? 1 : 0, &bytes_per_second);
+  if (s != QMOE_STATUS_OK || !(bytes_per_second > 0.0)) {
+    if (failed == QMOE_STATUS_OK) failed = s != QMOE_STATUS_OK ? s : QMOE_STATUS_INTERNAL_ERROR;
+    return;
+  }
+  bytes += static_cast<double>(size);
+  seconds += static_cast<double>(size) / bytes_per_second;
+}
+
+void PairedRead::report(benchmark::State& state, double call_bytes, double call_seconds) const {
+  if (seconds <= 0.0 || call_seconds <= 0.0) return;
+  const double rate = bytes / seconds;
+  state.counters["paired_read_GB/s"] = rate / 1e9;
+  state.counters["frac_of_paired_read"] = call_bytes / call_seconds / rate;
 }
 
 // --- The read roof --------------------------------------------------------------------------

@@ -285,6 +285,20 @@ inline size_t passes_for(size_t bytes_per_pass) {
 void report_bandwidth(benchmark::State& state, double bytes_per_iteration, double total_seconds,
                       size_t threads, bool versus_read_roof);
 
+/// Reads taken beside timed calls (the paired read, untimed): each one pass of
+/// qmoe_measure_read_bandwidth_over over the next cold weights on the call's context and
+/// threads, so the call's roof is measured in the same seconds as the call.
+struct PairedRead {
+  double bytes = 0.0, seconds = 0.0;
+  qmoe_status failed = QMOE_STATUS_OK;  // the first failure (the read then counts nothing)
+
+  /// Reads [data, data + size) once, on all the context's threads or on one.
+  void read(qmoe_context* context, const void* data, size_t size, bool all_threads);
+  /// "paired_read_GB/s" (the reads' bytes over their time) and "frac_of_paired_read" (the
+  /// calls' rate, call_bytes in call_seconds, over it); nothing when no read counted.
+  void report(benchmark::State& state, double call_bytes, double call_seconds) const;
+};
+
 // --- The read roof --------------------------------------------------------------------------
 
 /// DRAM read bandwidth measured once per process: the best tier's read kernel streaming a

@@ -6,8 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "qmoe/qmoe_experimental.h"
-
 namespace qmoe::bench {
 namespace {
 
@@ -96,25 +94,12 @@ class WeightPool {
 };
 
 // One read of a cold matrix's slot (codes, the padding to the next page, scales: at most 4 KiB
-// more than a GEMM call reads) by the tier's read kernel on the context's threads, one
-// qmoe_measure_read_bandwidth_over pass. *failed gets the status when it fails (the read then
-// counts nothing).
-struct SlotRead {
-  double bytes = 0.0, seconds = 0.0;
-};
-SlotRead read_slot(qmoe_context* context, const WeightPool& pool, const qmoe_quant_matrix& w,
-                   bool all_threads, qmoe_status* failed) {
+// more than a GEMM call reads) by the tier's read kernel on the context's threads.
+void read_slot(qmoe_context* context, const WeightPool& pool, const qmoe_quant_matrix& w,
+               bool all_threads, PairedRead* reads) {
   const auto* first = static_cast<const unsigned char*>(w.codes);
   const auto* end = static_cast<const unsigned char*>(w.scales) + pool.scale_bytes();
-  const auto bytes = static_cast<size_t>(end - first);
-  double bytes_per_second = 0.0;
-  const qmoe_status s = qmoe_measure_read_bandwidth_over(context, first, bytes, 1,
-                                                         all_threads ? 1 : 0, &bytes_per_second);
-  if (s != QMOE_STATUS_OK || !(bytes_per_second > 0.0)) {
-    *failed = s != QMOE_STATUS_OK ? s : QMOE_STATUS_INTERNAL_ERROR;
-    return {};
-  }
-  return {static_cast<double>(bytes), static_cast<double>(bytes) / bytes_per_second};
+  reads->read(context, first, static_cast<size_t>(end - first), all_threads);
 }
 
 }  // namespace
@@ -187,18 +172,13 @@ void gemm_benchmark(benchmark::State& state, const GemmBenchCase& c) {
   // Cold rows: before each call, untimed, the next cold matrix is read by the read kernel on
   // the same threads (the paired read; gemm_int4_bench.cc says why), and the call takes the
   // one after it.
-  qmoe_status failed = QMOE_STATUS_OK, read_failed = QMOE_STATUS_OK;
-  double read_bytes = 0.0, read_seconds = 0.0;
+  qmoe_status failed = QMOE_STATUS_OK;
+  PairedRead paired;
   const qmoe_quant_matrix* w = nullptr;
   const double seconds = run_timed(
       state,
       [&] {
-        if (c.cold) {
-          const SlotRead r =
-              read_slot(context.get(), pool, pool.next_cold(), c.threads > 1, &read_failed);
-          read_bytes += r.bytes;
-          read_seconds += r.seconds;
-        }
+        if (c.cold) read_slot(context.get(), pool, pool.next_cold(), c.threads > 1, &paired);
         w = next();
       },
       [&] {
@@ -210,9 +190,9 @@ void gemm_benchmark(benchmark::State& state, const GemmBenchCase& c) {
     state.SkipWithError((std::string("qmoe_gemm failed: ") + qmoe_status_string(failed)).c_str());
     return;
   }
-  if (read_failed != QMOE_STATUS_OK) {
+  if (paired.failed != QMOE_STATUS_OK) {
     state.SkipWithError(
-        (std::string("the paired read failed: ") + qmoe_status_string(read_failed)).c_str());
+        (std::string("the paired read failed: ") + qmoe_status_string(paired.failed)).c_str());
     return;
   }
 
@@ -231,11 +211,7 @@ void gemm_benchmark(benchmark::State& state, const GemmBenchCase& c) {
   if (seconds > 0.0 && iterations > 0.0) {
     state.counters["us_per_call"] = seconds / iterations * 1e6;
     state.counters["Gmac_per_s"] = static_cast<double>(c.m) * n * k * iterations / seconds / 1e9;
-    if (read_seconds > 0.0) {
-      const double paired_read = read_bytes / read_seconds;
-      state.counters["paired_read_GB/s"] = paired_read / 1e9;
-      state.counters["frac_of_paired_read"] = bytes * iterations / seconds / paired_read;
-    }
+    paired.report(state, bytes * iterations, seconds);
   }
 }
 
@@ -253,15 +229,15 @@ void gemm_read_only_benchmark(benchmark::State& state, const GemmBenchFormat* fo
     return;
   }
   WeightPool& pool = WeightPool::get(*format, *shape);
-  qmoe_status failed = QMOE_STATUS_OK;
+  PairedRead reads;  // the read itself is what this row times
   auto read = [&](const qmoe_quant_matrix& w) {
-    read_slot(context.get(), pool, w, threads > 1, &failed);
+    read_slot(context.get(), pool, w, threads > 1, &reads);
   };
   for (int i = 0; i < 3; ++i) read(pool.next_cold());  // warm-up, as the GEMM rows do
   const qmoe_quant_matrix* w = nullptr;
   const double seconds = run_timed(
       state, [&] { w = &pool.next_cold(); }, [&] { read(*w); });
-  if (failed != QMOE_STATUS_OK) {
+  if (reads.failed != QMOE_STATUS_OK) {
     state.SkipWithError(
         (std::string("qmoe_measure_read_bandwidth_over failed: ") + qmoe_last_error_message())
             .c_str());

@@ -44,7 +44,6 @@
 #include "benchmarks/bench_util.h"
 #include "benchmarks/gemm/gemm_bench_common.h"
 #include "qmoe/qmoe.h"
-#include "qmoe/qmoe_experimental.h"
 
 namespace qmoe::bench {
 namespace {
@@ -288,24 +287,17 @@ void moe_layer_benchmark(benchmark::State& state, const Case& c) {
     }
   }
 
-  double bytes = 0.0, experts = 0.0, read_bytes = 0.0, read_seconds = 0.0;
+  double bytes = 0.0, experts = 0.0;
   qmoe_status failed = QMOE_STATUS_OK;
+  PairedRead paired;
   const double seconds = run_timed(
       state,
       [&] {
         // The paired read: the next window, on the call's threads.
         const uint32_t first = router.advance();
-        const size_t range = pool.slots_bytes(router.window());
-        double bytes_per_second = 0.0;
-        const qmoe_status s = qmoe_measure_read_bandwidth_over(
-            context.get(), pool.slots(router.layer(pool.layer_count()), first, router.window()),
-            range, 1, c.threads > 1 ? 1 : 0, &bytes_per_second);
-        if (s != QMOE_STATUS_OK || !(bytes_per_second > 0.0)) {
-          failed = s != QMOE_STATUS_OK ? s : QMOE_STATUS_INTERNAL_ERROR;
-        } else {
-          read_bytes += static_cast<double>(range);
-          read_seconds += static_cast<double>(range) / bytes_per_second;
-        }
+        paired.read(context.get(),
+                    pool.slots(router.layer(pool.layer_count()), first, router.window()),
+                    pool.slots_bytes(router.window()), c.threads > 1);
         const uint32_t distinct = router.next();
         experts += distinct;
         bytes += static_cast<double>(distinct) * static_cast<double>(pool.expert_bytes());
@@ -315,23 +307,22 @@ void moe_layer_benchmark(benchmark::State& state, const Case& c) {
         if (s != QMOE_STATUS_OK) failed = s;
       });
   benchmark::DoNotOptimize(y.data());
-  if (failed != QMOE_STATUS_OK) {
-    state.SkipWithError(
-        (std::string("qmoe_moe_forward or the paired read failed: ") + qmoe_status_string(failed))
-            .c_str());
+  if (failed != QMOE_STATUS_OK || paired.failed != QMOE_STATUS_OK) {
+    state.SkipWithError((std::string(failed != QMOE_STATUS_OK ? "qmoe_moe_forward failed: "
+                                                              : "the paired read failed: ") +
+                         qmoe_status_string(failed != QMOE_STATUS_OK ? failed : paired.failed))
+                            .c_str());
     return;
   }
   const double iterations = static_cast<double>(state.iterations());
-  if (iterations == 0.0 || seconds <= 0.0 || read_seconds <= 0.0) return;
+  if (iterations == 0.0) return;
   state.SetLabel(std::string("E=128 top-8 H=2048 I=768 ") + c.format->name + ", " +
                  format_bytes(static_cast<double>(pool.expert_bytes())) + "/expert, " +
                  std::to_string(pool.layer_count()) + " layer(s) rotated, " + kernel);
   report_bandwidth(state, bytes / iterations, seconds, c.threads, /*versus_read_roof=*/true);
-  const double paired_read = read_bytes / read_seconds;
   state.counters["us_per_call"] = seconds / iterations * 1e6;
   state.counters["experts"] = experts / iterations;
-  state.counters["paired_read_GB/s"] = paired_read / 1e9;
-  state.counters["frac_of_paired_read"] = bytes / seconds / paired_read;
+  paired.report(state, bytes, seconds);
 }
 
 void register_moe_benchmarks() {
