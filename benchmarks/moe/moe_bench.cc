@@ -307,11 +307,14 @@ void moe_layer_benchmark(benchmark::State& state, const Case& c) {
         if (s != QMOE_STATUS_OK) failed = s;
       });
   benchmark::DoNotOptimize(y.data());
-  if (failed != QMOE_STATUS_OK || paired.failed != QMOE_STATUS_OK) {
-    state.SkipWithError((std::string(failed != QMOE_STATUS_OK ? "qmoe_moe_forward failed: "
-                                                              : "the paired read failed: ") +
-                         qmoe_status_string(failed != QMOE_STATUS_OK ? failed : paired.failed))
-                            .c_str());
+  if (failed != QMOE_STATUS_OK) {
+    state.SkipWithError(
+        (std::string("qmoe_moe_forward failed: ") + qmoe_status_string(failed)).c_str());
+    return;
+  }
+  if (paired.failed != QMOE_STATUS_OK) {
+    state.SkipWithError(
+        (std::string("the paired read failed: ") + qmoe_status_string(paired.failed)).c_str());
     return;
   }
   const double iterations = static_cast<double>(state.iterations());
