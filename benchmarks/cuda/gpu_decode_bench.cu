@@ -18,6 +18,9 @@
 //                                      every layer to 8 other experts. /early_routing: with
 //                                      inputs_ready_early (each FC1 routes and prefetches
 //                                      while the previous layer's FC2 runs)
+//   .../concatenated                   the layer (M = 1, 4) and the stack (routing not early)
+//                                      with FC1's gate and up rows concatenated (the other
+//                                      rows interleave them)
 //   .../general_walk                   the layer and the stack (M = 1, routing not early) on
 //                                      the kernels that also hold the general INT4 walk, on
 //                                      the same bytes: the others run the lean walk's
@@ -329,6 +332,8 @@ bool describe_layer(unsigned char* base, DeviceMemory& d1, DeviceMemory& d2, uin
              cudaSuccess;
 }
 
+constexpr qmoe_swiglu_fusion kInterleaved = QMOE_SWIGLU_INTERLEAVED;
+
 // Routing sets: set s routes token t to experts (8 (s + t * 3) + j) % 128, weight 1/8.
 std::vector<int32_t> routing_ids(uint32_t sets, uint32_t m) {
   std::vector<int32_t> ids(size_t{sets} * m * kTopK);
@@ -347,7 +352,7 @@ std::vector<int32_t> routing_ids(uint32_t sets, uint32_t m) {
 // (int4_lean_layout holds for them); false runs the kernels that also hold the general walk, on
 // the same bytes (the "/general_walk" rows: what the lean policy gains, in one process).
 MoeLayerParams layer_params(qmoe_accuracy accuracy, uint32_t m, const DeviceMemory& d1,
-                            const DeviceMemory& d2, bool lean) {
+                            const DeviceMemory& d2, bool lean, qmoe_swiglu_fusion fusion) {
   MoeLayerParams p{};
   p.num_experts = kExperts;
   p.hidden = kHidden;
@@ -357,7 +362,7 @@ MoeLayerParams layer_params(qmoe_accuracy accuracy, uint32_t m, const DeviceMemo
   p.num_slots = kExperts;
   p.accuracy = accuracy;
   p.dtype = QMOE_DTYPE_BF16;
-  p.fusion = QMOE_SWIGLU_INTERLEAVED;
+  p.fusion = fusion;
   p.alpha = 1.0f;
   p.beta = 0.0f;
   p.limit = INFINITY;
@@ -379,7 +384,8 @@ size_t distinct_experts(const std::vector<int32_t>& ids, uint32_t m, uint32_t s)
   return static_cast<size_t>(std::unique(e.begin(), e.end()) - e.begin());
 }
 
-void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bool lean) {
+void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bool lean,
+                 qmoe_swiglu_fusion fusion) {
   constexpr uint32_t kSets = 16;
   DeviceMemory weights(kExperts * expert_stride()), d1(kExperts * sizeof(DeviceQuantMatrix)),
       d2(kExperts * sizeof(DeviceQuantMatrix)), ids(size_t{kSets} * m * kTopK * 4),
@@ -404,7 +410,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
   BENCH_CUDA(cudaMemcpy(count.p, &m, 4, cudaMemcpyHostToDevice), state);
   fill_f16_value<<<64, 256>>>(x.as<uint16_t>(), size_t{m} * kHidden, 0x3F80);  // BF16 1.0
   BENCH_CUDA(cudaDeviceSynchronize(), state);
-  MoeLayerParams p = layer_params(accuracy, m, d1, d2, lean);
+  MoeLayerParams p = layer_params(accuracy, m, d1, d2, lean, fusion);
   p.m = count.as<const uint32_t>();
   p.x = x.p;
   p.y = y.p;
@@ -441,7 +447,8 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
   report(state, bytes, kSets);
 }
 
-void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, bool lean) {
+void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, bool lean,
+                   qmoe_swiglu_fusion fusion) {
   constexpr uint32_t kLayers = 48, m = 1, kSets = 16;
   const size_t layer_bytes = size_t{kExperts} * expert_stride();
   DeviceMemory weights(kLayers * layer_bytes);
@@ -483,7 +490,7 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
   BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), state);
   cudaError_t launched = cudaSuccess;
   for (uint32_t l = 0; l < kLayers && launched == cudaSuccess; ++l) {
-    MoeLayerParams p = layer_params(accuracy, m, *descs[2 * l], *descs[2 * l + 1], lean);
+    MoeLayerParams p = layer_params(accuracy, m, *descs[2 * l], *descs[2 * l + 1], lean, fusion);
     p.m = count.as<const uint32_t>();
     p.x = acts.as<uint16_t>() + size_t{l} * kHidden;
     p.y = acts.as<uint16_t>() + size_t{l + 1} * kHidden;
@@ -584,24 +591,35 @@ void register_all() {
     for (uint32_t m : {1u, 2u, 4u, 8u}) {
       const std::string name =
           std::string("gpu/moe_layer/qwen3/") + level(a) + "/m:" + std::to_string(m);
-      benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m, true)
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m, true, kInterleaved)
           ->UseManualTime()
           ->MinTime(0.2);
-      benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeLayer, a, m, false)
+      benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeLayer, a, m, false,
+                                   kInterleaved)
           ->UseManualTime()
           ->MinTime(0.2);
+      if (m == 1 || m == 4) {
+        benchmark::RegisterBenchmark((name + "/concatenated").c_str(), BM_MoeLayer, a, m, true,
+                                     QMOE_SWIGLU_CONCATENATED)
+            ->UseManualTime()
+            ->MinTime(0.2);
+      }
     }
   }
   for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
     for (bool early : {false, true}) {
       const std::string name = std::string("gpu/moe_stack48/qwen3/") + level(a) + "/m:1" +
                                (early ? "/early_routing" : "");
-      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early, true)
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early, true, kInterleaved)
           ->UseManualTime()
           ->MinTime(0.3);
       if (!early) {
         benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeStack48, a, early,
-                                     false)
+                                     false, kInterleaved)
+            ->UseManualTime()
+            ->MinTime(0.3);
+        benchmark::RegisterBenchmark((name + "/concatenated").c_str(), BM_MoeStack48, a, early,
+                                     true, QMOE_SWIGLU_CONCATENATED)
             ->UseManualTime()
             ->MinTime(0.3);
       }

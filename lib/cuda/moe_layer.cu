@@ -160,6 +160,13 @@ __device__ __forceinline__ offload::ClassifyArgs classify_args(const MoeLayerPar
 // (token, intermediate) pairs and writes the FP32 activation to the workspace. Nothing is
 // shared between warps inside a segment, so there are no block barriers there (with tiles of X,
 // every warp steps through the tiles together: each tile is staged between two barriers).
+//
+// Spread segments (kernels of one token an item). When a segment's tasks times their groups fit
+// the block's warps (the concatenated fusion at M = 1: a Qwen3-shaped layer gives a block 3 tasks
+// of 2 groups), warp w walks group w % G of task w / G instead of one warp walking its task's G
+// groups in turn while the other warps idle: the walks run side by side, their row sums meet in
+// the task's scratch h[w / G] (each group writes its own rows' entries) behind one block
+// barrier, and warp G * (w / G) computes the task's SwiGLU.
 
 struct TaskGroups {
   uint32_t i0;          // first intermediate of the task
@@ -196,11 +203,11 @@ __device__ __forceinline__ TaskGroups task_groups(const MoeLayerParams& p, uint3
   return tg;
 }
 
-template <class F, Level L, int MC>
+template <class F, Level L, int MC, bool kSpread>
 __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const DeviceQuantMatrix& w,
                                             const WorkItem& wi, uint64_t t0, uint64_t t1,
                                             unsigned char* xs, const int32_t* token,
-                                            float (*h)[8][8]) {
+                                            float (*h)[2][8][8]) {
   constexpr int U = F::template batch_quads<L, MC>(false);
   const MoeLayerParams& p = kp.p;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -210,14 +217,19 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
   const bool interleaved = p.fusion == QMOE_SWIGLU_INTERLEAVED;
   const uint32_t J = interleaved ? 4 : 8;  // intermediates of a task
   const size_t x_row_bytes = p.ldx * (p.dtype == QMOE_DTYPE_F32 ? 4 : 2);
-  const uint32_t rounds = static_cast<uint32_t>((t1 - t0 + kWarps - 1) / kWarps);
+  const uint32_t G = kp.fc1_task_groups;
+  const uint32_t per_round = kSpread ? kWarps / G : kWarps;  // tasks a round
+  const uint32_t slot = kSpread ? warp / G : warp;           // the task's index in its round
+  const uint32_t gi_begin = kSpread ? warp % G : 0, gi_end = kSpread ? gi_begin + 1 : G;
+  const uint32_t rounds = static_cast<uint32_t>((t1 - t0 + per_round - 1) / per_round);
 
   for (uint32_t round = 0; round < rounds; ++round) {
-    const uint64_t task = t0 + round * kWarps + warp;
-    const bool active = task < t1;
+    const uint64_t task = t0 + uint64_t{round} * per_round + slot;
+    const bool active = slot < per_round && task < t1;
     const TaskGroups tg = task_groups(p, active ? static_cast<uint32_t>(task % kp.fc1_tasks) : 0u);
-    for (uint32_t gi = 0; gi < kp.fc1_task_groups; ++gi) {  // uniform over the block
+    for (uint32_t gi = gi_begin; gi < gi_end; ++gi) {  // the same count on every warp
       const bool has = active && gi < tg.count;
+      const bool first = round == 0 && gi == gi_begin;
       const uint32_t g = tg.group(gi);
       float acc[MC];
 #pragma unroll
@@ -236,8 +248,8 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
         const typename F::Walk wm = F::walk(w);
         typename F::template Batch<U> a{}, b{};
         if (has) F::template prime<U>(a, b, wm, lr, qw, q0);  // the loads fly while X is staged
-        if (tiles > 1 || (round == 0 && gi == 0)) {
-          if (round != 0 || gi != 0 || t != 0) __syncthreads();  // the last tile is done with
+        if (tiles > 1 || first) {
+          if (!first || t != 0) __syncthreads();  // the last tile is done with
           stage_rows<L, MC>(xs, qw.tile_c0, tc, p.hidden, wi.count, p.dtype, true,
                             [&](uint32_t m) -> const void* {
                               return static_cast<const unsigned char*>(p.x) +
@@ -260,14 +272,18 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
 #pragma unroll
           for (int m = 0; m < MC; ++m) {
             if ((m & 3) == static_cast<int>(sub)) {
-              h[up][m][j] = F::template finish<L>(acc[m], w) + bias;
+              h[slot][up][m][j] = F::template finish<L>(acc[m], w) + bias;
             }
           }
         }
       }
     }
-    if (!active) continue;
-    __syncwarp();
+    if (kSpread) {
+      __syncthreads();  // every group of the task has written its rows to h[slot]
+    } else {
+      __syncwarp();
+    }
+    if (!active || gi_begin != 0) continue;
     // SwiGLU of the task's (token, intermediate) pairs, one per lane.
     for (uint32_t idx = lane; idx < MC * J; idx += 32) {
       const uint32_t m = idx / J, j = idx % J, i = tg.i0 + j;
@@ -275,20 +291,27 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
       float* act =
           reinterpret_cast<float*>(static_cast<unsigned char*>(p.workspace) + kp.act_offset +
                                    size_t(wi.first_route + m) * kp.act_route_bytes);
-      act[i] = swiglu(h[0][m][j], h[1][m][j], p);
+      act[i] = swiglu(h[slot][0][m][j], h[slot][1][m][j], p);
     }
-    __syncwarp();  // h is rewritten by the next task
+    // h is rewritten by the next task (a spread segment has one round, and the next segment
+    // starts behind a block barrier).
+    __syncwarp();
   }
 }
 
-template <class F, Level L, int T>
+// kSpread (T = 1 only): the kernel may spread its segments (fc1_segment), each segment through
+// the instance its size calls for. The launcher picks it for tasks of more than one group, i.e.
+// the concatenated fusion; the other kernels hold the plain instance alone, because holding both
+// cost the interleaved layer registers and time on the H200
+// (docs/results/2026-12-04-h200-moe-spread-segments.md).
+template <class F, Level L, int T, bool kSpread = false>
 __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     moe_fc1_kernel(const __grid_constant__ MoeKernelParams kp) {
   QMOE_DECODE_DYNAMIC_SMEM(smem);
   __shared__ RouteInfo info;
   __shared__ __align__(16) DeviceQuantMatrix mat;
   __shared__ int32_t token[T];
-  __shared__ float h[kWarps][2][8][8];  // per warp: gate and up sums of a task, [token][j]
+  __shared__ float h[kWarps][2][8][8];  // a round's tasks: gate and up sums, [token][j]
   const MoeLayerParams& p = kp.p;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -352,7 +375,13 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     }
     __syncthreads();
     if (fc1_matrix_ok<F>(mat, p)) {  // else skipped: (b) reports it
-      fc1_segment<F, L, T>(kp, mat, wi, t, seg_end, xs, token, h[warp]);
+      bool spread = false;
+      if constexpr (kSpread) spread = (seg_end - t) * kp.fc1_task_groups <= kWarps;
+      if (spread) {
+        fc1_segment<F, L, T, true>(kp, mat, wi, t, seg_end, xs, token, h);
+      } else {
+        fc1_segment<F, L, T, false>(kp, mat, wi, t, seg_end, xs, token, h);
+      }
     }
     t = seg_end;
   }
@@ -526,11 +555,12 @@ uint32_t max_items(uint32_t slots, uint32_t experts, uint32_t T) {
 
 using KernelFn = void (*)(MoeKernelParams);
 
+// spread: the call's tasks have more than one group (the kSpread kernel at T = 1).
 template <class F, Level L>
-KernelFn pick_fc1(uint32_t T) {
+KernelFn pick_fc1(uint32_t T, bool spread) {
   switch (T) {
     case 1:
-      return moe_fc1_kernel<F, L, 1>;
+      return spread ? moe_fc1_kernel<F, L, 1, true> : moe_fc1_kernel<F, L, 1>;
     case 2:
       return moe_fc1_kernel<F, L, 2>;
     case 4:
@@ -569,16 +599,19 @@ bool lean_kernels_for(const MoeLayerParams& p, uint32_t T) {
 // a format without decode kernels.
 bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* fc2) {
   const bool exact = p.accuracy == QMOE_ACCURACY_EXACT;
+  const bool spread = p.fusion == QMOE_SWIGLU_CONCATENATED;  // tasks of two or three groups
   const auto pick = [&](auto f) {
     using F = decltype(f);
-    *fc1 = exact ? pick_fc1<F, Level::kExact>(T) : pick_fc1<F, Level::kFast>(T);
+    *fc1 = exact ? pick_fc1<F, Level::kExact>(T, spread) : pick_fc1<F, Level::kFast>(T, spread);
     *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : pick_fc2<F, Level::kFast>(T);
   };
   if (lean_kernels_for(p, T)) {  // at the fast level T is 1 or 8: only those are compiled
     using F = Int4LeanDecode;
     const bool one = T == 1;
-    *fc1 = exact ? pick_fc1<F, Level::kExact>(T)
-                 : (one ? moe_fc1_kernel<F, Level::kFast, 1> : moe_fc1_kernel<F, Level::kFast, 8>);
+    const KernelFn fast_one =
+        spread ? moe_fc1_kernel<F, Level::kFast, 1, true> : moe_fc1_kernel<F, Level::kFast, 1>;
+    *fc1 = exact ? pick_fc1<F, Level::kExact>(T, spread)
+                 : (one ? fast_one : moe_fc1_kernel<F, Level::kFast, 8>);
     *fc2 = exact ? pick_fc2<F, Level::kExact>(T)
                  : (one ? moe_fc2_kernel<F, Level::kFast, 1> : moe_fc2_kernel<F, Level::kFast, 8>);
     return true;

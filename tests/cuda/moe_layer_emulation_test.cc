@@ -393,6 +393,24 @@ TEST_F(EmulatedDevice, MoeLayerMatchesReferenceAcrossOptions) {
   }
 }
 
+// The concatenated fusion at M <= 2: on 4 multiprocessors a block gets one or two tasks of two
+// groups, so its segments are spread (each group on its own warp, the gate and up sums met
+// behind a block barrier); on 1 multiprocessor a block gets 6 tasks or more, and each warp
+// walks its task's two groups in turn. Both give the reference's values and the same bits.
+TEST_F(EmulatedDevice, MoeLayerConcatenatedSpreadSegments) {
+  for (MoeOptions o : {shape_a(), shape_c()}) {
+    o.fusion = QMOE_SWIGLU_CONCATENATED;
+    use_qwen3_swiglu(&o);
+    for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+      for (uint32_t m : {1u, 2u}) {
+        const MoeCase c{acc, QMOE_DTYPE_BF16, false, false, false, m == 2, false, m, m, 2};
+        check_moe_case(c, o, rng_);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 // Invalid device-side input: the error word names it, rows [0, min(m, capacity)) are zero (with
 // accumulate too), nothing else is written; the next valid call clears the word.
 TEST_F(EmulatedDevice, MoeLayerErrorWordAndZeroOutput) {

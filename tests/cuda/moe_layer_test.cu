@@ -447,8 +447,9 @@ TEST_F(CudaMoeLayer, MatchesReferenceAndCpuAcrossOptions) {
 }
 
 // Qwen3-30B-A3B's layer shape: E 128, H 2048, I 768, top-8, block 32, FP16 scales in the
-// grouped order, interleaved gate/up. 16 distinct expert weights back the 128 experts (expert e
-// uses matrix e % 16), all resident, so the test stays small; run twice for the bits.
+// grouped order, both gate/up fusions (concatenated at M = 1: spread FC1 segments, at M = 4:
+// a warp walks a task's two groups in turn). 16 distinct expert weights back the 128 experts
+// (expert e uses matrix e % 16), all resident, so the test stays small; run twice for the bits.
 TEST_F(CudaMoeLayer, Qwen3ShapeMatchesReferenceAndCpuRunToRun) {
   MoeOptions o;
   o.experts = 16;
@@ -480,25 +481,30 @@ TEST_F(CudaMoeLayer, Qwen3ShapeMatchesReferenceAndCpuRunToRun) {
     for (uint32_t m : {1u, 4u}) {
       const qmoe_dtype dtype = m == 1 ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16;
       const bool logits = acc == QMOE_ACCURACY_FAST;
-      auto call = make_call(big, *ex, acc, dtype, m, kTopK, logits, true, false);
-      Inputs in = random_inputs(m, o.hidden, kExperts, kTopK, dtype, logits, rng_);
-      if (logits) route_on_host(in, kExperts, kTopK, true);
-      call->write(in, false);
-      QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
-      QMOE_CUDA_OK(cudaDeviceSynchronize());
-      const std::vector<unsigned char> first = call->read_y();
-      QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
-      QMOE_CUDA_OK(cudaDeviceSynchronize());
-      const std::vector<unsigned char> second = call->read_y();
-      EXPECT_EQ(call->read_error(), 0u);
-      EXPECT_TRUE(first == second) << "two runs on the same inputs differ in their bits";
-      const MoeReference ref =
-          reference_moe_experts(big, f1, f2, acc, in.x, m, in.ids, in.weights, kTopK, nullptr, {});
-      const std::vector<float> cpu =
-          cpu_forward(desc, acc, dtype, in, kTopK, logits, true, false, nullptr);
-      check_layer(*call, first, ref, cpu, m,
-                  std::string("qwen3 ") + (acc == QMOE_ACCURACY_FAST ? "fast" : "exact") +
-                      " m=" + std::to_string(m));
+      for (qmoe_swiglu_fusion fusion : {QMOE_SWIGLU_INTERLEAVED, QMOE_SWIGLU_CONCATENATED}) {
+        big.fusion = fusion;
+        desc.swiglu_fusion = fusion;
+        auto call = make_call(big, *ex, acc, dtype, m, kTopK, logits, true, false);
+        Inputs in = random_inputs(m, o.hidden, kExperts, kTopK, dtype, logits, rng_);
+        if (logits) route_on_host(in, kExperts, kTopK, true);
+        call->write(in, false);
+        QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
+        QMOE_CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<unsigned char> first = call->read_y();
+        QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
+        QMOE_CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<unsigned char> second = call->read_y();
+        EXPECT_EQ(call->read_error(), 0u);
+        EXPECT_TRUE(first == second) << "two runs on the same inputs differ in their bits";
+        const MoeReference ref = reference_moe_experts(big, f1, f2, acc, in.x, m, in.ids,
+                                                       in.weights, kTopK, nullptr, {});
+        const std::vector<float> cpu =
+            cpu_forward(desc, acc, dtype, in, kTopK, logits, true, false, nullptr);
+        check_layer(*call, first, ref, cpu, m,
+                    std::string("qwen3 ") + (acc == QMOE_ACCURACY_FAST ? "fast" : "exact") +
+                        (big.fusion == QMOE_SWIGLU_CONCATENATED ? " concatenated" : "") +
+                        " m=" + std::to_string(m));
+      }
     }
   }
 }
