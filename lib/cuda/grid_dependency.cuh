@@ -206,15 +206,30 @@ cudaError_t launch_with_optional_pdl(cudaLaunchConfig_t config, bool pdl,
 }
 
 // Launches fn<<<grid, block, smem, stream>>>(params), with programmatic stream serialization
-// when `pdl` (raising the kernel's dynamic shared-memory limit first when smem > 48 KiB), as
-// launch_with_optional_pdl does. Returns the launch's error.
+// when `pdl`, as launch_with_optional_pdl does. Returns the launch's error.
+//
+// Dynamic shared memory. A kernel's default limit is 48 KiB less its static shared memory, not
+// 48 KiB: a launch between the two fails with cudaErrorInvalidValue. So the limit is read, and
+// when this launch needs more it is raised to the most the device allows beside the static
+// memory. Always to that one value, so that host threads launching the same kernel with
+// different sizes never lower it under one another.
 template <class Params>
 cudaError_t launch_decode_kernel(void (*fn)(Params), dim3 grid, dim3 block, size_t smem, bool pdl,
                                  const Params& params, cudaStream_t stream) {
-  if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const void* kernel = reinterpret_cast<const void*>(fn);
+  cudaFuncAttributes attributes{};
+  cudaError_t e = cudaFuncGetAttributes(&attributes, kernel);
+  if (e != cudaSuccess) return e;
+  if (smem > static_cast<size_t>(attributes.maxDynamicSharedSizeBytes)) {
+    int device = 0, optin = 0;
+    e = cudaGetDevice(&device);
+    if (e == cudaSuccess) {
+      e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    }
+    if (e == cudaSuccess) {
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - static_cast<int>(attributes.sharedSizeBytes));
+    }
     if (e != cudaSuccess) return e;
   }
   cudaLaunchConfig_t config{};

@@ -507,6 +507,25 @@ TEST_F(CudaMoeLayer, Qwen3ShapeMatchesReferenceAndCpuRunToRun) {
       }
     }
   }
+  // A capacity of 48 at the exact level: FC1's dynamic shared memory (its routing tables grow
+  // with the capacity) is 45,584 bytes, under 48 KiB but over 48 KiB less the kernel's static
+  // shared memory, so the launch needs the raised limit (launch_decode_kernel); it failed with
+  // cudaErrorInvalidValue when only launches over 48 KiB raised it.
+  big.fusion = QMOE_SWIGLU_INTERLEAVED;
+  desc.swiglu_fusion = big.fusion;
+  constexpr uint32_t kCapacity = 48, kM = 3;
+  auto call = make_call(big, *ex, QMOE_ACCURACY_EXACT, QMOE_DTYPE_BF16, kCapacity, kTopK, false,
+                        true, false);
+  Inputs in = random_inputs(kM, o.hidden, kExperts, kTopK, QMOE_DTYPE_BF16, false, rng_);
+  call->write(in, false);
+  QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
+  QMOE_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(call->read_error(), 0u);
+  const MoeReference ref = reference_moe_experts(big, f1, f2, QMOE_ACCURACY_EXACT, in.x, kM, in.ids,
+                                                 in.weights, kTopK, nullptr, {});
+  const std::vector<float> cpu = cpu_forward(desc, QMOE_ACCURACY_EXACT, QMOE_DTYPE_BF16, in, kTopK,
+                                             false, true, false, nullptr);
+  check_layer(*call, call->read_y(), ref, cpu, kM, "qwen3 exact capacity 48 m=3");
 }
 
 // A captured graph replayed with new routing, token counts (0 included), residency and X
