@@ -395,8 +395,9 @@ TEST_F(EmulatedDevice, MoeLayerMatchesReferenceAcrossOptions) {
 
 // The concatenated fusion at M <= 2: on 4 multiprocessors a block gets one or two tasks of two
 // groups, so its segments are spread (each group on its own warp, the gate and up sums met
-// behind a block barrier); on 1 multiprocessor a block gets 6 tasks or more, and each warp
-// walks its task's two groups in turn. Both give the reference's values and the same bits.
+// behind a block barrier); on 1 multiprocessor at M = 2 a block's range also holds a whole
+// item (6 or 8 tasks), whose warps walk their task's two groups in turn. Both give the
+// reference's values and the same bits.
 TEST_F(EmulatedDevice, MoeLayerConcatenatedSpreadSegments) {
   for (MoeOptions o : {shape_a(), shape_c()}) {
     o.fusion = QMOE_SWIGLU_CONCATENATED;
