@@ -477,33 +477,39 @@ TEST_F(CudaMoeLayer, Qwen3ShapeMatchesReferenceAndCpuRunToRun) {
   desc.fc1 = d1.data();
   desc.fc2 = d2.data();
   const auto ex = upload_experts(f1, f2, 16, false, rng_);
+  // m tokens in a call of `capacity`, run twice: the same bits, the reference's values. The
+  // fast level routes from logits, the exact level from ids.
+  const auto check = [&](qmoe_accuracy acc, qmoe_dtype dtype, qmoe_swiglu_fusion fusion,
+                         uint32_t capacity, uint32_t m) {
+    const bool logits = acc == QMOE_ACCURACY_FAST;
+    big.fusion = fusion;
+    desc.swiglu_fusion = fusion;
+    auto call = make_call(big, *ex, acc, dtype, capacity, kTopK, logits, true, false);
+    Inputs in = random_inputs(m, o.hidden, kExperts, kTopK, dtype, logits, rng_);
+    if (logits) route_on_host(in, kExperts, kTopK, true);
+    call->write(in, false);
+    QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
+    QMOE_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<unsigned char> first = call->read_y();
+    QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
+    QMOE_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<unsigned char> second = call->read_y();
+    EXPECT_EQ(call->read_error(), 0u);
+    EXPECT_TRUE(first == second) << "two runs on the same inputs differ in their bits";
+    const MoeReference ref =
+        reference_moe_experts(big, f1, f2, acc, in.x, m, in.ids, in.weights, kTopK, nullptr, {});
+    const std::vector<float> cpu =
+        cpu_forward(desc, acc, dtype, in, kTopK, logits, true, false, nullptr);
+    check_layer(*call, first, ref, cpu, m,
+                std::string("qwen3 ") + (acc == QMOE_ACCURACY_FAST ? "fast" : "exact") +
+                    (fusion == QMOE_SWIGLU_CONCATENATED ? " concatenated" : "") +
+                    " capacity=" + std::to_string(capacity) + " m=" + std::to_string(m));
+  };
   for (qmoe_accuracy acc : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
     for (uint32_t m : {1u, 4u}) {
       const qmoe_dtype dtype = m == 1 ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16;
-      const bool logits = acc == QMOE_ACCURACY_FAST;
       for (qmoe_swiglu_fusion fusion : {QMOE_SWIGLU_INTERLEAVED, QMOE_SWIGLU_CONCATENATED}) {
-        big.fusion = fusion;
-        desc.swiglu_fusion = fusion;
-        auto call = make_call(big, *ex, acc, dtype, m, kTopK, logits, true, false);
-        Inputs in = random_inputs(m, o.hidden, kExperts, kTopK, dtype, logits, rng_);
-        if (logits) route_on_host(in, kExperts, kTopK, true);
-        call->write(in, false);
-        QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
-        QMOE_CUDA_OK(cudaDeviceSynchronize());
-        const std::vector<unsigned char> first = call->read_y();
-        QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
-        QMOE_CUDA_OK(cudaDeviceSynchronize());
-        const std::vector<unsigned char> second = call->read_y();
-        EXPECT_EQ(call->read_error(), 0u);
-        EXPECT_TRUE(first == second) << "two runs on the same inputs differ in their bits";
-        const MoeReference ref = reference_moe_experts(big, f1, f2, acc, in.x, m, in.ids,
-                                                       in.weights, kTopK, nullptr, {});
-        const std::vector<float> cpu =
-            cpu_forward(desc, acc, dtype, in, kTopK, logits, true, false, nullptr);
-        check_layer(*call, first, ref, cpu, m,
-                    std::string("qwen3 ") + (acc == QMOE_ACCURACY_FAST ? "fast" : "exact") +
-                        (big.fusion == QMOE_SWIGLU_CONCATENATED ? " concatenated" : "") +
-                        " m=" + std::to_string(m));
+        check(acc, dtype, fusion, m, m);
       }
     }
   }
@@ -511,21 +517,7 @@ TEST_F(CudaMoeLayer, Qwen3ShapeMatchesReferenceAndCpuRunToRun) {
   // with the capacity) is 45,584 bytes, under 48 KiB but over 48 KiB less the kernel's static
   // shared memory, so the launch needs the raised limit (launch_decode_kernel); it failed with
   // cudaErrorInvalidValue when only launches over 48 KiB raised it.
-  big.fusion = QMOE_SWIGLU_INTERLEAVED;
-  desc.swiglu_fusion = big.fusion;
-  constexpr uint32_t kCapacity = 48, kM = 3;
-  auto call = make_call(big, *ex, QMOE_ACCURACY_EXACT, QMOE_DTYPE_BF16, kCapacity, kTopK, false,
-                        true, false);
-  Inputs in = random_inputs(kM, o.hidden, kExperts, kTopK, QMOE_DTYPE_BF16, false, rng_);
-  call->write(in, false);
-  QMOE_CUDA_OK(cuda::launch_moe_layer(call->params, nullptr));
-  QMOE_CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_EQ(call->read_error(), 0u);
-  const MoeReference ref = reference_moe_experts(big, f1, f2, QMOE_ACCURACY_EXACT, in.x, kM, in.ids,
-                                                 in.weights, kTopK, nullptr, {});
-  const std::vector<float> cpu = cpu_forward(desc, QMOE_ACCURACY_EXACT, QMOE_DTYPE_BF16, in, kTopK,
-                                             false, true, false, nullptr);
-  check_layer(*call, call->read_y(), ref, cpu, kM, "qwen3 exact capacity 48 m=3");
+  check(QMOE_ACCURACY_EXACT, QMOE_DTYPE_BF16, QMOE_SWIGLU_INTERLEAVED, 48, 3);
 }
 
 // A captured graph replayed with new routing, token counts (0 included), residency and X
