@@ -47,16 +47,16 @@ struct Int4Decode {
                                             uint32_t r) {
     return lane_row(w, group, r);
   }
-  template <int U>
+  template <int U, int kAhead = 0>
   __device__ __forceinline__ static void prime(Batch<U>& a, Batch<U>& b, const Walk& w,
                                                const Row& lr, const QuadWalk& qw, uint32_t q0) {
-    prime_walk<U>(a, b, w, lr, qw, q0);
+    prime_walk<U, kAhead>(a, b, w, lr, qw, q0);
   }
-  template <Level L, int MAXM, int U>
+  template <Level L, int MAXM, int U, int kAhead = 0>
   __device__ __forceinline__ static void run(Batch<U>& a, Batch<U>& b, const Walk& w, const Row& lr,
                                              const QuadWalk& qw, uint32_t q0,
                                              const unsigned char* xs, float acc[MAXM]) {
-    run_walk<L, MAXM, U>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk<L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
   }
   // The sums are the outputs: scales and zero points were applied per block.
   template <Level L>
@@ -76,16 +76,16 @@ struct Int4LeanDecode : Int4Decode {
   __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
     return Int4Decode::valid(w) && int4_lean_layout(w);
   }
-  template <int U>
+  template <int U, int kAhead = 0>
   __device__ __forceinline__ static void prime(Batch<U>& a, Batch<U>& b, const Walk& w,
                                                const Row& lr, const QuadWalk& qw, uint32_t q0) {
-    prime_walk_with<Int4BatchOps<true>, U>(a, b, w, lr, qw, q0);
+    prime_walk_with<Int4BatchOps<true>, U, kAhead>(a, b, w, lr, qw, q0);
   }
-  template <Level L, int MAXM, int U>
+  template <Level L, int MAXM, int U, int kAhead = 0>
   __device__ __forceinline__ static void run(Batch<U>& a, Batch<U>& b, const Walk& w, const Row& lr,
                                              const QuadWalk& qw, uint32_t q0,
                                              const unsigned char* xs, float acc[MAXM]) {
-    run_walk_with<Int4BatchOps<true>, L, MAXM, U>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk_with<Int4BatchOps<true>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
   }
 };
 

@@ -254,6 +254,13 @@ struct E2m1Decode {
     }
   }
 
+  // The lines load reads for chunk c: its codes and its block(s)' scales.
+  __device__ __forceinline__ static void prefetch_chunk_l1(const Walk& w, const Row& lr,
+                                                           uint32_t c) {
+    prefetch_l1_line(lr.codes + size_t{c} * (kChunkBytes / 16));
+    if (lr.valid) prefetch_l1_line(lr.scales + size_t{c} * (kTwoBlocks ? 2 : 1) * w.scale_step);
+  }
+
   // ---- Exact level ----
 
   // The chunk's two partial sums for row m < rows: lo = sum_{k<16} x_k E2M1(code_k) 2^-14,
@@ -368,17 +375,17 @@ struct E2m1Decode {
 
   // ---- The walk (int4_tile.cuh's pipeline) ----
 
-  template <int U>
+  template <int U, int kAhead = 0>
   __device__ __forceinline__ static void prime(Batch<U>& a, Batch<U>& b, const Walk& w,
                                                const Row& lr, const QuadWalk& qw, uint32_t q0) {
-    prime_walk_with<E2m1Decode, U>(a, b, w, lr, qw, q0);
+    prime_walk_with<E2m1Decode, U, kAhead>(a, b, w, lr, qw, q0);
   }
 
-  template <Level L, int MAXM, int U>
+  template <Level L, int MAXM, int U, int kAhead = 0>
   __device__ __forceinline__ static void run(Batch<U>& a, Batch<U>& b, const Walk& w, const Row& lr,
                                              const QuadWalk& qw, uint32_t q0,
                                              const unsigned char* xs, float acc[MAXM]) {
-    run_walk_with<E2m1Decode, L, MAXM, U>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk_with<E2m1Decode, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
   }
 };
 

@@ -16,9 +16,10 @@
 // Loads in flight. A warp walks its quads in batches of U with two batches in registers: while
 // one is being computed the next is already loading (prime_walk() issues the first two,
 // run_walk() keeps one batch ahead), so a warp has up to 2U 16-byte code loads (and their scales)
-// outstanding. A batch slot holds the lane's 16 code bytes, the raw bits of its block(s)' scales
-// (the scale dtype is a run-time value of the walk, so one compiled body serves FP32, FP16 and
-// BF16 planes) and its zero points, packed two slots to a register: 6.5 registers a slot.
+// outstanding, and walks compiled with kAhead > 0 keep kAhead batches more in flight as L1
+// prefetches (below). A batch slot holds the lane's 16 code bytes, the raw bits of its block(s)'
+// scales (the scale dtype is a run-time value of the walk, so one compiled body serves FP32, FP16
+// and BF16 planes) and its zero points, packed two slots to a register: 6.5 registers a slot.
 //
 // Activations come from shared memory as per-(row m, chunk) records written by the staging code
 // (activation_stage.cuh):
@@ -514,20 +515,59 @@ __device__ __forceinline__ void compute_batch(const Batch<U>& b, const WalkMatri
 // straight-line code):
 //   Ops::template load<U>(batch, walk, row, sub, q_first, q_step, q_end, c_end)
 //   Ops::template compute<L, MAXM, U>(batch, walk, quad_walk, q_first, xs, acc)
+//   Ops::prefetch_chunk_l1(walk, row, c)   (the lines load reads for chunk c, into the L1)
 
-// Issues the loads of the walk's first two batches (quads q0.. and q0 + U step..). Callable
-// before the activation tile is staged, so the code bytes stream in while it is.
-template <class Ops, int U, class B, class W, class R>
+// A line prefetch of one address into the L1 (nothing on the host).
+__device__ __forceinline__ void prefetch_l1_line(const void* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#endif
+}
+
+// L1 prefetch. A walk compiled with kAhead > 0 keeps kAhead batches (about kL1AheadQuads quads)
+// in flight as L1 prefetches ahead of its two batches in registers, so a lane has that many more
+// 16-byte code loads outstanding without a register for any of them. Only FC1 of the MoE kernels
+// at one token an item walks so: the other walks measured slower with it
+// (docs/results/2026-12-04-h200-moe-l1-prefetch.md).
+constexpr int kL1AheadQuads = 8;
+template <int U>
+__host__ __device__ constexpr int l1_ahead_batches() {
+  return kL1AheadQuads / U > 1 ? kL1AheadQuads / U : 1;
+}
+
+// Prefetches into the L1 the lines of batch q_first.. (U quads, q_step apart) that Ops::load
+// would read.
+template <class Ops, int U, class W, class R>
+__device__ __forceinline__ void prefetch_batch_l1(const W& w, const R& lr, const QuadWalk& qw,
+                                                  uint32_t q_first) {
+#pragma unroll
+  for (int j = 0; j < U; ++j) {
+    const uint32_t q = q_first + qw.step * j;
+    const uint32_t c = q * kQuadChunks + qw.sub;
+    if (q < qw.q_end && c < qw.c_end) Ops::prefetch_chunk_l1(w, lr, c);
+  }
+}
+
+// Issues the loads of the walk's first two batches (quads q0.. and q0 + U step..) and the L1
+// prefetches of the kAhead batches after them. Callable before the activation tile is staged,
+// so the code bytes stream in while it is.
+template <class Ops, int U, int kAhead, class B, class W, class R>
 __device__ __forceinline__ void prime_walk_with(B& a, B& b, const W& w, const R& lr,
                                                 const QuadWalk& qw, uint32_t q0) {
   Ops::template load<U>(a, w, lr, qw.sub, q0, qw.step, qw.q_end, qw.c_end);
-  const uint32_t q1 = q0 + U * qw.step;
+  const uint32_t advance = U * qw.step;
+  const uint32_t q1 = q0 + advance;
   if (q1 < qw.q_end) Ops::template load<U>(b, w, lr, qw.sub, q1, qw.step, qw.q_end, qw.c_end);
+  for (int i = 1; i <= kAhead; ++i) {
+    const uint32_t q = q1 + i * advance;
+    if (q >= qw.q_end) break;
+    prefetch_batch_l1<Ops, U>(w, lr, qw, q);
+  }
 }
 
 // acc[m] += the walk from q0 (primed by prime_walk_with): computes one batch while the other
-// loads.
-template <class Ops, Level L, int MAXM, int U, class B, class W, class R>
+// loads, and prefetches into the L1 the batch kAhead after the one it loads.
+template <class Ops, Level L, int MAXM, int U, int kAhead, class B, class W, class R>
 __device__ __forceinline__ void run_walk_with(B& a, B& b, const W& w, const R& lr,
                                               const QuadWalk& qw, uint32_t q0,
                                               const unsigned char* xs, float acc[MAXM]) {
@@ -539,12 +579,14 @@ __device__ __forceinline__ void run_walk_with(B& a, B& b, const W& w, const R& l
     if (q >= qw.q_end) break;
     if (q + advance < qw.q_end) {
       Ops::template load<U>(a, w, lr, qw.sub, q + advance, qw.step, qw.q_end, qw.c_end);
+      if (kAhead > 0) prefetch_batch_l1<Ops, U>(w, lr, qw, q + (1 + kAhead) * advance);
     }
     Ops::template compute<L, MAXM, U>(b, w, qw, q, xs, acc);
     q += advance;
     if (q >= qw.q_end) break;
     if (q + advance < qw.q_end) {
       Ops::template load<U>(b, w, lr, qw.sub, q + advance, qw.step, qw.q_end, qw.c_end);
+      if (kAhead > 0) prefetch_batch_l1<Ops, U>(w, lr, qw, q + (1 + kAhead) * advance);
     }
   }
 }
@@ -564,27 +606,36 @@ struct Int4BatchOps {
                                                  const unsigned char* xs, float acc[MAXM]) {
     compute_batch<L, MAXM, U, kSimple>(b, w, qw, q_first, xs, acc);
   }
+  // The lines load_batch reads for chunk c: its codes, its block's scale and zero point.
+  __device__ __forceinline__ static void prefetch_chunk_l1(const WalkMatrix& w, const LaneRow& lr,
+                                                           uint32_t c) {
+    prefetch_l1_line(lr.codes + size_t{c} * (kChunkBytes / 16));
+    if (!lr.valid) return;
+    const uint32_t blk = kSimple ? c >> w.shift : block_of_chunk(w, c);
+    prefetch_l1_line(lr.scales + size_t{blk} * w.scale_step);
+    if (!kSimple && lr.zps != nullptr) prefetch_l1_line(lr.zps + size_t{blk} * w.zp_step);
+  }
 };
 
 // INT4 walks: the lean body when the matrix allows it (a warp-uniform choice made once per walk).
-template <int U>
+template <int U, int kAhead>
 __device__ __forceinline__ void prime_walk(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
                                            const LaneRow& lr, const QuadWalk& qw, uint32_t q0) {
   if (w.simple) {
-    prime_walk_with<Int4BatchOps<true>, U>(a, b, w, lr, qw, q0);
+    prime_walk_with<Int4BatchOps<true>, U, kAhead>(a, b, w, lr, qw, q0);
   } else {
-    prime_walk_with<Int4BatchOps<false>, U>(a, b, w, lr, qw, q0);
+    prime_walk_with<Int4BatchOps<false>, U, kAhead>(a, b, w, lr, qw, q0);
   }
 }
 
-template <Level L, int MAXM, int U>
+template <Level L, int MAXM, int U, int kAhead>
 __device__ __forceinline__ void run_walk(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
                                          const LaneRow& lr, const QuadWalk& qw, uint32_t q0,
                                          const unsigned char* xs, float acc[MAXM]) {
   if (w.simple) {
-    run_walk_with<Int4BatchOps<true>, L, MAXM, U>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk_with<Int4BatchOps<true>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
   } else {
-    run_walk_with<Int4BatchOps<false>, L, MAXM, U>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk_with<Int4BatchOps<false>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
   }
 }
 

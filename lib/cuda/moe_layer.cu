@@ -167,6 +167,13 @@ __device__ __forceinline__ offload::ClassifyArgs classify_args(const MoeLayerPar
 // groups in turn while the other warps idle: the walks run side by side, their row sums meet in
 // the task's scratch h[w / G] (each group writes its own rows' entries) behind one block
 // barrier, and warp G * (w / G) computes the task's SwiGLU.
+//
+// L1 prefetch (kernels of one token an item). A warp walks a group (16 quads at K = 2048) with
+// two batches in registers, so each batch waits about one memory latency; the walk also keeps
+// the next 8 quads in flight as L1 prefetches (int4_tile.cuh). The 48-layer stack at M = 1 ran
+// 5-7% faster with it; with inputs_ready_early, whose first tasks the blocks prefetch into the
+// L2 before their wait, 2% slower; in FC2's walks (6 quads at K = 768) slower in every row, so
+// FC2 does not (docs/results/2026-12-04-h200-moe-l1-prefetch.md).
 
 struct TaskGroups {
   uint32_t i0;          // first intermediate of the task
@@ -209,6 +216,7 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
                                             unsigned char* xs, const int32_t* token,
                                             float (*h)[2][8][8]) {
   constexpr int U = F::template batch_quads<L, MC>(false);
+  constexpr int kAhead = MC == 1 ? l1_ahead_batches<U>() : 0;
   const MoeLayerParams& p = kp.p;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t r = lane % kGroupRows, sub = lane / kGroupRows;
@@ -247,7 +255,7 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
         const typename F::Row lr = F::row(w, g, r);
         const typename F::Walk wm = F::walk(w);
         typename F::template Batch<U> a{}, b{};
-        if (has) F::template prime<U>(a, b, wm, lr, qw, q0);  // the loads fly while X is staged
+        if (has) F::template prime<U, kAhead>(a, b, wm, lr, qw, q0);  // loads fly while X is staged
         if (tiles > 1 || first) {
           if (!first || t != 0) __syncthreads();  // the last tile is done with
           stage_rows<L, MC>(xs, qw.tile_c0, tc, p.hidden, wi.count, p.dtype, true,
@@ -257,7 +265,7 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
                             });
           __syncthreads();
         }
-        if (has) F::template run<L, MC, U>(a, b, wm, lr, qw, q0, xs, acc);
+        if (has) F::template run<L, MC, U, kAhead>(a, b, wm, lr, qw, q0, xs, acc);
       }
       if (!has) continue;  // warp-uniform
       reduce_row_lanes<MC>(acc);
