@@ -170,10 +170,11 @@ __device__ __forceinline__ offload::ClassifyArgs classify_args(const MoeLayerPar
 //
 // L1 prefetch (kernels of one token an item). A warp walks a group (16 quads at K = 2048) with
 // two batches in registers, so each batch waits about one memory latency; the walk also keeps
-// the next 8 quads in flight as L1 prefetches (int4_tile.cuh). The 48-layer stack at M = 1 ran
-// 5-7% faster with it; with inputs_ready_early, whose first tasks the blocks prefetch into the
-// L2 before their wait, 2% slower; in FC2's walks (6 quads at K = 768) slower in every row, so
-// FC2 does not (docs/results/2026-12-04-h200-moe-l1-prefetch.md).
+// the next 8 quads in flight as L1 prefetches (int4_tile.cuh). Measured on the H200 it made the
+// 48-layer stack at M = 1 faster, except with inputs_ready_early (whose first tasks the blocks
+// prefetch into the L2 before their wait), which it made slightly slower; FC2's shorter walks
+// (6 quads at K = 768) were slower with it in every row, so they do not prefetch
+// (docs/results/2026-12-04-h200-moe-l1-prefetch.md).
 
 struct TaskGroups {
   uint32_t i0;          // first intermediate of the task
