@@ -9,8 +9,9 @@
 //   valid(w)                       whether a description is one the policy's code may read
 //   scale_bytes(w)                 bytes of one scale-plane element
 //   walk(w), row(w, group, r)      the walk's fields and a lane's row of a group
-//   prime<U>(a, b, ...), run<L, MAXM, U>(a, b, ...)
-//                                  the walk (int4_tile.cuh's two-batch pipeline)
+//   prime<U, kAhead>(a, b, ...), run<L, MAXM, U, kAhead>(a, b, ...)
+//                                  the walk (int4_tile.cuh's two-batch pipeline; kAhead, 0
+//                                  by default, batches more in flight as L1 prefetches)
 //   finish<L>(sum, w)              a row's sum turned into the output before its bias
 // The kernels take F as a template parameter, so every format's walk is its own straight-line
 // code and no format test runs inside a loop; the launchers pick the instantiation once per
