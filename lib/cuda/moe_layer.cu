@@ -172,7 +172,8 @@ __device__ __forceinline__ offload::ClassifyArgs classify_args(const MoeLayerPar
 // two batches in registers, so each batch waits about one memory latency; the walk also keeps
 // the next 8 quads in flight as L1 prefetches (int4_tile.cuh). Measured on the H200 it made the
 // 48-layer stack at M = 1 faster, except with inputs_ready_early (whose first tasks the blocks
-// prefetch into the L2 before their wait), which it made slightly slower; FC2's shorter walks
+// prefetch into the L2 before their wait), which it made slightly slower, so those calls run
+// instances without it (kPrefetchL1); FC2's shorter walks
 // (6 quads at K = 768) were slower with it in every row, so they do not prefetch
 // (docs/results/2026-12-04-h200-moe-l1-prefetch.md).
 
@@ -211,13 +212,13 @@ __device__ __forceinline__ TaskGroups task_groups(const MoeLayerParams& p, uint3
   return tg;
 }
 
-template <class F, Level L, int MC, bool kSpread>
+template <class F, Level L, int MC, bool kSpread, bool kPrefetchL1>
 __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const DeviceQuantMatrix& w,
                                             const WorkItem& wi, uint64_t t0, uint64_t t1,
                                             unsigned char* xs, const int32_t* token,
                                             float (*h)[2][8][8]) {
   constexpr int U = F::template batch_quads<L, MC>(false);
-  constexpr int kAhead = MC == 1 ? l1_ahead_batches<U>() : 0;
+  constexpr int kAhead = MC == 1 && kPrefetchL1 ? l1_ahead_batches<U>() : 0;
   const MoeLayerParams& p = kp.p;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t r = lane % kGroupRows, sub = lane / kGroupRows;
@@ -313,7 +314,10 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
 // the concatenated fusion; the other kernels hold the plain instance alone, because holding both
 // cost the interleaved layer registers and time on the H200
 // (docs/results/2026-12-04-h200-moe-spread-segments.md).
-template <class F, Level L, int T, bool kSpread = false>
+// kPrefetchL1 (T = 1 only): the walks prefetch into the L1 (fc1_segment). The launcher picks the
+// instance without it for inputs_ready_early, where the blocks prefetch their first tasks into
+// the L2 before their wait and the L1 prefetch measured slower.
+template <class F, Level L, int T, bool kSpread = false, bool kPrefetchL1 = true>
 __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     moe_fc1_kernel(const __grid_constant__ MoeKernelParams kp) {
   QMOE_DECODE_DYNAMIC_SMEM(smem);
@@ -387,9 +391,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
       bool spread = false;
       if constexpr (kSpread) spread = (seg_end - t) * kp.fc1_task_groups <= kWarps;
       if (spread) {
-        fc1_segment<F, L, T, true>(kp, mat, wi, t, seg_end, xs, token, h);
+        fc1_segment<F, L, T, true, kPrefetchL1>(kp, mat, wi, t, seg_end, xs, token, h);
       } else {
-        fc1_segment<F, L, T, false>(kp, mat, wi, t, seg_end, xs, token, h);
+        fc1_segment<F, L, T, false, kPrefetchL1>(kp, mat, wi, t, seg_end, xs, token, h);
       }
     }
     t = seg_end;
@@ -564,12 +568,21 @@ uint32_t max_items(uint32_t slots, uint32_t experts, uint32_t T) {
 
 using KernelFn = void (*)(MoeKernelParams);
 
-// spread: the call's tasks have more than one group (the kSpread kernel at T = 1).
+// The T = 1 instance. spread: the call's tasks have more than one group (kSpread); early:
+// inputs_ready_early (no kPrefetchL1).
 template <class F, Level L>
-KernelFn pick_fc1(uint32_t T, bool spread) {
+KernelFn pick_fc1_one(bool spread, bool early) {
+  if (early) {
+    return spread ? moe_fc1_kernel<F, L, 1, true, false> : moe_fc1_kernel<F, L, 1, false, false>;
+  }
+  return spread ? moe_fc1_kernel<F, L, 1, true> : moe_fc1_kernel<F, L, 1>;
+}
+
+template <class F, Level L>
+KernelFn pick_fc1(uint32_t T, bool spread, bool early) {
   switch (T) {
     case 1:
-      return spread ? moe_fc1_kernel<F, L, 1, true> : moe_fc1_kernel<F, L, 1>;
+      return pick_fc1_one<F, L>(spread, early);
     case 2:
       return moe_fc1_kernel<F, L, 2>;
     case 4:
@@ -609,18 +622,19 @@ bool lean_kernels_for(const MoeLayerParams& p, uint32_t T) {
 bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* fc2) {
   const bool exact = p.accuracy == QMOE_ACCURACY_EXACT;
   const bool spread = p.fusion == QMOE_SWIGLU_CONCATENATED;  // tasks of two or three groups
+  const bool early = p.inputs_ready_early;
   const auto pick = [&](auto f) {
     using F = decltype(f);
-    *fc1 = exact ? pick_fc1<F, Level::kExact>(T, spread) : pick_fc1<F, Level::kFast>(T, spread);
+    *fc1 = exact ? pick_fc1<F, Level::kExact>(T, spread, early)
+                 : pick_fc1<F, Level::kFast>(T, spread, early);
     *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : pick_fc2<F, Level::kFast>(T);
   };
   if (lean_kernels_for(p, T)) {  // at the fast level T is 1 or 8: only those are compiled
     using F = Int4LeanDecode;
     const bool one = T == 1;
-    const KernelFn fast_one =
-        spread ? moe_fc1_kernel<F, Level::kFast, 1, true> : moe_fc1_kernel<F, Level::kFast, 1>;
-    *fc1 = exact ? pick_fc1<F, Level::kExact>(T, spread)
-                 : (one ? fast_one : moe_fc1_kernel<F, Level::kFast, 8>);
+    *fc1 = exact ? pick_fc1<F, Level::kExact>(T, spread, early)
+                 : (one ? pick_fc1_one<F, Level::kFast>(spread, early)
+                        : moe_fc1_kernel<F, Level::kFast, 8>);
     *fc2 = exact ? pick_fc2<F, Level::kExact>(T)
                  : (one ? moe_fc2_kernel<F, Level::kFast, 1> : moe_fc2_kernel<F, Level::kFast, 8>);
     return true;
