@@ -12,7 +12,10 @@
 //   gpu/nvfp4_gemv/<qwen3 shape>/...   and on NVFP4 weights (E4M3 bytes per 16, grouped, a
 //                                      global scale) at Qwen3-30B-A3B's expert shapes
 //   gpu/moe_layer/qwen3/<level>/m:M    one layer (E 128, H 2048, I 768, top-8, all resident:
-//                                      340 MB), each call routed to the next experts
+//                                      340 MB), each call routed to the next experts; no
+//                                      two tokens of a call share an expert
+//   .../m:M/shared_experts             (M = 2..512) every token of a call to the same 8 experts
+//   .../m:M/random_routing             (M = 2..512) each token to 8 experts drawn uniformly
 //   gpu/moe_stack48/qwen3/<level>/m:1  48 such layers (16 GB of INT4) captured in ONE CUDA
 //                                      graph, x of layer l+1 = y of layer l; each replay routes
 //                                      every layer to 8 other experts. /early_routing: with
@@ -334,14 +337,45 @@ bool describe_layer(unsigned char* base, DeviceMemory& d1, DeviceMemory& d2, uin
 
 constexpr qmoe_swiglu_fusion kInterleaved = QMOE_SWIGLU_INTERLEAVED;
 
-// Routing sets: set s routes token t to experts (8 (s + t * 3) + j) % 128, weight 1/8.
-std::vector<int32_t> routing_ids(uint32_t sets, uint32_t m) {
+// How a call's M tokens pick their experts (the rows' suffixes):
+//   kDisjoint (no suffix): set s routes token t to experts (8 (s + t * 3) + j) % 128: at M <= 8
+//     no two tokens share an expert, so a call reads 8 M experts;
+//   kShared ("/shared_experts"): every token of set s to experts 8 s + j: the fewest bytes, and
+//     the most tokens per expert;
+//   kRandom ("/random_routing"): each token to 8 distinct experts drawn uniformly (a fixed
+//     seed), as a router with no preference spreads them: some tokens share experts.
+// Weights are 1/8.
+enum class Routing { kDisjoint, kShared, kRandom };
+
+std::vector<int32_t> routing_ids(uint32_t sets, uint32_t m, Routing routing = Routing::kDisjoint) {
   std::vector<int32_t> ids(size_t{sets} * m * kTopK);
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  const auto next = [&state]() {  // xorshift64*
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return static_cast<uint32_t>((state * 0x2545F4914F6CDD1Dull) >> 32);
+  };
   for (uint32_t s = 0; s < sets; ++s) {
     for (uint32_t t = 0; t < m; ++t) {
+      int32_t* row = ids.data() + (size_t{s} * m + t) * kTopK;
       for (uint32_t j = 0; j < kTopK; ++j) {
-        ids[(size_t{s} * m + t) * kTopK + j] =
-            static_cast<int32_t>((kTopK * (s + t * 3) + j) % kExperts);
+        switch (routing) {
+          case Routing::kDisjoint:
+            row[j] = static_cast<int32_t>((kTopK * (s + t * 3) + j) % kExperts);
+            break;
+          case Routing::kShared:
+            row[j] = static_cast<int32_t>((kTopK * s + j) % kExperts);
+            break;
+          case Routing::kRandom: {
+            int32_t e = 0;
+            do {
+              e = static_cast<int32_t>(next() % kExperts);
+            } while (std::find(row, row + j, e) != row + j);
+            row[j] = e;
+            break;
+          }
+        }
       }
     }
   }
@@ -385,7 +419,7 @@ size_t distinct_experts(const std::vector<int32_t>& ids, uint32_t m, uint32_t s)
 }
 
 void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bool lean,
-                 qmoe_swiglu_fusion fusion) {
+                 qmoe_swiglu_fusion fusion, Routing routing) {
   constexpr uint32_t kSets = 16;
   DeviceMemory weights(kExperts * expert_stride()), d1(kExperts * sizeof(DeviceQuantMatrix)),
       d2(kExperts * sizeof(DeviceQuantMatrix)), ids(size_t{kSets} * m * kTopK * 4),
@@ -399,7 +433,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
     state.SkipWithError("copy of the descriptions failed");
     return;
   }
-  const std::vector<int32_t> h_ids = routing_ids(kSets, m);
+  const std::vector<int32_t> h_ids = routing_ids(kSets, m, routing);
   const std::vector<float> h_w(size_t{m} * kTopK, 1.0f / kTopK);
   std::vector<int32_t> h_res(kExperts);
   for (uint32_t e = 0; e < kExperts; ++e) h_res[e] = static_cast<int32_t>(e);
@@ -588,19 +622,31 @@ void register_all() {
     }
   }
   for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
-    for (uint32_t m : {1u, 2u, 4u, 8u}) {
+    for (uint32_t m : {1u, 2u, 4u, 8u, 16u, 64u, 512u}) {
       const std::string name =
           std::string("gpu/moe_layer/qwen3/") + level(a) + "/m:" + std::to_string(m);
-      benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m, true, kInterleaved)
+      if (m > 1) {
+        benchmark::RegisterBenchmark((name + "/shared_experts").c_str(), BM_MoeLayer, a, m, true,
+                                     kInterleaved, Routing::kShared)
+            ->UseManualTime()
+            ->MinTime(0.2);
+        benchmark::RegisterBenchmark((name + "/random_routing").c_str(), BM_MoeLayer, a, m, true,
+                                     kInterleaved, Routing::kRandom)
+            ->UseManualTime()
+            ->MinTime(0.2);
+      }
+      if (m > 8) continue;  // past decode sizes: the two routings above only
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m, true, kInterleaved,
+                                   Routing::kDisjoint)
           ->UseManualTime()
           ->MinTime(0.2);
       benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeLayer, a, m, false,
-                                   kInterleaved)
+                                   kInterleaved, Routing::kDisjoint)
           ->UseManualTime()
           ->MinTime(0.2);
       if (m == 1 || m == 4) {
         benchmark::RegisterBenchmark((name + "/concatenated").c_str(), BM_MoeLayer, a, m, true,
-                                     QMOE_SWIGLU_CONCATENATED)
+                                     QMOE_SWIGLU_CONCATENATED, Routing::kDisjoint)
             ->UseManualTime()
             ->MinTime(0.2);
       }
