@@ -153,10 +153,10 @@ __device__ __forceinline__ offload::ClassifyArgs classify_args(const MoeLayerPar
 //   concatenated: intermediates 8t..8t+7, i.e. gate group t and the one or two groups holding
 //   up rows I + 8t..I + 8t + 7 (two when I % 8 != 0).
 // A block walks its range one work item (a "segment") at a time: it stages the item's tokens'
-// X rows once (block-wide, all of H when it fits the tile, as it does for H = 2048 at T <= 4 and
-// the fast level at T = 8), then warp w takes tasks w, w + 8, ... of the segment: for each of
-// the task's groups the lanes walk K (int4_tile.cuh) and the 4 lanes of each row sum, row sums
-// plus bias go to the warp's own shared scratch h, and then every lane computes SwiGLU for
+// X rows once (block-wide, all of H when it fits the tile, as it does for H = 2048 at T <= 4),
+// then warp w takes tasks w, w + 8, ... of the segment: for each of the task's groups the lanes
+// walk K (int4_tile.cuh) and the 4 lanes of each row sum, row sums plus bias go to the warp's
+// own shared scratch h, and then every lane computes SwiGLU for
 // (token, intermediate) pairs and writes the FP32 activation to the workspace. Nothing is
 // shared between warps inside a segment, so there are no block barriers there (with tiles of X,
 // every warp steps through the tiles together: each tile is staged between two barriers).
@@ -173,9 +173,8 @@ __device__ __forceinline__ offload::ClassifyArgs classify_args(const MoeLayerPar
 // the next 8 quads in flight as L1 prefetches (int4_tile.cuh). Measured on the H200 it made the
 // 48-layer stack at M = 1 faster, except with inputs_ready_early (whose first tasks the blocks
 // prefetch into the L2 before their wait), which it made slightly slower, so those calls run
-// instances without it (kPrefetchL1); FC2's shorter walks
-// (6 quads at K = 768) were slower with it in every row, so they do not prefetch
-// (docs/results/2026-12-04-h200-moe-l1-prefetch.md).
+// instances without it (kPrefetchL1); FC2's shorter walks (6 quads at K = 768) were slower with
+// it in every row, so they do not prefetch (docs/results/2026-12-04-h200-moe-l1-prefetch.md).
 
 struct TaskGroups {
   uint32_t i0;          // first intermediate of the task
@@ -543,8 +542,29 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
 
 // ---- Host side ---------------------------------------------------------------------------------
 
-uint32_t tokens_per_item(uint32_t m_capacity) {
-  return m_capacity <= 1 ? 1 : m_capacity <= 2 ? 2 : m_capacity <= 4 ? 4 : 8;
+// Tokens per work item (T: 1, 2, 4 or 8), the kernels' template argument: fixed when a graph is
+// captured, while the tokens that each expert receives change call to call. A larger T decodes an
+// expert's weights once for up to T tokens; a smaller one runs more items, each with fewer
+// accumulators and registers, and walks an expert with more than T routes once per item (the
+// later walks mostly hit the L2). The choice follows rho, the tokens per routed expert that
+// uniform routing gives at capacity M: rho = M k / (E (1 - (1 - k / E)^M)), about 1.0 to 1.6 at
+// M = 2 to 16 for Qwen3-30B-A3B's E = 128, k = 8:
+//   fast level: T = 2 below rho = 2.5, else 4. It has no T = 8 kernel: that one was slower than
+//     T = 4 even with every item full.
+//   exact level: T = 1 below rho = 2.5 (its T = 2 and 4 kernels were much slower than T = 1
+//     where experts hold a token or two), T = 2 below rho = 8, else 8.
+// Only where all of a call's tokens share their experts does a larger T win, and there by less
+// than the policy gains without such sharing (docs/results/2026-12-04-h200-moe-tokens-per-item.md).
+uint32_t tokens_per_item(const MoeLayerParams& p) {
+  const uint32_t m = p.m_capacity;
+  if (m <= 1) return 1;
+  const double share = double(p.top_k) / p.num_experts;  // top_k <= num_experts: checked
+  const double routed = p.num_experts * (1.0 - std::pow(1.0 - share, double(m)));
+  const double rho = double(m) * p.top_k / routed;
+  const bool fast = p.accuracy == QMOE_ACCURACY_FAST;
+  const uint32_t t = fast ? (rho < 2.5 ? 2 : 4) : (rho < 2.5 ? 1 : rho < 8.0 ? 2 : 8);
+  const uint32_t m_pow2 = m <= 2 ? 2 : m <= 4 ? 4 : 8;  // no more than M needs
+  return t < m_pow2 ? t : m_pow2;
 }
 
 size_t round_up(size_t v, size_t a) {
@@ -578,47 +598,40 @@ KernelFn pick_fc1_one(bool spread, bool early) {
   return spread ? moe_fc1_kernel<F, L, 1, true> : moe_fc1_kernel<F, L, 1>;
 }
 
+// The T each level runs (tokens_per_item): 1, 2 and 4 at the fast level, 1, 2 and 8 at the
+// exact level; no other instances are compiled.
+template <Level L>
+constexpr int kLargestT = L == Level::kFast ? 4 : 8;
+
 template <class F, Level L>
 KernelFn pick_fc1(uint32_t T, bool spread, bool early) {
-  switch (T) {
-    case 1:
-      return pick_fc1_one<F, L>(spread, early);
-    case 2:
-      return moe_fc1_kernel<F, L, 2>;
-    case 4:
-      return moe_fc1_kernel<F, L, 4>;
-    default:
-      return moe_fc1_kernel<F, L, 8>;
-  }
+  if (T == 1) return pick_fc1_one<F, L>(spread, early);
+  if (T == 2) return moe_fc1_kernel<F, L, 2>;
+  if (T == kLargestT<L>) return moe_fc1_kernel<F, L, kLargestT<L>>;
+  return nullptr;
 }
 
 template <class F, Level L>
 KernelFn pick_fc2(uint32_t T) {
-  switch (T) {
-    case 1:
-      return moe_fc2_kernel<F, L, 1>;
-    case 2:
-      return moe_fc2_kernel<F, L, 2>;
-    case 4:
-      return moe_fc2_kernel<F, L, 4>;
-    default:
-      return moe_fc2_kernel<F, L, 8>;
-  }
+  if (T == 1) return moe_fc2_kernel<F, L, 1>;
+  if (T == 2) return moe_fc2_kernel<F, L, 2>;
+  if (T == kLargestT<L>) return moe_fc2_kernel<F, L, kLargestT<L>>;
+  return nullptr;
 }
 
 // Whether INT4 experts of the lean layout (MoeLayerParams::lean_walk) run the lean kernels
 // (Int4LeanDecode) at this level and T: where they measured faster than the kernels that also
-// hold the general walk, i.e. every T at the exact level and T = 1 and 8 at the fast level. At
-// the fast level with T = 2 and 4 FC1's lean kernel was slower (its walk waits for each batch's
+// hold the general walk, i.e. every T at the exact level and T = 1 at the fast level. At the
+// fast level with T = 2 and 4 FC1's lean kernel was slower (its walk waits for each batch's
 // loads in turn), so those keep the general kernels; the measurements are in
 // docs/results/2026-12-03-h200-moe-lean-walk.md.
 bool lean_kernels_for(const MoeLayerParams& p, uint32_t T) {
   if (!p.lean_walk || p.format != QMOE_WEIGHT_FORMAT_INT4) return false;
-  return p.accuracy == QMOE_ACCURACY_EXACT || (T != 2 && T != 4);
+  return p.accuracy == QMOE_ACCURACY_EXACT || T == 1;
 }
 
 // The two kernels for the call's format (lean INT4: lean_kernels_for), level and T; false for
-// a format without decode kernels.
+// a format without decode kernels or a T the level does not run.
 bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* fc2) {
   const bool exact = p.accuracy == QMOE_ACCURACY_EXACT;
   const bool spread = p.fusion == QMOE_SWIGLU_CONCATENATED;  // tasks of two or three groups
@@ -629,17 +642,15 @@ bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* 
                  : pick_fc1<F, Level::kFast>(T, spread, early);
     *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : pick_fc2<F, Level::kFast>(T);
   };
-  if (lean_kernels_for(p, T)) {  // at the fast level T is 1 or 8: only those are compiled
+  if (lean_kernels_for(p, T)) {  // at the fast level T = 1: only that is compiled
     using F = Int4LeanDecode;
-    const bool one = T == 1;
     *fc1 = exact ? pick_fc1<F, Level::kExact>(T, spread, early)
-                 : (one ? pick_fc1_one<F, Level::kFast>(spread, early)
-                        : moe_fc1_kernel<F, Level::kFast, 8>);
-    *fc2 = exact ? pick_fc2<F, Level::kExact>(T)
-                 : (one ? moe_fc2_kernel<F, Level::kFast, 1> : moe_fc2_kernel<F, Level::kFast, 8>);
-    return true;
+                 : pick_fc1_one<F, Level::kFast>(spread, early);
+    *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : moe_fc2_kernel<F, Level::kFast, 1>;
+  } else if (!with_decode_format(p.format, pick)) {
+    return false;
   }
-  return with_decode_format(p.format, pick);
+  return *fc1 != nullptr && *fc2 != nullptr;
 }
 
 }  // namespace
@@ -679,7 +690,7 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
   const bool interleaved = p.fusion == QMOE_SWIGLU_INTERLEAVED;
   MoeKernelParams kp{};
   kp.p = p;
-  kp.tokens_per_item = tokens_per_item(p.m_capacity);
+  kp.tokens_per_item = tokens_per_item(p);
   kp.slots_cap = p.m_capacity * p.top_k;
   kp.inter_chunks = (p.intermediate + 31) / 32;
   kp.fc1_tasks = interleaved ? (2 * p.intermediate + kGroupRows - 1) / kGroupRows
