@@ -619,15 +619,21 @@ KernelFn pick_fc2(uint32_t T) {
   return nullptr;
 }
 
-// Whether INT4 experts of the lean layout (MoeLayerParams::lean_walk) run the lean kernels
-// (Int4LeanDecode) at this level and T: where they measured faster than the kernels that also
-// hold the general walk, i.e. every T at the exact level and T = 1 at the fast level. At the
-// fast level with T = 2 and 4 FC1's lean kernel was slower (its walk waits for each batch's
-// loads in turn), so those keep the general kernels; the measurements are in
-// docs/results/2026-12-03-h200-moe-lean-walk.md.
-bool lean_kernels_for(const MoeLayerParams& p, uint32_t T) {
-  if (!p.lean_walk || p.format != QMOE_WEIGHT_FORMAT_INT4) return false;
-  return p.accuracy == QMOE_ACCURACY_EXACT || T == 1;
+// Which of the two kernels run the lean walk (Int4LeanDecode) for INT4 experts of the lean layout
+// (MoeLayerParams::lean_walk) at this level and T: where it measured faster than the kernels that
+// also hold the general walk. The exact level: both kernels at every T. The fast level: FC1 at
+// T = 1 only (at T = 2 and 4 its lean walk, which waits for each batch's loads in turn, was
+// slower: docs/results/2026-12-03-h200-moe-lean-walk.md), FC2 at T = 1 and 4 (at T = 2 it was
+// slower: docs/results/2026-12-04-h200-moe-tokens-per-item.md). Only those lean instances are
+// compiled.
+struct LeanKernels {
+  bool fc1, fc2;
+};
+
+LeanKernels lean_kernels_for(const MoeLayerParams& p, uint32_t T) {
+  if (!p.lean_walk || p.format != QMOE_WEIGHT_FORMAT_INT4) return {false, false};
+  if (p.accuracy == QMOE_ACCURACY_EXACT) return {true, true};
+  return {T == 1, T == 1 || T == 4};
 }
 
 // The two kernels for the call's format (lean INT4: lean_kernels_for), level and T; false for
@@ -642,13 +648,17 @@ bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* 
                  : pick_fc1<F, Level::kFast>(T, spread, early);
     *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : pick_fc2<F, Level::kFast>(T);
   };
-  if (lean_kernels_for(p, T)) {  // at the fast level T = 1: only that is compiled
-    using F = Int4LeanDecode;
-    *fc1 = exact ? pick_fc1<F, Level::kExact>(T, spread, early)
-                 : pick_fc1_one<F, Level::kFast>(spread, early);
-    *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : moe_fc2_kernel<F, Level::kFast, 1>;
-  } else if (!with_decode_format(p.format, pick)) {
-    return false;
+  if (!with_decode_format(p.format, pick)) return false;
+  using Lean = Int4LeanDecode;
+  const LeanKernels lean = lean_kernels_for(p, T);
+  if (lean.fc1) {  // fast level: T = 1
+    *fc1 = exact ? pick_fc1<Lean, Level::kExact>(T, spread, early)
+                 : pick_fc1_one<Lean, Level::kFast>(spread, early);
+  }
+  if (lean.fc2) {  // fast level: T = 1 or 4
+    *fc2 = exact ? pick_fc2<Lean, Level::kExact>(T)
+                 : (T == 1 ? moe_fc2_kernel<Lean, Level::kFast, 1>
+                           : moe_fc2_kernel<Lean, Level::kFast, 4>);
   }
   return *fc1 != nullptr && *fc2 != nullptr;
 }
