@@ -14,7 +14,8 @@ void print_usage(std::FILE* out) {
                "\n"
                "commands:\n"
                "  info [--bandwidth]   host CPU, tier chosen, caches, kernel table\n"
-               "  run [options]        MoE decode with a synthetic Qwen3-30B-A3B-shaped model\n"
+               "  run [options]        MoE decode with a synthetic model of a known MoE's\n"
+               "                       layer shape (Qwen3-30B-A3B by default; --model)\n"
                "                       (qmoe run --help for its options)\n"
                "  version              library version\n");
 }

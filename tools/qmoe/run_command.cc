@@ -1,5 +1,6 @@
-// `qmoe run`: a MoE decode end to end with a synthetic model of the Qwen3-30B-A3B shape, on the
-// CPU, or with --gpu the hybrid CPU/GPU decode (run_gpu.h), through the public C ABI only.
+// `qmoe run`: a MoE decode end to end with a synthetic model of one MoE's layer shape (--model,
+// model_presets.h; Qwen3-30B-A3B by default), on the CPU, or with --gpu the hybrid CPU/GPU
+// decode (run_gpu.h), through the public C ABI only.
 // Prints what a performance engineer wants to see.
 
 #include <cstdio>

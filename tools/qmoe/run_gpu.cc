@@ -579,7 +579,8 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
   std::printf(
       "{\"command\": \"run\", \"mode\": \"gpu\", \"library_version\": \"%s\", \"device\": \"%s\",\n"
       " \"cpu\": \"%s\", \"tier\": \"%s\", \"threads\": %u, \"accuracy\": \"%s\",\n"
-      " \"model\": {\"layers\": %u, \"experts\": %u, \"top_k\": %u, \"hidden\": %u, "
+      " \"model\": {\"name\": \"%s\", \"layers\": %u, \"experts\": %u, \"top_k\": %u, "
+      "\"hidden\": %u, "
       "\"intermediate\": %u, \"format\": \"%s\", \"bytes_per_expert\": %.0f},\n"
       " \"decode\": {\"steps\": %u, \"batch\": %u, \"seed\": %" PRIu64
       ", \"routing\": \"%s\", \"residency\": %.4f, \"resident_per_layer\": %u},\n"
@@ -599,8 +600,8 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       " \"conservation\": %s, \"checksum\": \"%016" PRIx64 "\", \"finite\": %s}\n",
       qmoe_version_string(), json_escape(g.device_name.c_str()).c_str(),
       json_escape(run.host.cpu_brand).c_str(), qmoe_isa_name(run.tier), run.threads,
-      accuracy_name(options.accuracy), options.shape.layers, options.shape.experts,
-      options.shape.top_k, options.shape.hidden, options.shape.intermediate,
+      accuracy_name(options.accuracy), options.shape.model, options.shape.layers,
+      options.shape.experts, options.shape.top_k, options.shape.hidden, options.shape.intermediate,
       run_format(options.shape.format).name, expert, options.tokens, options.batch, options.seed,
       routing_name(options.routing), options.residency, g.resident_per_layer, hybrid, hybrid / M,
       wall, resident, cpu_floor, roof * 1e-9, bandwidth.reference * 1e-9, bandwidth.weights * 1e-9,

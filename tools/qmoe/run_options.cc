@@ -1,11 +1,13 @@
 #include "run_options.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
 
+#include "model_presets.h"
 #include "tier_names.h"
 #include "weight_formats.h"
 
@@ -127,20 +129,43 @@ void print_run_usage(std::FILE* out) {
                   rows[i].global_scale != 0.0f ? " and an FP32 global scale" : "");
     formats += line;
   }
+  std::string models;  // per model: its layer shape, depth, default format, SwiGLU
+  size_t model_count = 0;
+  const ModelPreset* presets = model_presets(&model_count);
+  for (size_t i = 0; i < model_count; ++i) {
+    const ModelPreset& p = presets[i];
+    char line[240];
+    std::snprintf(line, sizeof line,
+                  "                          %-16s %u of %u experts, hidden %u, intermediate %u,\n"
+                  "                          %-16s %u MoE layers, %s\n",
+                  p.name, p.top_k, p.experts, p.hidden, p.intermediate, "", p.moe_layers,
+                  run_format(p.format).name);
+    models += line;
+    if (p.swiglu_alpha != 1.0f || p.swiglu_beta != 0.0f || std::isfinite(p.swiglu_limit)) {
+      std::snprintf(line, sizeof line,
+                    "                          %-16s SwiGLU alpha %g, up + %g, clamp %g\n", "",
+                    static_cast<double>(p.swiglu_alpha), static_cast<double>(p.swiglu_beta),
+                    static_cast<double>(p.swiglu_limit));
+      models += line;
+    }
+  }
   std::fprintf(
       out,
       "usage: qmoe run [options]\n"
       "\n"
-      "Decode with a synthetic MoE model of the Qwen3-30B-A3B shape (128 experts a layer,\n"
-      "top-8, hidden 2048, expert intermediate 768, weights in --format), weights generated\n"
-      "from --seed, router logits drawn per token. Each of the --tokens steps runs --batch\n"
-      "tokens through every layer: x += moe(x), then x is rescaled to unit RMS.\n"
+      "Decode with a synthetic MoE model of --model's layer shape (its routed experts;\n"
+      "attention, dense layers and shared experts are not modeled), weights in --format\n"
+      "generated from --seed, router logits drawn per token. Each of the --tokens steps runs\n"
+      "--batch tokens through every layer: x += moe(x), then x is rescaled to unit RMS.\n"
       "\n"
       "options:\n"
-      "  --layers N            MoE layers (default 4; 48 is the full depth, ~16 GB in int4)\n"
+      "  --model NAME          the layer shape (default %s):\n"
+      "%s"
+      "  --layers N            MoE layers (default 4; the depths above are the whole models:\n"
+      "                        Qwen3-30B-A3B's 48 are ~16 GB in int4)\n"
       "  --tokens T            decode steps (default 64)\n"
       "  --batch M             tokens per step (default 1)\n"
-      "  --format %s  weight format (default %s):\n"
+      "  --format %s  weight format (default: the model's):\n"
       "%s"
       "  --accuracy exact|fast dequant-GEMM level (default fast)\n"
       "  --activations f32|f16|bf16  type of the hidden state each layer reads and writes\n"
@@ -160,7 +185,8 @@ void print_run_usage(std::FILE* out) {
       "                        most popular ones (default 1; 0.25, 0.5, 0.75 are typical)\n"
       "  --json                JSON summary on stdout, human report on stderr\n"
       "  --help                this text\n",
-      run_format_names("|").c_str(), rows[0].name, formats.c_str(), tier_name_list("|").c_str());
+      presets[0].name, models.c_str(), run_format_names("|").c_str(), formats.c_str(),
+      tier_name_list("|").c_str());
 }
 
 // --help anywhere wins over the other arguments, whatever their order; an option given twice
@@ -171,6 +197,8 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
     return 0;
   }
   std::set<std::string> seen;
+  size_t model_count = 0;
+  const ModelPreset* model = model_presets(&model_count);  // the default: the first
   for (int i = 0; i < argc; ++i) {
     const char* arg = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -188,7 +216,13 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
       o->gpu = true;
       continue;
     }
-    if (std::strcmp(arg, "--layers") == 0) {
+    if (std::strcmp(arg, "--model") == 0) {
+      model = find_model_preset(value);
+      if (model == nullptr) {
+        const std::string names = "takes one of " + model_preset_names(", ");
+        return bad(names.c_str());
+      }
+    } else if (std::strcmp(arg, "--layers") == 0) {
       if (!parse_u32(value, 1, 100000, &o->shape.layers)) return bad("takes a count >= 1");
     } else if (std::strcmp(arg, "--tokens") == 0) {
       if (!parse_u32(value, 1, 100000000, &o->tokens)) return bad("takes a count >= 1");
@@ -222,6 +256,9 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
     }
     ++i;  // the option's value
   }
+  // The model's shape; its own format unless --format named one.
+  apply_model_preset(*model, &o->shape);
+  if (seen.count("--format") == 0) o->shape.format = model->format;
   auto refuse = [](const char* why) {
     std::fprintf(stderr, "qmoe run: %s\n\n", why);
     print_run_usage(stderr);

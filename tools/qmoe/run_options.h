@@ -10,7 +10,7 @@
 #include "synthetic_model.h"
 
 struct RunOptions {
-  ModelShape shape;      // --layers and --format; the rest is the Qwen3-30B-A3B shape
+  ModelShape shape;      // --model, --layers and --format (model_presets.h: the rest)
   uint32_t tokens = 64;  // timed decode steps
   uint32_t batch = 1;    // tokens per step
   qmoe_accuracy accuracy = QMOE_ACCURACY_FAST;

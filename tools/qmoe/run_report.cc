@@ -144,6 +144,14 @@ std::string global_scale_json(const RunFormat& format) {
   return text;
 }
 
+// A SwiGLU limit for JSON: a number, or null for none (+infinity is not JSON).
+std::string limit_json(float limit) {
+  if (!std::isfinite(limit)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(limit));
+  return text;
+}
+
 void print_json(const RunRecord& r, const RunMetrics& m) {
   const RunOptions& o = r.options;
   const ModelShape& shape = o.shape;
@@ -156,8 +164,9 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
       " \"cpu\": \"%s\", \"tier\": \"%s\", \"threads\": %u,\n"
       " \"accuracy\": \"%s\", \"activations\": \"%s\", \"gemm_kernel\": \"%s\", "
       "\"quantize_kernel\": \"%s\",\n"
-      " \"model\": {\"layers\": %u, \"experts\": %u, \"top_k\": %u, \"hidden\": %u, "
-      "\"intermediate\": %u, \"format\": \"%s\", \"block_size\": %u, \"scale_dtype\": "
+      " \"model\": {\"name\": \"%s\", \"layers\": %u, \"experts\": %u, \"top_k\": %u, "
+      "\"hidden\": %u, \"intermediate\": %u, \"swiglu_alpha\": %g, \"swiglu_beta\": %g, "
+      "\"swiglu_limit\": %s, \"format\": \"%s\", \"block_size\": %u, \"scale_dtype\": "
       "\"%s\", \"global_scale\": %s, \"bytes_per_expert\": %zu, \"weight_bytes_total\": %.0f, "
       "\"weight_bytes_on_huge_pages\": %.0f},\n"
       " \"decode\": {\"steps\": %u, \"batch\": %u, \"seed\": %" PRIu64
@@ -179,13 +188,15 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
       " \"checksum\": \"%016" PRIx64 "\", \"max_abs_x\": %.6g, \"finite\": %s}\n",
       qmoe_version_string(), json_escape(run.host.cpu_brand).c_str(), qmoe_isa_name(run.tier),
       run.threads, accuracy_name(o.accuracy), activations_name(o.activations), run.gemm_kernel,
-      run.quantize_kernel, shape.layers, shape.experts, shape.top_k, shape.hidden,
-      shape.intermediate, format.name, format.block_size, format.scale_name,
-      global_scale_json(format).c_str(), r.model.expert_bytes.total(), r.model.weight_bytes_total,
-      m.huge_page_bytes, o.tokens, o.batch, o.seed, routing_name(o.routing), bw.buffer_bytes,
-      bw.one_thread * 1e-9, bw.all_threads * 1e-9, bw.reference * 1e-9, bw.weights * 1e-9,
-      bw.weights_bytes, r.model.generate_s, bw.seconds, d.decode_s, d.moe_s, d.route_s, d.tool_s,
-      m.other_s, d.decode_s * 1e3 / o.tokens, m.step_min_ms, m.step_median_ms, m.step_max_ms,
+      run.quantize_kernel, shape.model, shape.layers, shape.experts, shape.top_k, shape.hidden,
+      shape.intermediate, static_cast<double>(shape.swiglu_alpha),
+      static_cast<double>(shape.swiglu_beta), limit_json(shape.swiglu_limit).c_str(), format.name,
+      format.block_size, format.scale_name, global_scale_json(format).c_str(),
+      r.model.expert_bytes.total(), r.model.weight_bytes_total, m.huge_page_bytes, o.tokens,
+      o.batch, o.seed, routing_name(o.routing), bw.buffer_bytes, bw.one_thread * 1e-9,
+      bw.all_threads * 1e-9, bw.reference * 1e-9, bw.weights * 1e-9, bw.weights_bytes,
+      r.model.generate_s, bw.seconds, d.decode_s, d.moe_s, d.route_s, d.tool_s, m.other_s,
+      d.decode_s * 1e3 / o.tokens, m.step_min_ms, m.step_median_ms, m.step_max_ms,
       d.decode_s * 1e3 / m.token_count, d.moe_s * 1e3 / m.layer_calls, r.total_s,
       d.experts_computed, m.experts_per_token, m.experts_per_layer_step, m.bytes_read,
       m.bytes_per_token, m.achieved * 1e-9, m.achieved_end_to_end * 1e-9, m.ratio, m.ratio_weights,
@@ -207,8 +218,8 @@ void print_run_header(std::FILE* out, const RunOptions& options, const RunContex
                       const RunModel& model) {
   const ModelShape& shape = options.shape;
   const ExpertBytes& eb = model.expert_bytes;
-  std::fprintf(out, "qmoe run: libqmoe %s, synthetic Qwen3-30B-A3B-shaped MoE decode\n",
-               qmoe_version_string());
+  std::fprintf(out, "qmoe run: libqmoe %s, synthetic %s-shaped MoE decode\n", qmoe_version_string(),
+               shape.title);
   std::fprintf(out, "  %-24s %s\n", "cpu",
                run.host.cpu_brand[0] ? run.host.cpu_brand : "(unknown)");
   std::fprintf(out, "  %-24s %s (best supported %s)\n", "tier", qmoe_isa_name(run.tier),
@@ -221,17 +232,21 @@ void print_run_header(std::FILE* out, const RunOptions& options, const RunContex
   std::fprintf(out, "  %-24s %s hidden state in and out of each layer\n", "activations",
                activations_name(options.activations));
   const RunFormat& format = run_format(shape.format);
+  const std::string clamp =
+      std::isfinite(shape.swiglu_limit) ? "clamp " + limit_json(shape.swiglu_limit) : "no clamp";
   std::string global;
   if (format.global_scale != 0.0f) {
     global = " and global scale " + global_scale_json(format);
   }
   std::fprintf(out,
-               "  %-24s %u layers x %u experts (top-%u), hidden %u, intermediate %u\n"
+               "  %-24s %s: %u layers x %u experts (top-%u), hidden %u, intermediate %u, "
+               "SwiGLU alpha %g, up + %g, %s\n"
                "  %-24s %s block %u, %s scales in the grouped order (K/%u x 8 per row "
                "group)%s, no zero points, swiglu interleaved\n",
-               "model", shape.layers, shape.experts, shape.top_k, shape.hidden, shape.intermediate,
-               "weights", format.title, format.block_size, format.scale_title, format.block_size,
-               global.c_str());
+               "model", shape.model, shape.layers, shape.experts, shape.top_k, shape.hidden,
+               shape.intermediate, static_cast<double>(shape.swiglu_alpha),
+               static_cast<double>(shape.swiglu_beta), clamp.c_str(), "weights", format.title,
+               format.block_size, format.scale_title, format.block_size, global.c_str());
   std::fprintf(out, "  %-24s %.2f MB (fc1 %zu + %zu, fc2 %zu + %zu bytes of codes + scales)\n",
                "bytes per expert", eb.total() * 1e-6, eb.fc1_codes, eb.fc1_scales, eb.fc2_codes,
                eb.fc2_scales);

@@ -11,6 +11,9 @@
 # layer, two steps) runs, reports its format, block size, scale type, global scale, GEMM
 # kernel and bytes per expert, counts bytes read as experts computed times those bytes, and
 # gives a checksum of its own; a format name the tool does not have is refused with exit 2.
+# --model: the default run names qwen3-30b-a3b; gpt-oss-20b runs its own shape, SwiGLU and
+# format (MXFP4, unless --format names another) and counts its bytes; an unknown, repeated or
+# missing model name is refused with exit 2.
 if(NOT QMOE)
   message(FATAL_ERROR "pass -DQMOE=<path of the qmoe tool>")
 endif()
@@ -35,6 +38,8 @@ endforeach()
 # lower case), or none; --help anywhere prints the usage and exits 0, whatever
 # comes before it.
 foreach(bad "run;--layers;1;--tokens;1;--layers;2" "run;--json;--json;--layers;1"
+            "run;--model;gpt-oss;--layers;1" "run;--model;GPT-OSS-20B;--layers;1"
+            "run;--layers;1;--model" "run;--model;gpt-oss-20b;--model;gpt-oss-20b;--layers;1"
             "run;--format;int5;--layers;1" "run;--format;INT4;--layers;1" "run;--layers;1;--format"
             "run;--format;int4;--format;int3;--layers;1"
             "info;--isa;scalar;--isa;avx2" "version;--json" "run;--threads;1025;--layers;1")
@@ -106,6 +111,7 @@ function(check_decode type out_checksum)
     string(JSON activations GET "${json}" activations)
     string(JSON experts GET "${json}" experts_per_token)
     string(JSON layers GET "${json}" model layers)
+    string(JSON model GET "${json}" model name)
     string(JSON checksum GET "${json}" checksum)
     string(JSON weights_gbps GET "${json}" bandwidth weights_gbps)
     string(JSON weights_ratio GET "${json}" weights_bandwidth_ratio)
@@ -115,7 +121,8 @@ function(check_decode type out_checksum)
     if(NOT activations STREQUAL type)
       message(FATAL_ERROR "activations reported as '${activations}' with ${where}:\n${json}")
     endif()
-    if(NOT layers EQUAL 1 OR experts GREATER 8 OR experts LESS 4)
+    if(NOT layers EQUAL 1 OR experts GREATER 8 OR experts LESS 4 OR NOT model STREQUAL
+                                                                        "qwen3-30b-a3b")
       message(FATAL_ERROR "unexpected model/experts with ${where}:\n${json}")
     endif()
     # The read of the weights' own pages (qmoe_measure_read_bandwidth_over) ran and was used.
@@ -221,6 +228,47 @@ foreach(format int3 mxfp4 nvfp4)
                         "${${format}_checksum}")
   endif()
   list(APPEND seen "${${format}_checksum}")
+endforeach()
+# gpt-oss-20b: 32 experts, top-4, H = I = 2880, SwiGLU clamped at 7, MXFP4 by default. An
+# expert is FC1 [5760, 2880] and FC2 [2880, 2880]: 24883200 weights, 12441600 bytes of codes
+# and one E8M0 byte per 32 (777600).
+foreach(format "" int4)
+  set(format_args)
+  set(want_format mxfp4)
+  set(want_bytes 13219200)  # 12441600 + 777600
+  if(format)
+    set(format_args --format ${format})
+    set(want_format ${format})
+    set(want_bytes 13996800)  # 12441600 + 2 * 777600 (FP16 scales)
+  endif()
+  execute_process(
+    COMMAND ${QMOE} run --model gpt-oss-20b ${format_args} --layers 1 --tokens 2 --batch 2
+            --threads 2 --json
+    RESULT_VARIABLE rc OUTPUT_VARIABLE json ERROR_VARIABLE report)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "qmoe run --model gpt-oss-20b ${format_args} exited ${rc}:\n${report}")
+  endif()
+  foreach(field name experts top_k hidden intermediate swiglu_limit format bytes_per_expert
+                weight_bytes_total)
+    string(JSON got_${field} GET "${json}" model ${field})
+  endforeach()
+  string(JSON finite GET "${json}" finite)
+  string(JSON per_token GET "${json}" experts_per_token)
+  string(JSON experts GET "${json}" experts_computed)
+  string(JSON read GET "${json}" weight_bytes_read)
+  math(EXPR want_total "32 * ${want_bytes}")
+  math(EXPR want_read "${experts} * ${want_bytes}")
+  if(NOT got_name STREQUAL "gpt-oss-20b" OR NOT got_experts EQUAL 32 OR NOT got_top_k EQUAL 4
+     OR NOT got_hidden EQUAL 2880 OR NOT got_intermediate EQUAL 2880
+     OR NOT got_swiglu_limit EQUAL 7 OR NOT got_format STREQUAL want_format
+     OR NOT got_bytes_per_expert EQUAL want_bytes OR NOT got_weight_bytes_total EQUAL want_total
+     OR NOT read EQUAL want_read OR per_token GREATER 4 OR per_token LESS 1
+     OR (NOT finite STREQUAL "ON" AND NOT finite STREQUAL "true"))
+    message(FATAL_ERROR "qmoe run --model gpt-oss-20b ${format_args}: unexpected JSON:\n${json}")
+  endif()
+  if(NOT report MATCHES "synthetic gpt-oss-20b-shaped MoE decode")
+    message(FATAL_ERROR "qmoe run --model gpt-oss-20b: the report does not name it:\n${report}")
+  endif()
 endforeach()
 message(STATUS "qmoe run smoke test passed (checksum ${f32_checksum}, bf16 ${bf16_checksum}, "
                "formats ${seen})")

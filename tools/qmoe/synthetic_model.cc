@@ -84,6 +84,18 @@ void describe(qmoe_quant_matrix* m, const RunFormat& format, uint32_t n, uint32_
 
 }  // namespace
 
+void apply_model_preset(const ModelPreset& preset, ModelShape* shape) {
+  shape->model = preset.name;
+  shape->title = preset.title;
+  shape->experts = preset.experts;
+  shape->top_k = preset.top_k;
+  shape->hidden = preset.hidden;
+  shape->intermediate = preset.intermediate;
+  shape->swiglu_alpha = preset.swiglu_alpha;
+  shape->swiglu_beta = preset.swiglu_beta;
+  shape->swiglu_limit = preset.swiglu_limit;
+}
+
 bool expert_bytes(const ModelShape& shape, ExpertBytes* bytes, std::string* error) {
   if (qmoe_quant_matrix_codes_size(shape.format, 2 * shape.intermediate, shape.hidden,
                                    &bytes->fc1_codes) != QMOE_STATUS_OK ||
@@ -165,11 +177,14 @@ bool SyntheticLayer::generate(const ModelShape& shape, const ExpertBytes& bytes,
     fc2_ptrs[e] = &fc2_[e];
   }
   qmoe_expert_set_desc desc;
-  qmoe_expert_set_desc_init(&desc);  // Qwen3 SwiGLU: alpha 1, beta 0, no limit
+  qmoe_expert_set_desc_init(&desc);
   desc.num_experts = shape.experts;
   desc.hidden = shape.hidden;
   desc.intermediate = shape.intermediate;
   desc.swiglu_fusion = QMOE_SWIGLU_INTERLEAVED;
+  desc.swiglu_alpha = shape.swiglu_alpha;
+  desc.swiglu_beta = shape.swiglu_beta;
+  desc.swiglu_limit = shape.swiglu_limit;
   desc.fc1 = fc1_ptrs.data();
   desc.fc2 = fc2_ptrs.data();
   if (qmoe_expert_set_create(&desc, &set_) != QMOE_STATUS_OK) {

@@ -1,15 +1,17 @@
-// A synthetic MoE model of the Qwen3-30B-A3B shape for `qmoe run`: weights of one format
-// (weight_formats.h) in the canonical layout, generated deterministically from a seed, one
-// allocation per layer.
+// A synthetic MoE model for `qmoe run`, of one model's layer shape (model_presets.h; Qwen3-30B-A3B
+// by default): weights of one format (weight_formats.h) in the canonical layout, generated
+// deterministically from a seed, one allocation per layer.
 #ifndef QMOE_TOOLS_QMOE_SYNTHETIC_MODEL_H_
 #define QMOE_TOOLS_QMOE_SYNTHETIC_MODEL_H_
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "model_presets.h"
 #include "qmoe/qmoe.h"
 #include "weight_formats.h"
 
@@ -35,14 +37,22 @@ class SplitMix64 {
   uint64_t state_;
 };
 
+// The layers a run generates: `layers` of the model preset's layer (apply_model_preset) in
+// `format`. The defaults are Qwen3-30B-A3B's, the first preset.
 struct ModelShape {
+  const char* model = "qwen3-30b-a3b";  // the preset's name and title
+  const char* title = "Qwen3-30B-A3B";
   uint32_t layers = 4;
   uint32_t experts = 128;
   uint32_t top_k = 8;
   uint32_t hidden = 2048;
   uint32_t intermediate = 768;
   qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4;  // --format; run_format() has the rest
+  float swiglu_alpha = 1.0f, swiglu_beta = 0.0f, swiglu_limit = INFINITY;
 };
+
+// The preset's layer shape and SwiGLU constants into *shape; its layer count and format stay.
+void apply_model_preset(const ModelPreset& preset, ModelShape* shape);
 
 // Byte sizes of one expert's planes in the shape's format (codes as
 // qmoe_quant_matrix_codes_size gives them, scales in the format's scale type and the grouped
