@@ -8,6 +8,10 @@
 //   shape    qwen3_fc1  N=1536 K=2048  Qwen3-30B-A3B expert FC1 (gate and up, fused)
 //            qwen3_fc2  N=2048 K=768   Qwen3-30B-A3B expert FC2 (down)
 //            gptoss     N=2880 K=2880  gpt-oss-20b-like expert projection
+//            deepseek_v3_fc1  N=4096 K=7168   DeepSeek-V3 routed expert FC1 (gate and up)
+//            mixtral_fc2      N=4096 K=14336  Mixtral-8x7B expert FC2 (down): the longest K,
+//                       whose scale runs (7 KiB a group) the GEMM driver streams differently
+//                       (lib/gemm/gemm_rows.cc)
 //            qwen3_fc1_kn_scales  qwen3_fc1 with scales in plain [K/32, N] order (M 1 and 4
 //                       only): what the grouped order gains (each block of a group's scales
 //                       is then on a different cache line, 2 N bytes from the last)
@@ -59,6 +63,8 @@ constexpr GemmBenchShape kShapes[] = {
     {"qwen3_fc2", 2048, 768, true},
     {"gptoss", 2880, 2880, true},
     {"qwen3_fc1_kn_scales", 1536, 2048, false},
+    {"deepseek_v3_fc1", 4096, 7168, true},
+    {"mixtral_fc2", 4096, 14336, true},
 };
 constexpr uint32_t kBatchSizes[] = {1, 2, 4, 8, 32};
 

@@ -16,6 +16,14 @@ namespace {
 // read at 16 bytes per 128-byte chunk: a second stream whose lines the in-kernel next-line
 // prefetch requests only a few chunks ahead; left to it, that second stream costs a measurable
 // share of a one-thread M = 1 call (docs/results/2026-12-01-int4-gemm-limits.md).
+//
+// Only short runs are prefetched so: at most kMaxPrefetchedRunBytes, K <= 4096 with FP16 scales
+// per 32. A longer run, all of it requested at the group's start (56 lines at K = 7168, 112 at
+// K = 14336), cost more than it saved: one thread's cold M = 1 call ran 10-20% slower than with
+// no run prefetch at all, where the hardware and the in-kernel next-line prefetches keep up with
+// the long sequential run (docs/results/2026-12-04-zen4-long-k-scale-runs.md).
+constexpr size_t kMaxPrefetchedRunBytes = 2048;
+
 struct GroupRunPrefetch {
   const unsigned char* plane = nullptr;  // nullptr: nothing to prefetch
   size_t group_stride = 0;               // elements, as in qmoe_quant_matrix
@@ -42,10 +50,12 @@ GroupRunPrefetch group_run_prefetch(const GemmPlan& plan, const void* plane, siz
                                     size_t group_stride, size_t element_bytes) {
   GroupRunPrefetch p;
   if (!plan.direct_planes || block_stride != kGroupRows || group_stride == 0) return p;
+  const size_t run_bytes = size_t{plan.panel_blocks} * kGroupRows * element_bytes;
+  if (run_bytes > kMaxPrefetchedRunBytes) return p;
   p.plane = static_cast<const unsigned char*>(plane);
   p.group_stride = group_stride;
   p.element_bytes = element_bytes;
-  p.run_bytes = size_t{plan.panel_blocks} * kGroupRows * element_bytes;
+  p.run_bytes = run_bytes;
   p.full_groups = plan.w.n / kGroupRows;
   return p;
 }
