@@ -19,9 +19,9 @@ namespace {
 //
 // Only short runs are prefetched so: at most kMaxPrefetchedRunBytes, K <= 4096 with FP16 scales
 // per 32. A longer run, all of it requested at the group's start (56 lines at K = 7168, 112 at
-// K = 14336), cost more than it saved: one thread's cold M = 1 call ran 10-20% slower than with
-// no run prefetch at all, where the hardware and the in-kernel next-line prefetches keep up with
-// the long sequential run (docs/results/2026-12-04-zen4-long-k-scale-runs.md).
+// K = 14336), made a cold one-thread call slower than no run prefetch at all (the burst likely
+// delays the code stream's own misses), while the hardware and the in-kernel next-line prefetches
+// keep up with a long sequential run (docs/results/2026-12-04-zen4-long-k-scale-runs.md).
 constexpr size_t kMaxPrefetchedRunBytes = 2048;
 
 struct GroupRunPrefetch {
