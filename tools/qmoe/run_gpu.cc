@@ -474,14 +474,6 @@ double median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
 }
 
-// `value` in `format` for the JSON, or null when there is no such number.
-std::string json_number(bool known, const char* format, double value) {
-  if (!known) return "null";
-  char text[64];
-  std::snprintf(text, sizeof text, format, value);
-  return text;
-}
-
 }  // namespace
 
 void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContext& run,

@@ -138,18 +138,12 @@ void print_time_split(std::FILE* out, const RunRecord& r, const RunMetrics& m) {
 
 // The global scale as a JSON value: the number, or null for a format without one.
 std::string global_scale_json(const RunFormat& format) {
-  if (format.global_scale == 0.0f) return "null";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(format.global_scale));
-  return text;
+  return json_number(format.global_scale != 0.0f, "%.9g", format.global_scale);
 }
 
 // A SwiGLU limit for JSON: a number, or null for none (+infinity is not JSON).
 std::string limit_json(float limit) {
-  if (!std::isfinite(limit)) return "null";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(limit));
-  return text;
+  return json_number(std::isfinite(limit), "%.9g", limit);
 }
 
 void print_json(const RunRecord& r, const RunMetrics& m) {
@@ -204,6 +198,13 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
 }
 
 }  // namespace
+
+std::string json_number(bool known, const char* format, double value) {
+  if (!known) return "null";
+  char text[64];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
 
 std::string json_escape(const char* text) {
   std::string out;

@@ -22,6 +22,10 @@ void print_buffer_bandwidth(std::FILE* out, const RunContext& run, const RunBand
 // `text` as the inside of a JSON string: quotes and backslashes escaped, control bytes dropped.
 std::string json_escape(const char* text);
 
+// `value` in printf `format` for the JSON, or null when there is no such number (`known`
+// false).
+std::string json_number(bool known, const char* format, double value);
+
 // The results in text, then in JSON under --json.
 void print_run_report(std::FILE* out, const RunOptions& options, const RunContext& run,
                       const RunModel& model, const RunBandwidth& bandwidth,
