@@ -60,12 +60,13 @@ bool valid_accuracy(int32_t a) {
   return a == QMOE_ACCURACY_EXACT || a == QMOE_ACCURACY_FAST;
 }
 
-// The formats the GPU kernels read: INT4, MXFP4 and NVFP4 (INT3 has none).
+// The formats the GPU kernels read: INT4, INT3, MXFP4 and NVFP4 (lib/cuda/decode_formats.cuh
+// lists their decode policies; this host file has no CUDA headers).
 qmoe_status check_gpu_format(const qmoe_quant_matrix& w, const char* function, const char* what) {
-  if (w.format != QMOE_WEIGHT_FORMAT_INT4 && w.format != QMOE_WEIGHT_FORMAT_MXFP4 &&
-      w.format != QMOE_WEIGHT_FORMAT_NVFP4) {
+  if (w.format != QMOE_WEIGHT_FORMAT_INT4 && w.format != QMOE_WEIGHT_FORMAT_INT3 &&
+      w.format != QMOE_WEIGHT_FORMAT_MXFP4 && w.format != QMOE_WEIGHT_FORMAT_NVFP4) {
     return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function,
-                "%s: format %d has no GPU kernels (INT4, MXFP4 and NVFP4 have)", what,
+                "%s: format %d has no GPU kernels (INT4, INT3, MXFP4 and NVFP4 have)", what,
                 static_cast<int>(w.format));
   }
   return QMOE_STATUS_OK;

@@ -11,11 +11,16 @@
 //                                      E8M0 bytes per 32, grouped)
 //   gpu/nvfp4_gemv/<qwen3 shape>/...   and on NVFP4 weights (E4M3 bytes per 16, grouped, a
 //                                      global scale) at Qwen3-30B-A3B's expert shapes
+//   gpu/int3_gemv/<shape>/<level>/m:M  and on INT3 weights (96-byte tiles, FP16 grouped scales
+//                                      per 32, no zero points) at the int4_gemv rows' shapes
 //   gpu/moe_layer/qwen3/<level>/m:M    one layer (E 128, H 2048, I 768, top-8, all resident:
 //                                      340 MB), each call routed to the next experts; no
 //                                      two tokens of a call share an expert
 //   .../m:M/shared_experts             (M = 2..512) every token of a call to the same 8 experts
 //   .../m:M/random_routing             (M = 2..512) each token to 8 experts drawn uniformly
+//   gpu/moe_layer/qwen3_int3/<level>/m:M  the layer (M = 1, 4; no two tokens share an expert)
+//                                      with INT3 experts (FP16 scales per 32, grouped: 264 MB);
+//                                      /general_walk as below, for INT3's lean walk
 //   gpu/moe_stack48/qwen3/<level>/m:1  48 such layers (16 GB of INT4) captured in ONE CUDA
 //                                      graph, x of layer l+1 = y of layer l; each replay routes
 //                                      every layer to 8 other experts. /early_routing: with
@@ -41,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/cuda/decode_formats.cuh"
 #include "lib/cuda/device_quant_matrix.cuh"
 #include "lib/cuda/int4_gemv.cuh"
 #include "lib/cuda/int4_tile.cuh"
@@ -184,8 +190,9 @@ __global__ void fill_scale_bytes(uint8_t* p, size_t n, uint32_t seed, bool e8m0)
   }
 }
 
-// One [n, k] matrix's bytes: canonical codes, then the format's scales in the grouped order
-// (INT4: FP16 per 32; MXFP4: E8M0 per 32; NVFP4: E4M3 per 16, global scale 1/64).
+// One [n, k] matrix's bytes: canonical codes (INT3: 96-byte tiles, every bit pattern a valid
+// code; the others 128-byte tiles), then the format's scales in the grouped order (INT4 and
+// INT3: FP16 per 32; MXFP4: E8M0 per 32; NVFP4: E4M3 per 16, global scale 1/64).
 struct MatrixLayout {
   uint32_t n, k;
   qmoe_weight_format format;
@@ -194,7 +201,7 @@ struct MatrixLayout {
   size_t bytes() const { return codes_bytes + scale_bytes; }
   MatrixLayout(uint32_t rows, uint32_t cols, qmoe_weight_format f = QMOE_WEIGHT_FORMAT_INT4)
       : n(rows), k(cols), format(f), block(f == QMOE_WEIGHT_FORMAT_NVFP4 ? 16 : 32) {
-    codes_bytes = size_t{(n + 7) / 8} * ((k + 31) / 32) * 128;
+    codes_bytes = size_t{(n + 7) / 8} * ((k + 31) / 32) * code_chunk_bytes(f);
     scale_bytes = size_t{(n + 7) / 8} * 8 * (k / block) * scale_element_bytes(scale_dtype());
   }
   qmoe_dtype scale_dtype() const {
@@ -223,7 +230,7 @@ struct MatrixLayout {
 
 void fill_matrix(const MatrixLayout& l, unsigned char* base, uint32_t seed) {
   fill_random_words<<<1024, 256>>>(reinterpret_cast<uint32_t*>(base), l.codes_bytes / 4, seed);
-  if (l.format == QMOE_WEIGHT_FORMAT_INT4) {
+  if (l.format == QMOE_WEIGHT_FORMAT_INT4 || l.format == QMOE_WEIGHT_FORMAT_INT3) {
     fill_scales_f16<<<256, 256>>>(reinterpret_cast<uint16_t*>(base + l.codes_bytes),
                                   l.scale_bytes / 2, seed * 7 + 1);
   } else {
@@ -308,26 +315,34 @@ struct Layer {
   DeviceMemory* fc2_desc = nullptr;
 };
 
-const MatrixLayout kFc1(2 * kInter, kHidden), kFc2(kHidden, kInter);
-size_t fc2_offset() {
-  return (kFc1.bytes() + 255) / 256 * 256;
+// The layer's projections in a format (INT4 unless a row says otherwise).
+MatrixLayout fc1_layout(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
+  return MatrixLayout(2 * kInter, kHidden, format);
 }
-size_t expert_stride() {
-  return (fc2_offset() + kFc2.bytes() + 255) / 256 * 256;
+MatrixLayout fc2_layout(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
+  return MatrixLayout(kHidden, kInter, format);
 }
-size_t expert_weight_bytes() {
-  return kFc1.bytes() + kFc2.bytes();
+size_t fc2_offset(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
+  return (fc1_layout(format).bytes() + 255) / 256 * 256;
+}
+size_t expert_stride(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
+  return (fc2_offset(format) + fc2_layout(format).bytes() + 255) / 256 * 256;
+}
+size_t expert_weight_bytes(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
+  return fc1_layout(format).bytes() + fc2_layout(format).bytes();
 }
 
 // Descriptions of one layer's 128 experts in device memory (slot e holds expert e).
-bool describe_layer(unsigned char* base, DeviceMemory& d1, DeviceMemory& d2, uint32_t seed) {
+bool describe_layer(unsigned char* base, DeviceMemory& d1, DeviceMemory& d2, uint32_t seed,
+                    qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
+  const MatrixLayout fc1 = fc1_layout(format), fc2 = fc2_layout(format);
   std::vector<DeviceQuantMatrix> h1(kExperts), h2(kExperts);
   for (uint32_t e = 0; e < kExperts; ++e) {
-    unsigned char* p = base + e * expert_stride();
-    fill_matrix(kFc1, p, seed + 2 * e);
-    fill_matrix(kFc2, p + fc2_offset(), seed + 2 * e + 1);
-    h1[e] = kFc1.describe(p);
-    h2[e] = kFc2.describe(p + fc2_offset());
+    unsigned char* p = base + e * expert_stride(format);
+    fill_matrix(fc1, p, seed + 2 * e);
+    fill_matrix(fc2, p + fc2_offset(format), seed + 2 * e + 1);
+    h1[e] = fc1.describe(p);
+    h2[e] = fc2.describe(p + fc2_offset(format));
   }
   return cudaMemcpy(d1.p, h1.data(), sizeof(h1[0]) * kExperts, cudaMemcpyHostToDevice) ==
              cudaSuccess &&
@@ -336,6 +351,7 @@ bool describe_layer(unsigned char* base, DeviceMemory& d1, DeviceMemory& d2, uin
 }
 
 constexpr qmoe_swiglu_fusion kInterleaved = QMOE_SWIGLU_INTERLEAVED;
+constexpr qmoe_weight_format kInt4 = QMOE_WEIGHT_FORMAT_INT4;
 
 // How a call's M tokens pick their experts (the rows' suffixes):
 //   kDisjoint (no suffix): set s routes token t to experts (8 (s + t * 3) + j) % 128: at M <= 8
@@ -382,11 +398,13 @@ std::vector<int32_t> routing_ids(uint32_t sets, uint32_t m, Routing routing = Ro
   return ids;
 }
 
-// lean: the kernels of the lean INT4 walk, as a device expert set of these experts picks
+// lean: the kernels of the lean INT4 or INT3 walk, as a device expert set of these experts picks
 // (int4_lean_layout holds for them); false runs the kernels that also hold the general walk, on
-// the same bytes (the "/general_walk" rows: what the lean policy gains, in one process).
+// the same bytes (the "/general_walk" rows: what the lean policy gains, in one process). The
+// E2M1 formats have no lean walk: they run their own kernels, as a device set of them does.
 MoeLayerParams layer_params(qmoe_accuracy accuracy, uint32_t m, const DeviceMemory& d1,
-                            const DeviceMemory& d2, bool lean, qmoe_swiglu_fusion fusion) {
+                            const DeviceMemory& d2, bool lean, qmoe_swiglu_fusion fusion,
+                            qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
   MoeLayerParams p{};
   p.num_experts = kExperts;
   p.hidden = kHidden;
@@ -400,9 +418,10 @@ MoeLayerParams layer_params(qmoe_accuracy accuracy, uint32_t m, const DeviceMemo
   p.alpha = 1.0f;
   p.beta = 0.0f;
   p.limit = INFINITY;
-  p.format = QMOE_WEIGHT_FORMAT_INT4;
-  p.lean_walk =
-      lean && int4_lean_layout(kFc1.describe(nullptr)) && int4_lean_layout(kFc2.describe(nullptr));
+  p.format = format;
+  p.lean_walk = lean && has_lean_decode(format) &&
+                int4_lean_layout(fc1_layout(format).describe(nullptr)) &&
+                int4_lean_layout(fc2_layout(format).describe(nullptr));
   p.fc1 = d1.as<const DeviceQuantMatrix>();
   p.fc2 = d2.as<const DeviceQuantMatrix>();
   p.ldx = kHidden;
@@ -419,9 +438,9 @@ size_t distinct_experts(const std::vector<int32_t>& ids, uint32_t m, uint32_t s)
 }
 
 void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bool lean,
-                 qmoe_swiglu_fusion fusion, Routing routing) {
+                 qmoe_swiglu_fusion fusion, Routing routing, qmoe_weight_format format) {
   constexpr uint32_t kSets = 16;
-  DeviceMemory weights(kExperts * expert_stride()), d1(kExperts * sizeof(DeviceQuantMatrix)),
+  DeviceMemory weights(kExperts * expert_stride(format)), d1(kExperts * sizeof(DeviceQuantMatrix)),
       d2(kExperts * sizeof(DeviceQuantMatrix)), ids(size_t{kSets} * m * kTopK * 4),
       wts(size_t{m} * kTopK * 4), residency(kExperts * 4), count(4), x(size_t{m} * kHidden * 2),
       y(size_t{m} * kHidden * 2), ws(moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter));
@@ -429,7 +448,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
     state.SkipWithError("device allocation failed");
     return;
   }
-  if (!describe_layer(weights.as<unsigned char>(), d1, d2, 17)) {
+  if (!describe_layer(weights.as<unsigned char>(), d1, d2, 17, format)) {
     state.SkipWithError("copy of the descriptions failed");
     return;
   }
@@ -444,7 +463,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
   BENCH_CUDA(cudaMemcpy(count.p, &m, 4, cudaMemcpyHostToDevice), state);
   fill_f16_value<<<64, 256>>>(x.as<uint16_t>(), size_t{m} * kHidden, 0x3F80);  // BF16 1.0
   BENCH_CUDA(cudaDeviceSynchronize(), state);
-  MoeLayerParams p = layer_params(accuracy, m, d1, d2, lean, fusion);
+  MoeLayerParams p = layer_params(accuracy, m, d1, d2, lean, fusion, format);
   p.m = count.as<const uint32_t>();
   p.x = x.p;
   p.y = y.p;
@@ -454,7 +473,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
   p.workspace_bytes = moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter);
   double bytes = 0;
   for (uint32_t s = 0; s < kSets; ++s) {
-    bytes += double(distinct_experts(h_ids, m, s)) * expert_weight_bytes();
+    bytes += double(distinct_experts(h_ids, m, s)) * expert_weight_bytes(format);
   }
   cudaEvent_t a, b;
   cudaEventCreate(&a);
@@ -590,13 +609,26 @@ void register_all() {
     const char* name;
     uint32_t n, k;
   };
-  for (const Shape s : {Shape{"qwen3_fc1", 1536, 2048}, Shape{"qwen3_fc2", 2048, 768},
-                        Shape{"gptoss", 5760, 2880}}) {
+  const Shape int_shapes[] = {Shape{"qwen3_fc1", 1536, 2048}, Shape{"qwen3_fc2", 2048, 768},
+                              Shape{"gptoss", 5760, 2880}};
+  for (const Shape s : int_shapes) {
     for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
       for (uint32_t m : {1u, 4u, 8u}) {
         const std::string name =
             std::string("gpu/int4_gemv/") + s.name + "/" + level(a) + "/m:" + std::to_string(m);
         benchmark::RegisterBenchmark(name.c_str(), BM_Gemv, QMOE_WEIGHT_FORMAT_INT4, s.n, s.k, a, m)
+            ->UseManualTime()
+            ->MinTime(0.2);
+      }
+    }
+  }
+  // INT3 at the same shapes (FP16 scales per 32, grouped, as the INT4 rows).
+  for (const Shape s : int_shapes) {
+    for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
+      for (uint32_t m : {1u, 4u, 8u}) {
+        const std::string name =
+            std::string("gpu/int3_gemv/") + s.name + "/" + level(a) + "/m:" + std::to_string(m);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Gemv, QMOE_WEIGHT_FORMAT_INT3, s.n, s.k, a, m)
             ->UseManualTime()
             ->MinTime(0.2);
       }
@@ -627,26 +659,40 @@ void register_all() {
           std::string("gpu/moe_layer/qwen3/") + level(a) + "/m:" + std::to_string(m);
       if (m > 1) {
         benchmark::RegisterBenchmark((name + "/shared_experts").c_str(), BM_MoeLayer, a, m, true,
-                                     kInterleaved, Routing::kShared)
+                                     kInterleaved, Routing::kShared, kInt4)
             ->UseManualTime()
             ->MinTime(0.2);
         benchmark::RegisterBenchmark((name + "/random_routing").c_str(), BM_MoeLayer, a, m, true,
-                                     kInterleaved, Routing::kRandom)
+                                     kInterleaved, Routing::kRandom, kInt4)
             ->UseManualTime()
             ->MinTime(0.2);
       }
       if (m > 8) continue;  // past decode sizes: the two routings above only
       benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m, true, kInterleaved,
-                                   Routing::kDisjoint)
+                                   Routing::kDisjoint, kInt4)
           ->UseManualTime()
           ->MinTime(0.2);
       benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeLayer, a, m, false,
-                                   kInterleaved, Routing::kDisjoint)
+                                   kInterleaved, Routing::kDisjoint, kInt4)
           ->UseManualTime()
           ->MinTime(0.2);
       if (m == 1 || m == 4) {
         benchmark::RegisterBenchmark((name + "/concatenated").c_str(), BM_MoeLayer, a, m, true,
-                                     QMOE_SWIGLU_CONCATENATED, Routing::kDisjoint)
+                                     QMOE_SWIGLU_CONCATENATED, Routing::kDisjoint, kInt4)
+            ->UseManualTime()
+            ->MinTime(0.2);
+      }
+    }
+  }
+  // The layer with INT3 experts at decode sizes (each call to the next experts).
+  for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
+    for (uint32_t m : {1u, 4u}) {
+      const std::string name =
+          std::string("gpu/moe_layer/qwen3_int3/") + level(a) + "/m:" + std::to_string(m);
+      for (bool lean : {true, false}) {
+        benchmark::RegisterBenchmark((lean ? name : name + "/general_walk").c_str(), BM_MoeLayer, a,
+                                     m, lean, kInterleaved, Routing::kDisjoint,
+                                     QMOE_WEIGHT_FORMAT_INT3)
             ->UseManualTime()
             ->MinTime(0.2);
       }

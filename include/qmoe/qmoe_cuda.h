@@ -38,10 +38,10 @@ QMOE_API qmoe_status qmoe_cuda_get_device_count(int* device_count);
 /// a matrix whose codes, planes and bias are device pointers (the same canonical bytes and
 /// strides as on the host; codes 16-byte aligned), X and Y are device pointers (X 16-byte
 /// aligned with 16-byte aligned rows when m > 8). Writes only columns [n_begin, n_end) of each
-/// Y row. Formats: INT4, MXFP4 and NVFP4 (INT3 is UNSUPPORTED_FORMAT). Up to 8 rows run the
-/// decode GEMV at `accuracy`; more rows of INT4 run the tensor-core GEMM (weights exact, X in its
-/// own 16-bit type; FP32 X at the FAST level as a BF16 pair, at the EXACT level through the GEMV
-/// 8 rows at a time), more rows of MXFP4 or NVFP4 the GEMV 8 rows at a time; docs/formats.md
+/// Y row. Formats: INT4, INT3, MXFP4 and NVFP4. Up to 8 rows run the decode GEMV at `accuracy`;
+/// more rows of INT4 run the tensor-core GEMM (weights exact, X in its own 16-bit type; FP32 X at
+/// the FAST level as a BF16 pair, at the EXACT level through the GEMV 8 rows at a time), more
+/// rows of INT3, MXFP4 or NVFP4 the GEMV 8 rows at a time; docs/formats.md
 /// gives the bounds, the CPU's for every format. No host synchronisation, no allocation,
 /// capturable in a CUDA graph. INVALID_ARGUMENT for what qmoe_gemm_typed refuses that can be
 /// checked without reading device memory.
@@ -97,7 +97,7 @@ QMOE_API void qmoe_cuda_expert_set_desc_init(qmoe_cuda_expert_set_desc* desc);
 /// and write the residency map (expert -> slot, or -1) to device memory. Synchronous: the set
 /// is ready when the call returns. INVALID_ARGUMENT for a NULL or destroyed host set, a device
 /// ordinal outside [0, count), a resident id outside [0, E) or given twice, an unknown copy
-/// mode; a format the GPU kernels do not run (they run INT4, MXFP4 and NVFP4), or experts of
+/// mode; a format the GPU kernels do not run (they run INT4, INT3, MXFP4 and NVFP4), or experts of
 /// more than one format (every expert's FC1 and FC2, resident or not, must share one), is
 /// UNSUPPORTED_FORMAT. On failure *set is NULL.
 QMOE_API qmoe_status qmoe_cuda_expert_set_create(const qmoe_cuda_expert_set_desc* desc,

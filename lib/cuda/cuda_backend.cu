@@ -218,7 +218,7 @@ size_t element_bytes(qmoe_dtype d) {
 // Up to 8 rows: the decode GEMV. More: the tensor-core GEMM where its operands allow (INT4
 // weights, the only format it reads; X rows 16-byte aligned; FP32 X only at the fast level,
 // since its BF16 pair is within 2^-16, not the exact level's 1e-5), else the GEMV 8 rows at a
-// time (every format the GEMV reads: MXFP4 and NVFP4 at any M).
+// time (every format the GEMV reads: INT3, MXFP4 and NVFP4 at any M).
 qmoe_status gemm(const char* function, const CudaGemmCall& c) {
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {

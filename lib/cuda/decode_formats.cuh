@@ -21,6 +21,7 @@
 #define QMOE_LIB_CUDA_DECODE_FORMATS_CUH_
 
 #include "lib/cuda/e2m1_tile.cuh"
+#include "lib/cuda/int3_tile.cuh"
 #include "lib/cuda/int4_tile.cuh"
 
 namespace qmoe::cuda {
@@ -90,9 +91,60 @@ struct Int4LeanDecode : Int4Decode {
   }
 };
 
+// INT3 (int3_tile.cuh): INT4's walk, description, planes and arithmetic over INT3's 96-byte
+// tiles, whose codes the lanes rebuild into INT4's nibble words (Int3Codes; zero point 4 without
+// a plane). A slot holds the same 16 code bytes a lane, so INT4's batch sizes serve.
+struct Int3Decode : Int4Decode {
+  static constexpr qmoe_weight_format kFormat = QMOE_WEIGHT_FORMAT_INT3;
+  __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
+    return w.format == kFormat && quant_matrix_is_valid(w);
+  }
+  __device__ __forceinline__ static Row row(const DeviceQuantMatrix& w, uint32_t group,
+                                            uint32_t r) {
+    return int3_lane_row(w, group, r);
+  }
+  template <int U, int kAhead = 0>
+  __device__ __forceinline__ static void prime(Batch<U>& a, Batch<U>& b, const Walk& w,
+                                               const Row& lr, const QuadWalk& qw, uint32_t q0) {
+    prime_walk<U, kAhead, Int3Codes>(a, b, w, lr, qw, q0);
+  }
+  template <Level L, int MAXM, int U, int kAhead = 0>
+  __device__ __forceinline__ static void run(Batch<U>& a, Batch<U>& b, const Walk& w, const Row& lr,
+                                             const QuadWalk& qw, uint32_t q0,
+                                             const unsigned char* xs, float acc[MAXM]) {
+    run_walk<L, MAXM, U, kAhead, Int3Codes>(a, b, w, lr, qw, q0, xs, acc);
+  }
+};
+
+// INT3 whose every matrix has the lean layout: Int3Decode's lean walk alone, as Int4LeanDecode is
+// INT4's (the same register cap, and the same general walk to keep out of the kernel).
+struct Int3LeanDecode : Int3Decode {
+  __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
+    return Int3Decode::valid(w) && int4_lean_layout(w);
+  }
+  template <int U, int kAhead = 0>
+  __device__ __forceinline__ static void prime(Batch<U>& a, Batch<U>& b, const Walk& w,
+                                               const Row& lr, const QuadWalk& qw, uint32_t q0) {
+    prime_walk_with<Int4BatchOps<true, Int3Codes>, U, kAhead>(a, b, w, lr, qw, q0);
+  }
+  template <Level L, int MAXM, int U, int kAhead = 0>
+  __device__ __forceinline__ static void run(Batch<U>& a, Batch<U>& b, const Walk& w, const Row& lr,
+                                             const QuadWalk& qw, uint32_t q0,
+                                             const unsigned char* xs, float acc[MAXM]) {
+    run_walk_with<Int4BatchOps<true, Int3Codes>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
+  }
+};
+
+// The formats with a lean policy: the layout test both sides share (the host, when a device
+// expert set is made; the kernels' launcher, when it picks them).
+__host__ __device__ constexpr bool has_lean_decode(qmoe_weight_format format) {
+  return format == QMOE_WEIGHT_FORMAT_INT4 || format == QMOE_WEIGHT_FORMAT_INT3;
+}
+
 // The list: one row per format, (qmoe_weight_format value, policy).
 #define QMOE_CUDA_DECODE_FORMATS(X)        \
   X(QMOE_WEIGHT_FORMAT_INT4, Int4Decode)   \
+  X(QMOE_WEIGHT_FORMAT_INT3, Int3Decode)   \
   X(QMOE_WEIGHT_FORMAT_MXFP4, Mxfp4Decode) \
   X(QMOE_WEIGHT_FORMAT_NVFP4, Nvfp4Decode)
 

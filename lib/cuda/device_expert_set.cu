@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lib/cuda/cuda_status.h"
+#include "lib/cuda/decode_formats.cuh"
 #include "lib/cuda/int4_tile.cuh"
 #include "lib/cuda_slot_plan.h"
 #include "lib/error.h"
@@ -207,7 +208,7 @@ qmoe_status create_device_expert_set(const char* function, const CudaExpertUploa
   set->beta = upload.beta;
   set->limit = upload.limit;
   set->format = upload.fc1[0].format;  // one per set (lib/cuda_api.cc checks)
-  set->lean_walk = set->format == QMOE_WEIGHT_FORMAT_INT4;
+  set->lean_walk = has_lean_decode(set->format);
   for (uint32_t e = 0; e < upload.num_experts; ++e) {
     set->lean_walk =
         set->lean_walk && int4_lean_layout(upload.fc1[e]) && int4_lean_layout(upload.fc2[e]);

@@ -42,8 +42,9 @@ struct DeviceExpertSet {
   float alpha, beta, limit;
   // Every expert's FC1 and FC2 format: the MoE kernels' compiled variant.
   qmoe_weight_format format;
-  // INT4 whose every expert's FC1 and FC2 has the lean layout: the MoE kernels' lean variant
-  // (MoeLayerParams::lean_walk). A slot only ever holds an expert of the set, so it holds.
+  // INT4 or INT3 whose every expert's FC1 and FC2 has the lean layout: the MoE kernels' lean
+  // variant (MoeLayerParams::lean_walk). A slot only ever holds an expert of the set, so it
+  // holds.
   bool lean_walk;
   void* memory;            // the one allocation
   DeviceQuantMatrix* fc1;  // device, [num_slots]

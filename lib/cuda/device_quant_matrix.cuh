@@ -5,14 +5,15 @@
 // tiled by 8 rows and 32 k,
 //   byte((n, k)) = ((n / 8) * chunks + k / 32) * 128 + (n % 8) * 16 + (k % 16),
 //   code k in the low nibble when k % 32 < 16, in the high nibble otherwise,
-// rows and codes past N and K zero; a scale plane and an optional zero-point plane with the
-// strides of qmoe_quant_matrix (element (n, b) at row_offset(n) + b * block_stride, where
-// row_offset(n) = n * row_stride, or (n / 8) * group_stride + (n % 8) * row_stride when the
+// or INT3's 96-byte tiles of the same 8 rows and 32 k (lib/cuda/int3_tile.cuh), a group's tiles
+// contiguous as well; rows and codes past N and K zero; a scale plane and an optional zero-point
+// plane with the strides of qmoe_quant_matrix (element (n, b) at row_offset(n) + b * block_stride,
+// where row_offset(n) = n * row_stride, or (n / 8) * group_stride + (n % 8) * row_stride when the
 // group stride is nonzero); an optional bias of N elements. No pointer here is a host pointer.
 //
-// The format decides the planes: INT4 has FP32/FP16/BF16 scales per 16, 32, 64 or 128 k and
-// optional zero points; MXFP4 one E8M0 byte per 32 k, NVFP4 one E4M3 byte per 16 k (a plane of
-// one-byte elements), neither with zero points; NVFP4 also multiplies every output by
+// The format decides the planes: INT4 and INT3 have FP32/FP16/BF16 scales per 16, 32, 64 or 128
+// k and optional zero points; MXFP4 one E8M0 byte per 32 k, NVFP4 one E4M3 byte per 16 k (a plane
+// of one-byte elements), neither with zero points; NVFP4 also multiplies every output by
 // global_scale. The decode kernels pick their compiled variant from `format` once per launch
 // (lib/cuda/decode_formats.cuh).
 #ifndef QMOE_LIB_CUDA_DEVICE_QUANT_MATRIX_CUH_
@@ -36,17 +37,17 @@ struct DeviceQuantMatrix {
   uint32_t k;              // columns, a multiple of block_size
   uint32_t block_size;     // 16, 32, 64 or 128
   uint32_t chunks;         // ceil(k / 32): tiles along k of one 8-row group
-  const uint8_t* codes;    // ceil(n / 8) * chunks * 128 bytes
-  qmoe_dtype scale_dtype;  // INT4: F32, F16 or BF16; MXFP4: E8M0; NVFP4: F8_E4M3
+  const uint8_t* codes;    // ceil(n / 8) * chunks * code_chunk_bytes(format) bytes
+  qmoe_dtype scale_dtype;  // INT4, INT3: F32, F16 or BF16; MXFP4: E8M0; NVFP4: F8_E4M3
   // format and global_scale sit in what was the padding after scale_dtype and bias_dtype, so
   // the struct's size (the MoE kernels copy it to shared memory and registers) and every other
   // field's offset are those the INT4 kernels had before the E2M1 formats came.
-  qmoe_weight_format format;  // INT4, MXFP4 or NVFP4
+  qmoe_weight_format format;  // INT4, INT3, MXFP4 or NVFP4
   const void* scales;
   size_t scale_row_stride;  // elements
   size_t scale_block_stride;
   size_t scale_group_stride;   // 0: row offset n * row_stride
-  const uint8_t* zero_points;  // nullptr: every zero point is 8
+  const uint8_t* zero_points;  // nullptr: every zero point is 8 (INT3: 4)
   size_t zero_point_row_stride;
   size_t zero_point_block_stride;
   size_t zero_point_group_stride;
@@ -54,6 +55,11 @@ struct DeviceQuantMatrix {
   float global_scale;     // NVFP4: finite and > 0 (1 for none); unused by the others
   const void* bias;       // nullptr: none
 };
+
+// Bytes of one 8-row x 32-code tile of a format's codes: 96 for INT3, 128 for the 4-bit ones.
+__host__ __device__ inline uint32_t code_chunk_bytes(qmoe_weight_format f) {
+  return f == QMOE_WEIGHT_FORMAT_INT3 ? 96 : kChunkBytes;
+}
 
 // Bytes of one scale-plane element: FP32 4, FP16 and BF16 2, the E2M1 formats' E8M0 and E4M3 1.
 __host__ __device__ inline uint32_t scale_element_bytes(qmoe_dtype d) {

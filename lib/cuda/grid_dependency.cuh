@@ -132,7 +132,8 @@ __device__ __forceinline__ void prefetch_group_planes(const DeviceQuantMatrix& w
 __device__ __forceinline__ void prefetch_group(const DeviceQuantMatrix& w, uint32_t g,
                                                uint32_t lane, uint32_t scale_bytes) {
   if (g * kGroupRows >= w.n) return;
-  prefetch_l2(w.codes + size_t{g} * w.chunks * kChunkBytes, size_t{w.chunks} * kChunkBytes, lane);
+  const size_t group_code_bytes = size_t{w.chunks} * code_chunk_bytes(w.format);
+  prefetch_l2(w.codes + size_t{g} * group_code_bytes, group_code_bytes, lane);
   prefetch_group_planes(w, g, lane, scale_bytes);
 }
 

@@ -239,7 +239,7 @@ cudaError_t launch_int4_gemv_with_config(const DeviceQuantMatrix& w, qmoe_accura
   const uint64_t per_block = slots * config.rounds;
   const uint64_t blocks = (uint64_t{p.g_end - p.g_begin} + per_block - 1) / per_block;
   if (blocks > 0x7FFFFFFFu) return cudaErrorInvalidValue;
-  const size_t group_bytes = size_t{w.chunks} * kChunkBytes * 9 / 8;  // codes + ~scales
+  const size_t group_bytes = size_t{w.chunks} * code_chunk_bytes(w.format) * 9 / 8;  // + ~scales
   const size_t round_bytes = group_bytes * slots;
   const size_t pf_rounds =
       round_bytes >= kPrefetchBytesPerBlock ? 1 : kPrefetchBytesPerBlock / round_bytes;

@@ -1,6 +1,7 @@
 // The dequant GEMV for decode (M <= 8 activation rows) on the canonical layout, read in place:
-// INT4, MXFP4 or NVFP4 weights (the description's format picks the kernel's compiled variant,
-// lib/cuda/decode_formats.cuh; the E2M1 arithmetic is in e2m1_tile.cuh and docs/formats.md).
+// INT4, INT3, MXFP4 or NVFP4 weights (the description's format picks the kernel's compiled
+// variant, lib/cuda/decode_formats.cuh; INT3's codes are rebuilt into INT4's in int3_tile.cuh,
+// the E2M1 arithmetic is in e2m1_tile.cuh, and docs/formats.md has both).
 //
 //   Y[i, n] = sum_k X[i, k] * W[n, k] (+ bias[n])   for i < m, n_begin <= n < n_end
 //
@@ -11,7 +12,8 @@
 //   fast:  X quantized to int8 per 32 k exactly as quantize_activations_q8 (inside each block,
 //          into shared memory: no pre-kernel and no scratch), integer dot products (dp4a), the
 //          zero point folded with the chunk's sum of q, acc += (dot - z sum_q) (scale x_scale).
-// For MXFP4 and NVFP4 the same levels as the CPU's E2M1 kernels (no zero points; the output is
+// INT3 takes INT4's levels (zero point 4 by default). For MXFP4 and NVFP4 the same levels as the
+// CPU's E2M1 kernels (no zero points; the output is
 // the sum times the global scale, and times 1/2 at the fast level for the doubled codes).
 // Only columns [n_begin, n_end) of each Y row are written.
 //
@@ -70,7 +72,7 @@ Int4GemvConfig int4_gemv_config(const DeviceQuantMatrix& w, qmoe_accuracy accura
 /// Launches the GEMV on `stream` (no host synchronisation, no allocation; capturable in a CUDA
 /// graph). All pointers are device pointers; codes must be 16-byte aligned. Returns
 /// cudaErrorInvalidValue without launching for an invalid matrix description (a format other
-/// than INT4, MXFP4 and NVFP4, or planes that format does not take), m outside [1, 8],
+/// than INT4, INT3, MXFP4 and NVFP4, or planes that format does not take), m outside [1, 8],
 /// an unknown dtype or accuracy, NULL x or y, n_begin > n_end or n_end > N, or ldx < K / ldy <
 /// n_end when m > 1; cudaSuccess without launching for an empty range; otherwise the launch's
 /// error (cudaGetLastError).

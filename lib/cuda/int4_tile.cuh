@@ -140,6 +140,7 @@ __host__ __device__ __forceinline__ uint32_t scale_bytes(qmoe_dtype sd) {
 // What a lane needs to address its row of one group.
 struct LaneRow {
   const uint4* codes;           // the lane's row of the group's chunk 0; chunk c at codes + 8c
+                                // (INT3, int3_tile.cuh: + 6c, and nullptr for rows 6 and 7)
   const unsigned char* scales;  // element (n, block 0) of the scale plane
   const uint8_t* zps;           // element (n, block 0) of the zero points; nullptr: all 8
   bool valid;                   // n < N: rows past N are padding whose planes must not be read
@@ -222,6 +223,30 @@ struct Batch {
   uint32_t zp[(U + 1) / 2];           // slot j: (z_lo | z_hi << 8) << 16 (j % 2)
 };
 
+// The code tiles a walk reads, as a policy `Codes` of the loads and the arithmetic below:
+//   kChunkVectors        16-byte vectors of one chunk (8 rows x 32 codes) in the canonical layout
+//   kRowsWithoutCodes    whether some lanes' rows have no bytes of their own (LaneRow::codes null)
+//   kDefaultZeroPoint    the zero point without a zero-point plane
+//   nibbles(v)           the lane's loaded 16 bytes as INT4's nibble words (the layout above)
+// INT4's are the layout above, read as they are; INT3's (int3_tile.cuh) are rebuilt into the
+// same words, so that one arithmetic serves both.
+struct Int4Codes {
+  static constexpr uint32_t kChunkVectors = kChunkBytes / 16;
+  static constexpr bool kRowsWithoutCodes = false;
+  static constexpr uint32_t kDefaultZeroPoint = kInt4DefaultZeroPoint;
+  __device__ __forceinline__ static uint4 nibbles(const uint4& v) { return v; }
+};
+
+// The lane's 16 code bytes of chunk c (zeros for a lane whose row has none).
+template <class Codes>
+__device__ __forceinline__ uint4 load_chunk_codes(const LaneRow& lr, uint32_t c) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (!Codes::kRowsWithoutCodes || lr.codes != nullptr) {
+    v = __ldg(lr.codes + size_t{c} * Codes::kChunkVectors);
+  }
+  return v;
+}
+
 // The raw bits of the scale at p: 4 bytes for FP32 planes, 2 otherwise (zero-extended).
 __device__ __forceinline__ uint32_t load_scale_bits(const unsigned char* p, bool wide) {
   return wide ? __ldg(reinterpret_cast<const unsigned int*>(p))
@@ -247,7 +272,7 @@ __device__ __forceinline__ uint32_t block_stride_of_slot(const WalkMatrix& w, ui
 
 // Loads quads q_first + j * q_step (j < U) that are below q_end, chunks below c_end. All loads
 // are issued before any is used.
-template <int U, bool kSimple>
+template <int U, bool kSimple, class Codes = Int4Codes>
 __device__ __forceinline__ void load_batch(Batch<U>& b, const WalkMatrix& w, const LaneRow& lr,
                                            uint32_t sub, uint32_t q_first, uint32_t q_step,
                                            uint32_t q_end, uint32_t c_end) {
@@ -263,7 +288,7 @@ __device__ __forceinline__ void load_batch(Batch<U>& b, const WalkMatrix& w, con
     const bool ok = q < q_end && c < c_end;
     const bool lo_ok = ok && lr.valid;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (ok) v = __ldg(lr.codes + size_t{c} * (kChunkBytes / 16));
+    if (ok) v = load_chunk_codes<Codes>(lr, c);
     b.codes[j] = v;
     const unsigned char* sj = sp + j * ds;
     if constexpr (kSimple) {
@@ -275,7 +300,7 @@ __device__ __forceinline__ void load_batch(Batch<U>& b, const WalkMatrix& w, con
       const bool hi_ok = lo_ok && w.b16 && c * kChunkCodes + 16 < w.k;
       const bool z_ok = lo_ok && lr.zps != nullptr;
       const uint8_t* zj = lr.zps + (size_t{blk0} + j * d_blk) * w.zp_step;
-      uint32_t lo = 0, hi = 0, zlo = kInt4DefaultZeroPoint, zhi;
+      uint32_t lo = 0, hi = 0, zlo = Codes::kDefaultZeroPoint, zhi;
       if (lo_ok) lo = load_scale_bits(sj, w.wide);
       if (hi_ok) hi = load_scale_bits(sj + w.scale_step, w.wide);
       if (z_ok) zlo = __ldg(zj);
@@ -401,8 +426,8 @@ __device__ __forceinline__ int dp4a_hi_nibbles(uint32_t a, int b, int c) {
 // acc[m] += (dot - z * sum_q) * (scale * x_scale) per block of the chunk, as the scalar kernel,
 // for rows m < rows; the integer parts are exact (|dot|, |z sum_q| <= 32 * 15 * 127). The dot of
 // codes 16..31 is taken on the high nibbles in place (16 x the dot) and shifted back, exactly.
-// kSimple: one block per chunk, zero point 8.
-template <int MAXM, bool kSimple>
+// kSimple: one block per chunk, zero point kZero (the format's default).
+template <int MAXM, bool kSimple, uint32_t kZero = kInt4DefaultZeroPoint>
 __device__ __forceinline__ void fast_chunk(const uint4& codes, uint32_t zp, float scale_lo,
                                            uint32_t scale_hi_bits, const WalkMatrix& w,
                                            const unsigned char* rec, uint32_t rec_row_stride_bytes,
@@ -433,8 +458,7 @@ __device__ __forceinline__ void fast_chunk(const uint4& codes, uint32_t zp, floa
     d_hi >>= 4;  // exact: a multiple of 16
     const float x_scale = __int_as_float(meta.x);
     if (kSimple) {
-      const float c =
-          small_int_to_float(d_lo + d_hi - static_cast<int>(kInt4DefaultZeroPoint) * meta.w);
+      const float c = small_int_to_float(d_lo + d_hi - static_cast<int>(kZero) * meta.w);
       acc[m] = __fmaf_rn(c, __fmul_rn(scale_lo, x_scale), acc[m]);
     } else if (w.b16) {
       const int z_lo = static_cast<int>(zp & 0xFF), z_hi = static_cast<int>((zp >> 8) & 0xFF);
@@ -468,7 +492,7 @@ struct QuadWalk {
 // Adds the batch of quads q_first, q_first + step, ... to acc[m] (m < qw.rows). xs: the staged
 // tile's records of row 0. Exact: per chunk the two half sums times their block's scale (one
 // block per chunk from block size 32 up: (lo + hi) * scale).
-template <Level L, int MAXM, int U, bool kSimple>
+template <Level L, int MAXM, int U, bool kSimple, class Codes = Int4Codes>
 __device__ __forceinline__ void compute_batch(const Batch<U>& b, const WalkMatrix& w,
                                               const QuadWalk& qw, uint32_t q_first,
                                               const unsigned char* xs, float acc[MAXM]) {
@@ -479,9 +503,12 @@ __device__ __forceinline__ void compute_batch(const Batch<U>& b, const WalkMatri
   for (int j = 0; j < U; ++j) {
     const uint32_t q = q_first + qw.step * j;
     const uint32_t c = c0 + kQuadChunks * qw.step * j;
+    // Before the lane's own skip: INT3's words take warp shuffles, which every lane must reach.
+    const uint4 codes = Codes::nibbles(b.codes[j]);
     if (q >= qw.q_end || c >= qw.c_end) continue;
     const unsigned char* rec = rec0 + j * rec_step;
-    const uint32_t zp = kSimple ? kInt4DefaultZeroPoint * 0x0101u : b.zp[j / 2] >> (16 * (j % 2));
+    constexpr uint32_t kZero = Codes::kDefaultZeroPoint;
+    const uint32_t zp = kSimple ? kZero * 0x0101u : b.zp[j / 2] >> (16 * (j % 2));
     const float s_lo =
         kSimple
             ? (w.bf16 ? __uint_as_float(b.scale_lo[j] << 16)
@@ -489,8 +516,8 @@ __device__ __forceinline__ void compute_batch(const Batch<U>& b, const WalkMatri
             : scale_bits_to_float(b.scale_lo[j], w);
     if constexpr (L == Level::kExact) {
       float lo[MAXM], hi[MAXM];
-      exact_chunk<MAXM>(b.codes[j], zp, reinterpret_cast<const float*>(rec),
-                        qw.tc * kExactRecordFloats, qw.rows, lo, hi);
+      exact_chunk<MAXM>(codes, zp, reinterpret_cast<const float*>(rec), qw.tc * kExactRecordFloats,
+                        qw.rows, lo, hi);
 #pragma unroll
       for (int m = 0; m < MAXM; ++m) {
         if (m > 0 && m >= static_cast<int>(qw.rows)) break;
@@ -502,8 +529,8 @@ __device__ __forceinline__ void compute_batch(const Batch<U>& b, const WalkMatri
         }
       }
     } else {
-      fast_chunk<MAXM, kSimple>(b.codes[j], zp, s_lo, b.scale_hi[j], w, rec,
-                                qw.tc * kFastRecordBytes, qw.rows, acc);
+      fast_chunk<MAXM, kSimple, kZero>(codes, zp, s_lo, b.scale_hi[j], w, rec,
+                                       qw.tc * kFastRecordBytes, qw.rows, acc);
     }
   }
 }
@@ -591,25 +618,28 @@ __device__ __forceinline__ void run_walk_with(B& a, B& b, const W& w, const R& l
   }
 }
 
-// INT4's batch operations, lean (kSimple) or general.
-template <bool kSimple>
+// The batch operations of INT4's scale and zero-point planes over the code tiles `Codes` (INT4's,
+// or INT3's: int3_tile.cuh), lean (kSimple) or general.
+template <bool kSimple, class Codes = Int4Codes>
 struct Int4BatchOps {
   template <int U>
   __device__ __forceinline__ static void load(Batch<U>& b, const WalkMatrix& w, const LaneRow& lr,
                                               uint32_t sub, uint32_t q_first, uint32_t q_step,
                                               uint32_t q_end, uint32_t c_end) {
-    load_batch<U, kSimple>(b, w, lr, sub, q_first, q_step, q_end, c_end);
+    load_batch<U, kSimple, Codes>(b, w, lr, sub, q_first, q_step, q_end, c_end);
   }
   template <Level L, int MAXM, int U>
   __device__ __forceinline__ static void compute(const Batch<U>& b, const WalkMatrix& w,
                                                  const QuadWalk& qw, uint32_t q_first,
                                                  const unsigned char* xs, float acc[MAXM]) {
-    compute_batch<L, MAXM, U, kSimple>(b, w, qw, q_first, xs, acc);
+    compute_batch<L, MAXM, U, kSimple, Codes>(b, w, qw, q_first, xs, acc);
   }
   // The lines load_batch reads for chunk c: its codes, its block's scale and zero point.
   __device__ __forceinline__ static void prefetch_chunk_l1(const WalkMatrix& w, const LaneRow& lr,
                                                            uint32_t c) {
-    prefetch_l1_line(lr.codes + size_t{c} * (kChunkBytes / 16));
+    if (!Codes::kRowsWithoutCodes || lr.codes != nullptr) {
+      prefetch_l1_line(lr.codes + size_t{c} * Codes::kChunkVectors);
+    }
     if (!lr.valid) return;
     const uint32_t blk = kSimple ? c >> w.shift : block_of_chunk(w, c);
     prefetch_l1_line(lr.scales + size_t{blk} * w.scale_step);
@@ -617,25 +647,26 @@ struct Int4BatchOps {
   }
 };
 
-// INT4 walks: the lean body when the matrix allows it (a warp-uniform choice made once per walk).
-template <int U, int kAhead>
+// INT4's (and INT3's) walks: the lean body when the matrix allows it (a warp-uniform choice made
+// once per walk).
+template <int U, int kAhead, class Codes = Int4Codes>
 __device__ __forceinline__ void prime_walk(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
                                            const LaneRow& lr, const QuadWalk& qw, uint32_t q0) {
   if (w.simple) {
-    prime_walk_with<Int4BatchOps<true>, U, kAhead>(a, b, w, lr, qw, q0);
+    prime_walk_with<Int4BatchOps<true, Codes>, U, kAhead>(a, b, w, lr, qw, q0);
   } else {
-    prime_walk_with<Int4BatchOps<false>, U, kAhead>(a, b, w, lr, qw, q0);
+    prime_walk_with<Int4BatchOps<false, Codes>, U, kAhead>(a, b, w, lr, qw, q0);
   }
 }
 
-template <Level L, int MAXM, int U, int kAhead>
+template <Level L, int MAXM, int U, int kAhead, class Codes = Int4Codes>
 __device__ __forceinline__ void run_walk(Batch<U>& a, Batch<U>& b, const WalkMatrix& w,
                                          const LaneRow& lr, const QuadWalk& qw, uint32_t q0,
                                          const unsigned char* xs, float acc[MAXM]) {
   if (w.simple) {
-    run_walk_with<Int4BatchOps<true>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk_with<Int4BatchOps<true, Codes>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
   } else {
-    run_walk_with<Int4BatchOps<false>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk_with<Int4BatchOps<false, Codes>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
   }
 }
 

@@ -619,25 +619,25 @@ KernelFn pick_fc2(uint32_t T) {
   return nullptr;
 }
 
-// Which of the two kernels run the lean walk (Int4LeanDecode) for INT4 experts of the lean layout
-// (MoeLayerParams::lean_walk) at this level and T: where it measured faster than the kernels that
-// also hold the general walk. The exact level: both kernels at every T. The fast level: FC1 at
-// T = 1 only (at T = 2 and 4 its lean walk, which waits for each batch's loads in turn, was
-// slower: docs/results/2026-12-03-h200-moe-lean-walk.md), FC2 at T = 1 and 4 (at T = 2 it was
-// slower: docs/results/2026-12-04-h200-moe-tokens-per-item.md). Only those lean instances are
-// compiled.
+// Which of the two kernels run the lean walk (Int4LeanDecode, Int3LeanDecode) for INT4 or INT3
+// experts of the lean layout (MoeLayerParams::lean_walk) at this level and T: where it measured
+// faster than the kernels that also hold the general walk (for INT4; INT3 takes its rule). The
+// exact level: both kernels at every T. The fast level: FC1 at T = 1 only (at T = 2 and 4 its lean
+// walk, which waits for each batch's loads in turn, was slower:
+// docs/results/2026-12-03-h200-moe-lean-walk.md), FC2 at T = 1 and 4 (at T = 2 it was slower:
+// docs/results/2026-12-04-h200-moe-tokens-per-item.md). Only those lean instances are compiled.
 struct LeanKernels {
   bool fc1, fc2;
 };
 
 LeanKernels lean_kernels_for(const MoeLayerParams& p, uint32_t T) {
-  if (!p.lean_walk || p.format != QMOE_WEIGHT_FORMAT_INT4) return {false, false};
+  if (!p.lean_walk || !has_lean_decode(p.format)) return {false, false};
   if (p.accuracy == QMOE_ACCURACY_EXACT) return {true, true};
   return {T == 1, T == 1 || T == 4};
 }
 
-// The two kernels for the call's format (lean INT4: lean_kernels_for), level and T; false for
-// a format without decode kernels or a T the level does not run.
+// The two kernels for the call's format (lean INT4 and INT3: lean_kernels_for), level and T;
+// false for a format without decode kernels or a T the level does not run.
 bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* fc2) {
   const bool exact = p.accuracy == QMOE_ACCURACY_EXACT;
   const bool spread = p.fusion == QMOE_SWIGLU_CONCATENATED;  // tasks of two or three groups
@@ -649,16 +649,25 @@ bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* 
     *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : pick_fc2<F, Level::kFast>(T);
   };
   if (!with_decode_format(p.format, pick)) return false;
-  using Lean = Int4LeanDecode;
   const LeanKernels lean = lean_kernels_for(p, T);
-  if (lean.fc1) {  // fast level: T = 1
-    *fc1 = exact ? pick_fc1<Lean, Level::kExact>(T, spread, early)
-                 : pick_fc1_one<Lean, Level::kFast>(spread, early);
-  }
-  if (lean.fc2) {  // fast level: T = 1 or 4
-    *fc2 = exact ? pick_fc2<Lean, Level::kExact>(T)
-                 : (T == 1 ? moe_fc2_kernel<Lean, Level::kFast, 1>
-                           : moe_fc2_kernel<Lean, Level::kFast, 4>);
+  const auto pick_lean = [&](auto f) {
+    using Lean = decltype(f);
+    if (lean.fc1) {  // fast level: T = 1
+      *fc1 = exact ? pick_fc1<Lean, Level::kExact>(T, spread, early)
+                   : pick_fc1_one<Lean, Level::kFast>(spread, early);
+    }
+    if (lean.fc2) {  // fast level: T = 1 or 4
+      *fc2 = exact ? pick_fc2<Lean, Level::kExact>(T)
+                   : (T == 1 ? moe_fc2_kernel<Lean, Level::kFast, 1>
+                             : moe_fc2_kernel<Lean, Level::kFast, 4>);
+    }
+  };
+  if (lean.fc1 || lean.fc2) {
+    if (p.format == QMOE_WEIGHT_FORMAT_INT3) {
+      pick_lean(Int3LeanDecode{});
+    } else {
+      pick_lean(Int4LeanDecode{});
+    }
   }
   return *fc1 != nullptr && *fc2 != nullptr;
 }

@@ -92,13 +92,13 @@ struct MoeLayerParams {
   qmoe_swiglu_fusion fusion;
   float alpha, beta, limit;  // SwiGLU; limit +inf: no clamp
   bool accumulate;           // y += result instead of y = result
-  // The weight format of every slot's FC1 and FC2 (INT4, MXFP4 or NVFP4): the kernels are
+  // The weight format of every slot's FC1 and FC2 (INT4, INT3, MXFP4 or NVFP4): the kernels are
   // compiled per format, so a set holds one.
   qmoe_weight_format format;
-  // INT4 only: every slot's FC1 and FC2 has the lean layout (int4_lean_layout: blocks >= 32,
-  // 16-bit scales, no zero points), so the kernels compiled for that walk alone run
-  // (decode_formats.cuh, Int4LeanDecode). A device expert set knows it from its experts; a slot
-  // that is not lean is then reported as malformed (kMoeErrorSlotMatrix).
+  // INT4 and INT3 only: every slot's FC1 and FC2 has the lean layout (int4_lean_layout: blocks
+  // >= 32, 16-bit scales, no zero points), so the kernels compiled for that walk alone run
+  // (decode_formats.cuh, Int4LeanDecode and Int3LeanDecode). A device expert set knows it from its
+  // experts; a slot that is not lean is then reported as malformed (kMoeErrorSlotMatrix).
   bool lean_walk;
   // Device memory, read by every call.
   const DeviceQuantMatrix* fc1;  // [num_slots]: [2I, H]

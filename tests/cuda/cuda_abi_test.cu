@@ -17,42 +17,13 @@
 #include "qmoe/qmoe.h"
 #include "qmoe/qmoe_cuda.h"
 #include "tests/cpu/isa_test_util.h"
+#include "tests/cuda/cuda_set_util.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/gemm/int4_reference.h"
 #include "tests/moe/moe_reference.h"
 
 namespace qmoe::testing {
 namespace {
-
-struct HostSetDeleter {
-  void operator()(qmoe_expert_set* s) const { qmoe_expert_set_destroy(s); }
-};
-struct CudaSetDeleter {
-  void operator()(qmoe_cuda_expert_set* s) const { qmoe_cuda_expert_set_destroy(s); }
-};
-using HostSet = std::unique_ptr<qmoe_expert_set, HostSetDeleter>;
-using CudaSet = std::unique_ptr<qmoe_cuda_expert_set, CudaSetDeleter>;
-
-HostSet make_host_set(const MoeModel& model) {
-  qmoe_expert_set* raw = nullptr;
-  EXPECT_EQ(qmoe_expert_set_create(&model.desc, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-  return HostSet(raw);
-}
-
-CudaSet make_cuda_set(const qmoe_expert_set* host, qmoe_cuda_copy_mode mode,
-                      const std::vector<uint32_t>& resident = {}) {
-  qmoe_cuda_expert_set_desc d;
-  qmoe_cuda_expert_set_desc_init(&d);
-  d.experts = host;
-  d.copy_mode = mode;
-  if (!resident.empty()) {
-    d.resident = resident.data();
-    d.num_resident = static_cast<uint32_t>(resident.size());
-  }
-  qmoe_cuda_expert_set* raw = nullptr;
-  EXPECT_EQ(qmoe_cuda_expert_set_create(&d, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-  return CudaSet(raw);
-}
 
 // One layer's inputs on the device, and the call's params over them.
 struct LayerCall {
@@ -132,7 +103,7 @@ class CudaAbiLayer : public ::testing::Test {
     o.hidden = 64;
     o.intermediate = 32;
     model = make_moe_model(o, rng);
-    host = make_host_set(*model);
+    host = make_host_set(model->desc);
     ASSERT_TRUE(host);
   }
   std::string where() const { return "seed " + std::to_string(seed); }
@@ -145,8 +116,8 @@ class CudaAbiLayer : public ::testing::Test {
 };
 
 TEST_F(CudaAbiLayer, BothCopyModesGiveTheSameLayerAndItMeetsTheReference) {
-  CudaSet batched = make_cuda_set(host.get(), QMOE_CUDA_COPY_BATCHED);
-  CudaSet loop = make_cuda_set(host.get(), QMOE_CUDA_COPY_LOOP);
+  GpuSet batched = make_gpu_set(host.get(), {}, 0, QMOE_CUDA_COPY_BATCHED);
+  GpuSet loop = make_gpu_set(host.get(), {}, 0, QMOE_CUDA_COPY_LOOP);
   ASSERT_TRUE(batched && loop);
   host.reset();  // the device copies no longer need the host set
   LayerCall call(batched.get(), o, 3, 2, rng);
@@ -166,7 +137,7 @@ TEST_F(CudaAbiLayer, BothCopyModesGiveTheSameLayerAndItMeetsTheReference) {
 
 TEST_F(CudaAbiLayer, ExpertsNotResidentContributeNothing) {
   const std::vector<uint32_t> resident = {4, 1, 3};
-  CudaSet set = make_cuda_set(host.get(), QMOE_CUDA_COPY_BATCHED, resident);
+  GpuSet set = make_gpu_set(host.get(), resident, 0, QMOE_CUDA_COPY_BATCHED);
   ASSERT_TRUE(set);
   const int32_t* map = nullptr;
   ASSERT_EQ(qmoe_cuda_expert_set_residency(set.get(), &map), QMOE_STATUS_OK);
@@ -188,7 +159,7 @@ TEST_F(CudaAbiLayer, ExpertsNotResidentContributeNothing) {
 }
 
 TEST_F(CudaAbiLayer, CapturedGraphReplaysWithNewRoutingAsEager) {
-  CudaSet set = make_cuda_set(host.get(), QMOE_CUDA_COPY_BATCHED);
+  GpuSet set = make_gpu_set(host.get(), {}, 0, QMOE_CUDA_COPY_BATCHED);
   ASSERT_TRUE(set);
   LayerCall call(set.get(), o, 2, 2, rng);
   cudaStream_t stream = nullptr;
@@ -231,7 +202,7 @@ TEST_F(CudaAbiLayer, ResidencyUpdatesActLikeASetCreatedWithTheNewResidency) {
   d.num_slots = 4;
   qmoe_cuda_expert_set* raw = nullptr;
   ASSERT_EQ(qmoe_cuda_expert_set_create(&d, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-  CudaSet set(raw);
+  GpuSet set(raw);
   cudaStream_t stream = nullptr;
   QMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   LayerCall call(set.get(), o, 3, 3, rng);
@@ -297,7 +268,7 @@ TEST_F(CudaAbiLayer, ResidencyUpdatesActLikeASetCreatedWithTheNewResidency) {
     }
     // A set created with this residency gives the same bits.
     if (!now.empty()) {
-      CudaSet fresh = make_cuda_set(host.get(), QMOE_CUDA_COPY_LOOP, now);
+      GpuSet fresh = make_gpu_set(host.get(), now, 0, QMOE_CUDA_COPY_LOOP);
       ASSERT_TRUE(fresh);
       ASSERT_EQ(qmoe_cuda_moe_forward(fresh.get(), &call.params, stream), QMOE_STATUS_OK);
       QMOE_CUDA_OK(cudaStreamSynchronize(stream));
@@ -326,7 +297,7 @@ TEST_F(CudaAbiLayer, ResidencyUpdatesActLikeASetCreatedWithTheNewResidency) {
 }
 
 TEST_F(CudaAbiLayer, DeviceSideErrorsAreReadBackAndHostPointersRefused) {
-  CudaSet set = make_cuda_set(host.get(), QMOE_CUDA_COPY_LOOP);
+  GpuSet set = make_gpu_set(host.get(), {}, 0, QMOE_CUDA_COPY_LOOP);
   ASSERT_TRUE(set);
   LayerCall call(set.get(), o, 2, 2, rng);
   call.ids[1] = 99;  // outside [0, 6): only the device can see it

@@ -14,6 +14,7 @@
 
 #include "qmoe/qmoe.h"
 #include "qmoe/qmoe_cuda.h"
+#include "tests/cuda/cuda_set_util.h"
 #include "tests/gemm/fp4_reference.h"
 #include "tests/gemm/int3_reference.h"
 #include "tests/gemm/int4_reference.h"
@@ -28,11 +29,6 @@ bool device_usable() {
   return qmoe_cuda_get_device_count(&count) == QMOE_STATUS_OK && count > 0;
 }
 
-struct HostSetDeleter {
-  void operator()(qmoe_expert_set* s) const { qmoe_expert_set_destroy(s); }
-};
-using HostSet = std::unique_ptr<qmoe_expert_set, HostSetDeleter>;
-
 // The small layer the expert-set checks use: 4 experts, H = 64, I = 32.
 MoeOptions small_layer() {
   MoeOptions o;
@@ -40,13 +36,6 @@ MoeOptions small_layer() {
   o.hidden = 64;
   o.intermediate = 32;
   return o;
-}
-
-// A host expert set of `model` (null, after a failure, when the library refuses it).
-HostSet host_set_of(const MoeModel& model) {
-  qmoe_expert_set* raw = nullptr;
-  EXPECT_EQ(qmoe_expert_set_create(&model.desc, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-  return HostSet(raw);
 }
 
 TEST(CudaApiChecks, GemmRefusesBadArgumentsBeforeCuda) {
@@ -96,7 +85,7 @@ TEST(CudaApiChecks, GemmRefusesBadArgumentsBeforeCuda) {
 TEST(CudaApiChecks, ExpertSetCreationRefusesBadDescriptions) {
   std::mt19937_64 rng(4);
   const auto model = make_moe_model(small_layer(), rng);
-  const HostSet host = host_set_of(*model);
+  const HostSet host = make_host_set(model->desc);
   ASSERT_TRUE(host);
 
   qmoe_cuda_expert_set_desc good;
@@ -198,7 +187,7 @@ TEST(CudaApiChecks, ExpertSetCreationRefusesBadDescriptions) {
 TEST(CudaApiChecks, ResidencyUpdateRefusesBadHandlesBeforeCuda) {
   std::mt19937_64 rng(5);
   const auto model = make_moe_model(small_layer(), rng);
-  const HostSet host = host_set_of(*model);
+  const HostSet host = make_host_set(model->desc);
   ASSERT_TRUE(host);
   const uint32_t ids[] = {0, 2};
   uint32_t copied = 7;
@@ -230,7 +219,7 @@ TEST(CudaApiChecks, ResidencyUpdateRefusesBadHandlesBeforeCuda) {
   MoeOptions wider = small_layer();
   wider.hidden = 128;
   const auto other = make_moe_model(wider, rng);
-  const HostSet other_host = host_set_of(*other);
+  const HostSet other_host = make_host_set(other->desc);
   ASSERT_TRUE(other_host);
   EXPECT_EQ(update(other_host.get(), ids, 2), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(update(host.get(), nullptr, 0), QMOE_STATUS_OK) << qmoe_last_error_message();
@@ -266,33 +255,52 @@ TEST(CudaApiChecks, LayerCallsRefuseBadHandlesAndParams) {
   EXPECT_EQ(qmoe_cuda_moe_check(nullptr, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
 }
 
-// The GPU kernels read INT4, MXFP4 and NVFP4: an E2M1 matrix passes the format check (and
-// reaches the device checks), INT3 is UNSUPPORTED_FORMAT.
-TEST(CudaApiChecks, GemmTakesTheE2m1FormatsNotInt3) {
+// The GPU kernels read INT4, INT3, MXFP4 and NVFP4: a matrix of each passes the format check
+// at M <= 8 (the GEMV) and above (the tensor-core GEMM or the GEMV 8 rows at a time) and reaches
+// the device checks (host pointers refused where a device is usable, CUDA_UNAVAILABLE
+// without one); a format value the library does not know is still UNSUPPORTED_FORMAT.
+TEST(CudaApiChecks, GemmTakesEveryGpuFormatAndRefusesAnUnknownOne) {
   std::mt19937_64 rng(5);
-  std::vector<float> x(64), y(16);
+  Int4Options o;
+  o.n = 16;
+  o.k = 64;
+  const Int4Matrix int4 = make_int4_matrix(o, rng);
+  const Int4Matrix int3 = make_int3_matrix(o, rng);
+  ASSERT_EQ(int3.desc.format, QMOE_WEIGHT_FORMAT_INT3);
+  std::vector<const qmoe_quant_matrix*> matrices = {&int4.desc, &int3.desc};
+  std::vector<Fp4Matrix> fp4;
   for (qmoe_weight_format format : {QMOE_WEIGHT_FORMAT_MXFP4, QMOE_WEIGHT_FORMAT_NVFP4}) {
-    Fp4Options o;
-    o.format = format;
-    o.n = 16;
-    o.k = 64;
-    const Fp4Matrix w = make_fp4_matrix(o, rng);
-    for (uint32_t m : {1u, 9u}) {  // the GEMV, and above 8 rows
-      std::vector<float> xm(size_t{m} * o.k), ym(size_t{m} * o.n);
-      EXPECT_EQ(qmoe_cuda_gemm(&w.desc, QMOE_ACCURACY_EXACT, m, QMOE_DTYPE_F32, xm.data(), o.k,
-                               QMOE_DTYPE_F32, ym.data(), o.n, 0, o.n, nullptr),
-                device_usable() ? QMOE_STATUS_INVALID_ARGUMENT : QMOE_STATUS_CUDA_UNAVAILABLE)
-          << qmoe_last_error_message();
+    Fp4Options f;
+    f.format = format;
+    f.n = o.n;
+    f.k = o.k;
+    fp4.push_back(make_fp4_matrix(f, rng));
+  }
+  for (const Fp4Matrix& w : fp4) matrices.push_back(&w.desc);
+  const qmoe_status past_the_format =
+      device_usable() ? QMOE_STATUS_INVALID_ARGUMENT : QMOE_STATUS_CUDA_UNAVAILABLE;
+  for (const qmoe_quant_matrix* w : matrices) {
+    for (uint32_t m : {1u, 8u, 9u, 17u}) {
+      for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        std::vector<float> x(size_t{m} * w->k), y(size_t{m} * w->n);
+        EXPECT_EQ(qmoe_cuda_gemm(w, level, m, QMOE_DTYPE_F32, x.data(), w->k, QMOE_DTYPE_F32,
+                                 y.data(), w->n, 0, w->n, nullptr),
+                  past_the_format)
+            << "format " << w->format << " m " << m << ": " << qmoe_last_error_message();
+        EXPECT_EQ(std::string(qmoe_last_error_message()).find("no GPU kernels"), std::string::npos)
+            << "format " << w->format << ": " << qmoe_last_error_message();
+      }
     }
   }
-  Int4Options o3;
-  o3.n = 16;
-  o3.k = 64;
-  const Int4Matrix w3 = make_int3_matrix(o3, rng);
-  EXPECT_EQ(qmoe_cuda_gemm(&w3.desc, QMOE_ACCURACY_FAST, 1, QMOE_DTYPE_F32, x.data(), o3.k,
-                           QMOE_DTYPE_F32, y.data(), o3.n, 0, o3.n, nullptr),
-            QMOE_STATUS_UNSUPPORTED_FORMAT);
-  EXPECT_NE(std::string(qmoe_last_error_message()).find("no GPU kernels"), std::string::npos);
+  std::vector<float> x(o.k), y(o.n);
+  for (int unknown : {77, -1}) {
+    qmoe_quant_matrix d = int3.desc;
+    d.format = static_cast<qmoe_weight_format>(unknown);
+    EXPECT_EQ(qmoe_cuda_gemm(&d, QMOE_ACCURACY_FAST, 1, QMOE_DTYPE_F32, x.data(), o.k,
+                             QMOE_DTYPE_F32, y.data(), o.n, 0, o.n, nullptr),
+              QMOE_STATUS_UNSUPPORTED_FORMAT)
+        << "format " << unknown << ": " << qmoe_last_error_message();
+  }
 }
 
 // A GPU expert set takes one format for all its projections: an MXFP4 set reaches the backend,
@@ -304,43 +312,55 @@ TEST(CudaApiChecks, ExpertSetTakesOneFormat) {
   const std::unique_ptr<Fp4Experts> nv = make_fp4_experts(QMOE_WEIGHT_FORMAT_NVFP4, 3, 64, 32, rng);
   ASSERT_NE(mx->set, nullptr);
   ASSERT_NE(nv->set, nullptr);
-  const auto create_gpu = [](const qmoe_expert_set* host, const uint32_t* resident,
-                             uint32_t num_resident) {
-    qmoe_cuda_expert_set_desc d;
-    qmoe_cuda_expert_set_desc_init(&d);
-    d.experts = host;
-    d.resident = resident;
-    d.num_resident = num_resident;
-    qmoe_cuda_expert_set* set = nullptr;
-    const qmoe_status s = qmoe_cuda_expert_set_create(&d, &set);
-    if (s == QMOE_STATUS_OK) {
-      EXPECT_EQ(qmoe_cuda_expert_set_destroy(set), QMOE_STATUS_OK);
-    }
-    return s;
-  };
-  EXPECT_EQ(create_gpu(mx->set.get(), nullptr, 0),
+  EXPECT_EQ(gpu_set_status(mx->set.get(), nullptr, 0),
             device_usable() ? QMOE_STATUS_OK : QMOE_STATUS_CUDA_UNAVAILABLE)
       << qmoe_last_error_message();
+  qmoe_expert_set_desc desc;
+  qmoe_expert_set_desc_init(&desc);
+  desc.num_experts = 3;
+  desc.hidden = 64;
+  desc.intermediate = 32;
+  desc.swiglu_fusion = QMOE_SWIGLU_INTERLEAVED;
+  desc.fc1 = mx->fc1_desc.data();
+  desc.fc2 = mx->fc2_desc.data();
   for (bool fc2 : {false, true}) {
-    std::vector<const qmoe_quant_matrix*> fc1_desc = mx->fc1_desc, fc2_desc = mx->fc2_desc;
-    (fc2 ? fc2_desc : fc1_desc)[2] = fc2 ? &nv->fc2[2].desc : &nv->fc1[2].desc;
-    qmoe_expert_set_desc desc;
-    qmoe_expert_set_desc_init(&desc);
-    desc.num_experts = 3;
-    desc.hidden = 64;
-    desc.intermediate = 32;
-    desc.swiglu_fusion = QMOE_SWIGLU_INTERLEAVED;
-    desc.fc1 = fc1_desc.data();
-    desc.fc2 = fc2_desc.data();
-    qmoe_expert_set* raw = nullptr;
-    ASSERT_EQ(qmoe_expert_set_create(&desc, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-    std::unique_ptr<qmoe_expert_set, HostSetDeleter> mixed(raw);
+    const HostSet mixed =
+        host_set_replacing(desc, 2, fc2, fc2 ? &nv->fc2[2].desc : &nv->fc1[2].desc);
+    ASSERT_TRUE(mixed);
     const uint32_t first_two[] = {0, 1};  // the odd expert not resident: refused all the same
-    EXPECT_EQ(create_gpu(mixed.get(), nullptr, 0), QMOE_STATUS_UNSUPPORTED_FORMAT);
+    EXPECT_EQ(gpu_set_status(mixed.get(), nullptr, 0), QMOE_STATUS_UNSUPPORTED_FORMAT);
     EXPECT_NE(std::string(qmoe_last_error_message()).find(fc2 ? "expert 2 fc2" : "expert 2 fc1"),
               std::string::npos)
         << qmoe_last_error_message();
-    EXPECT_EQ(create_gpu(mixed.get(), first_two, 2), QMOE_STATUS_UNSUPPORTED_FORMAT);
+    EXPECT_EQ(gpu_set_status(mixed.get(), first_two, 2), QMOE_STATUS_UNSUPPORTED_FORMAT);
+  }
+}
+
+// INT3 experts pass the GPU set's format checks (a set where a device is usable,
+// CUDA_UNAVAILABLE without one); a set mixing INT3 and INT4 projections is UNSUPPORTED_FORMAT
+// before any CUDA call, whichever projection differs, resident or not.
+TEST(CudaApiChecks, ExpertSetTakesInt3ExpertsButNotMixedWithInt4) {
+  std::mt19937_64 rng(7);
+  const MoeOptions o = small_layer();
+  const std::unique_ptr<MoeModel> int3 = make_moe_model(o, rng, make_int3_matrix);
+  const std::unique_ptr<MoeModel> int4 = make_moe_model(o, rng);
+  ASSERT_EQ(int3->fc1[0].desc.format, QMOE_WEIGHT_FORMAT_INT3);
+  const HostSet host3 = make_host_set(int3->desc);
+  ASSERT_TRUE(host3);
+  EXPECT_EQ(gpu_set_status(host3.get(), nullptr, 0),
+            device_usable() ? QMOE_STATUS_OK : QMOE_STATUS_CUDA_UNAVAILABLE)
+      << qmoe_last_error_message();
+  for (bool fc2 : {false, true}) {
+    const HostSet mixed =
+        host_set_replacing(int3->desc, 3, fc2, fc2 ? &int4->fc2[3].desc : &int4->fc1[3].desc);
+    ASSERT_TRUE(mixed);
+    EXPECT_EQ(gpu_set_status(mixed.get(), nullptr, 0), QMOE_STATUS_UNSUPPORTED_FORMAT)
+        << qmoe_last_error_message();
+    EXPECT_NE(std::string(qmoe_last_error_message()).find(fc2 ? "expert 3 fc2" : "expert 3 fc1"),
+              std::string::npos)
+        << qmoe_last_error_message();
+    const uint32_t first_three[] = {0, 1, 2};  // the INT4 expert not resident: refused all the same
+    EXPECT_EQ(gpu_set_status(mixed.get(), first_three, 3), QMOE_STATUS_UNSUPPORTED_FORMAT);
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "qmoe/qmoe.h"
 #include "qmoe/qmoe_cuda.h"
+#include "tests/cuda/cuda_set_util.h"
 #include "tests/moe/moe_reference.h"
 
 namespace qmoe::testing {
@@ -23,12 +24,6 @@ bool device_usable() {
   return qmoe_cuda_get_device_count(&count) == QMOE_STATUS_OK && count > 0;
 }
 
-struct HostSetDeleter {
-  void operator()(qmoe_expert_set* s) const { qmoe_expert_set_destroy(s); }
-};
-struct GpuSetDeleter {
-  void operator()(qmoe_cuda_expert_set* s) const { qmoe_cuda_expert_set_destroy(s); }
-};
 struct ContextDeleter {
   void operator()(qmoe_context* c) const { qmoe_context_destroy(c); }
 };

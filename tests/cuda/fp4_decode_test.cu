@@ -20,7 +20,7 @@
 
 #include "qmoe/qmoe.h"
 #include "qmoe/qmoe_cuda.h"
-#include "tests/cpu/isa_test_util.h"
+#include "tests/cuda/cuda_set_util.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/gemm/fp4_reference.h"
 #include "tests/moe/moe_call.h"
@@ -31,46 +31,8 @@ namespace {
 
 constexpr qmoe_weight_format kFormats[] = {QMOE_WEIGHT_FORMAT_MXFP4, QMOE_WEIGHT_FORMAT_NVFP4};
 
-template <class V>
-DeviceBuffer to_device(const std::vector<V>& v) {
-  DeviceBuffer b(v.size() * sizeof(V));
-  EXPECT_TRUE(b.upload(v.data(), v.size() * sizeof(V)));
-  return b;
-}
-
-// An E2M1 matrix's planes on the device and its qmoe_quant_matrix there (the host strides).
-struct DeviceFp4Matrix {
-  DeviceBuffer codes, scales, bias;
-  qmoe_quant_matrix desc{};
-};
-
-std::unique_ptr<DeviceFp4Matrix> upload_fp4(const Fp4Matrix& w) {
-  auto d = std::make_unique<DeviceFp4Matrix>();
-  d->codes = to_device(w.codes);
-  d->scales = to_device(w.scales);
-  d->desc = w.desc;
-  d->desc.codes = d->codes.data();
-  d->desc.scales = d->scales.data();
-  if (w.desc.bias != nullptr) {
-    d->bias = to_device(w.bias);
-    d->desc.bias = d->bias.data();
-  }
-  return d;
-}
-
-class CudaFp4Decode : public ::testing::Test {
+class CudaFp4Decode : public CudaAbiTest {
  protected:
-  void SetUp() override {
-    QMOE_SKIP_WITHOUT_CUDA();
-    seed_ = fresh_seed();
-    rng_.seed(seed_);
-    ASSERT_EQ(qmoe_context_create(nullptr, &ctx_), QMOE_STATUS_OK);
-  }
-  void TearDown() override {
-    if (ctx_ != nullptr) qmoe_context_destroy(ctx_);
-    if (HasFailure()) std::printf("seed %llu\n", static_cast<unsigned long long>(seed_));
-  }
-
   // qmoe_cuda_gemm on X [m][k] (exactly representable in xd) into Y of dtype yd: every output
   // within the FP64 reference's bound (plus yd's rounding; infinity where that overflows yd),
   // within both bounds of the CPU's qmoe_gemm, NaN exactly where the CPU's is; a second call gives
@@ -79,7 +41,7 @@ class CudaFp4Decode : public ::testing::Test {
                                 qmoe_dtype yd, const std::vector<float>& x,
                                 const std::string& what) {
     const uint32_t n = w.options.n, k = w.options.k;
-    const std::unique_ptr<DeviceFp4Matrix> dw = upload_fp4(w);
+    const std::unique_ptr<DeviceAbiMatrix> dw = upload_abi_matrix(w);
     const DeviceBuffer dx = to_device(to_dtype(xd, x));
     const size_t y_bytes = size_t{m} * n * dtype_size(yd);
     DeviceBuffer dy(y_bytes);
@@ -121,10 +83,6 @@ class CudaFp4Decode : public ::testing::Test {
     EXPECT_EQ(bad, 0u) << what;
     return got;
   }
-
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
-  qmoe_context* ctx_ = nullptr;
 };
 
 const qmoe_dtype kDtypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
@@ -229,20 +187,12 @@ TEST_F(CudaFp4Decode, GemmNanScalesMakeTheirRowsNan) {
   }
 }
 
-struct GpuSetDeleter {
-  void operator()(qmoe_cuda_expert_set* s) const { qmoe_cuda_expert_set_destroy(s); }
-};
-
 // One layer on the GPU through the ABI against the FP64 layer and the CPU layer, twice (the
 // same bits), for m = 1 and 4 at both levels.
 void check_layer(qmoe_context* ctx, const Fp4Experts& e, uint32_t k, qmoe_dtype dtype,
                  std::mt19937_64& rng) {
-  qmoe_cuda_expert_set_desc sd;
-  qmoe_cuda_expert_set_desc_init(&sd);
-  sd.experts = e.set.get();
-  qmoe_cuda_expert_set* raw = nullptr;
-  ASSERT_EQ(qmoe_cuda_expert_set_create(&sd, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-  std::unique_ptr<qmoe_cuda_expert_set, GpuSetDeleter> set(raw);
+  const GpuSet set = make_gpu_set(e.set.get());
+  ASSERT_TRUE(set);
   const uint32_t H = e.hidden;
   for (uint32_t m : {1u, 4u}) {
     for (qmoe_accuracy level : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
@@ -347,12 +297,8 @@ TEST_F(CudaFp4Decode, ResidencyUpdateKeepsTheSetsFormat) {
       make_fp4_experts(QMOE_WEIGHT_FORMAT_NVFP4, 4, 64, 32, rng_);
   ASSERT_NE(mx->set, nullptr);
   ASSERT_NE(nv->set, nullptr);
-  qmoe_cuda_expert_set_desc sd;
-  qmoe_cuda_expert_set_desc_init(&sd);
-  sd.experts = mx->set.get();
-  qmoe_cuda_expert_set* raw = nullptr;
-  ASSERT_EQ(qmoe_cuda_expert_set_create(&sd, &raw), QMOE_STATUS_OK) << qmoe_last_error_message();
-  std::unique_ptr<qmoe_cuda_expert_set, GpuSetDeleter> set(raw);
+  const GpuSet set = make_gpu_set(mx->set.get());
+  ASSERT_TRUE(set);
   const uint32_t resident[] = {3, 1};
   uint32_t copied = 0;
   EXPECT_EQ(qmoe_cuda_expert_set_update_residency(set.get(), nv->set.get(), resident, 2, nullptr,

@@ -2,9 +2,9 @@
 // tests/cuda/cuda_host_emulator.h, so that CI, which has no GPU, executes it: the launcher's
 // split and grid, the round-major persistent loop, the staging, the walks with two batches in
 // flight and the cross-warp sums, on emulated devices of 1 to 3 multiprocessors (many rounds per
-// block), for INT4, MXFP4 and NVFP4 weights. Against the FP64 references within the device
-// test's bounds (and, for the E2M1 formats, against the CPU library's qmoe_gemm), with poisoned
-// outputs and guards. The device tests (int4_gemv_test.cu, fp4_gemv_test.cu) cover the
+// block), for INT4, INT3, MXFP4 and NVFP4 weights. Against the FP64 references within the device
+// test's bounds (and, for INT3 and the E2M1 formats, against the CPU library's qmoe_gemm), with
+// poisoned outputs and guards. The device tests (int4_gemv_test.cu, fp4_gemv_test.cu) cover the
 // hardware's own arithmetic and order.
 #include <gtest/gtest.h>
 
@@ -19,6 +19,7 @@
 #include "qmoe/qmoe.h"
 #include "tests/cuda/decode_emulation_util.h"
 #include "tests/gemm/fp4_reference.h"
+#include "tests/gemm/int3_reference.h"
 #include "tests/gemm/int4_reference.h"
 // The kernel source with its namespace renamed (the library linked into this binary defines the
 // real one).
@@ -116,27 +117,116 @@ void check_gemv_outputs(const GemvLaunch& l, const GemvCase& c, const std::strin
   }
 }
 
+// The CPU library's qmoe_gemm of `w` on X [m][k] (FP32), every column.
+std::vector<float> cpu_gemm(const qmoe_quant_matrix& w, qmoe_accuracy accuracy, uint32_t m,
+                            const std::vector<float>& x, const std::string& what) {
+  qmoe_context* ctx = nullptr;
+  EXPECT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
+  std::vector<float> y(size_t{m} * w.n, 0.0f);
+  EXPECT_EQ(qmoe_gemm(ctx, &w, accuracy, m, x.data(), w.k, y.data(), w.n, 0, w.n), QMOE_STATUS_OK)
+      << qmoe_last_error_message() << "; " << what;
+  qmoe_context_destroy(ctx);
+  return y;
+}
+
 // Runs the GEMV (auto split or `config`) on X values `x` ([m][k]) and checks every output
-// against the FP64 reference within the device test's bounds, and the poison elsewhere.
+// against the FP64 reference within the device test's bounds (the level's bound plus the output
+// dtype's rounding), and the poison elsewhere. An INT3 matrix (tests/gemm/int3_reference.h: the
+// INT4 model with codes 0..7, packed by the test's own implementation of docs/formats.md) also
+// against the CPU library's qmoe_gemm on the same widened X (both within their bounds of the
+// reference: within the sum of the two).
 void run_gemv(const Int4Matrix& w, const GemvCase& c, const std::vector<float>& x_values, int sms,
-              const emu::Int4GemvConfig* config) {
+              const emu::Int4GemvConfig* config = nullptr) {
   const uint32_t n = w.options.n;
+  const bool int3 = w.desc.format == QMOE_WEIGHT_FORMAT_INT3;
   const GemvLaunch l = launch_gemv(w, c, x_values, sms, config);
-  const std::string what = describe_case(w, c, sms, config);
+  const std::string what = (int3 ? "int3 " : "") + describe_case(w, c, sms, config);
   ASSERT_EQ(l.error, cudaSuccess) << what;
   const Reference ref = reference_gemm(w, l.xw, c.m);
+  const std::vector<float> cpu =
+      int3 ? cpu_gemm(w.desc, c.accuracy, c.m, l.xw, what) : std::vector<float>{};
   size_t bad = 0;
   check_gemv_outputs(l, c, what, &bad, [&](uint32_t i, uint32_t col, double got) {
     const size_t o = size_t{i} * n + col;
-    const double want = ref.y[o];
     const double tol =
         (c.accuracy == QMOE_ACCURACY_EXACT ? 1e-5 * ref.abs_sum[o] : ref.fast_bound[o]) + 1e-30;
-    if (!output_matches(c.yd, got, want, tol) && bad++ < 5) {
-      ADD_FAILURE() << "y[" << i << "," << col << "] = " << got << ", want " << want << " +- "
-                    << tol << "; " << what;
+    if (!output_matches(c.yd, got, ref.y[o], tol) && bad++ < 5) {
+      ADD_FAILURE() << "y[" << i << "," << col << "] = " << got << ", FP64 reference " << ref.y[o]
+                    << " +- " << tol << " (row " << col % 8 << " of its group); " << what;
+    }
+    if (int3 && !output_matches(c.yd, got, cpu[o], 2 * tol) && bad++ < 5) {
+      ADD_FAILURE() << "y[" << i << "," << col << "] = " << got << ", CPU library " << cpu[o]
+                    << " +- " << 2 * tol << " (row " << col % 8 << " of its group); " << what;
     }
   });
   EXPECT_EQ(bad, 0u) << what;
+}
+
+// A random matrix of `format` (INT4, or INT3: tests/gemm/int3_reference.h) with options `o`.
+Int4Matrix make_matrix(qmoe_weight_format format, const Int4Options& o, std::mt19937_64& rng) {
+  Int4Matrix w =
+      format == QMOE_WEIGHT_FORMAT_INT3 ? make_int3_matrix(o, rng) : make_int4_matrix(o, rng);
+  EXPECT_EQ(w.desc.format, format);
+  return w;
+}
+
+// The part of a random case that every random test draws alike: leading dimensions 0 to 4 past
+// K and N and, one time in three each, the columns from a random first one and to a random last.
+void draw_strides_and_columns(GemvCase* c, uint32_t n, uint32_t k, std::mt19937_64& rng) {
+  c->ldx = k + rng() % 5;
+  c->ldy = n + rng() % 5;
+  c->n_begin = rng() % 3 == 0 ? static_cast<uint32_t>(rng() % n) : 0;
+  c->n_end = rng() % 3 == 0 ? c->n_begin + 1 + static_cast<uint32_t>(rng() % (n - c->n_begin)) : n;
+}
+
+// A model-size K with the launcher's own split on a 2-SM device: N x K at M, block 32, FP16
+// scales (and zero points where asked) in the grouped order, a bias where N is 96.
+struct ModelKShape {
+  uint32_t n, k;
+  qmoe_accuracy acc;
+  uint32_t m;
+  bool zero_points;
+};
+
+void check_model_k_auto_split(qmoe_weight_format format, const std::vector<ModelKShape>& shapes,
+                              std::mt19937_64& rng) {
+  for (const ModelKShape& s : shapes) {
+    Int4Options o = grouped_int4_options(s.n, s.k, s.zero_points, s.n == 96);
+    o.zero_point_order = ScaleOrder::kGrouped;
+    const Int4Matrix w = make_matrix(format, o, rng);
+    GemvCase c{s.acc, s.m, QMOE_DTYPE_F32, QMOE_DTYPE_F32, s.k, s.n, 0, s.n};
+    run_gemv(w, c, random_activations(s.m, s.k, rng), 2);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// Every split kind forced on one problem of `format` (33 chunks: a partial last quad; N = 61:
+// rows 5..7 of the last group are padding).
+void check_forced_splits(qmoe_weight_format format, std::mt19937_64& rng) {
+  const Int4Options o = grouped_int4_options(61, 1056, true, true);
+  const Int4Matrix w = make_matrix(format, o, rng);
+  for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+    for (uint32_t kw : {1u, 2u, 4u, 8u}) {
+      for (uint32_t rounds : {1u, 3u}) {
+        const uint32_t m = rounds == 1 ? 1 : 5;
+        const uint32_t tc = kw == 2 ? 4 : kw == 4 ? 12 : 36;
+        const emu::Int4GemvConfig config{kw, rounds, tc};
+        GemvCase c{acc, m, QMOE_DTYPE_F32, QMOE_DTYPE_F32, o.k, o.n, 5, 59};
+        run_gemv(w, c, random_activations(m, o.k, rng), 2, &config);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+// What the launcher does with description `d`: the GEMV at the fast level, M = 1, FP32 X (ones)
+// and Y, every column. Its answer and the number of kernels it launched.
+std::pair<cudaError_t, uint64_t> launch_count(const emu::DeviceQuantMatrix& d) {
+  std::vector<float> x(d.k, 1.0f), y(d.n, 0.0f);
+  const uint64_t before = qmoe_emu::device().launches;
+  const cudaError_t e = emu::launch_int4_gemv(d, QMOE_ACCURACY_FAST, 1, QMOE_DTYPE_F32, x.data(),
+                                              d.k, QMOE_DTYPE_F32, y.data(), d.n, 0, d.n, nullptr);
+  return std::make_pair(e, qmoe_emu::device().launches - before);
 }
 
 TEST_F(EmulatedDevice, GemvRandomShapesMeetBothLevelsBounds) {
@@ -149,11 +239,7 @@ TEST_F(EmulatedDevice, GemvRandomShapesMeetBothLevelsBounds) {
     c.m = 1 + static_cast<uint32_t>(rng_() % 8);
     c.xd = dtypes[rng_() % 3];
     c.yd = dtypes[rng_() % 3];
-    c.ldx = o.k + rng_() % 5;
-    c.ldy = o.n + rng_() % 5;
-    c.n_begin = rng_() % 3 == 0 ? static_cast<uint32_t>(rng_() % o.n) : 0;
-    c.n_end =
-        rng_() % 3 == 0 ? c.n_begin + 1 + static_cast<uint32_t>(rng_() % (o.n - c.n_begin)) : o.n;
+    draw_strides_and_columns(&c, o.n, o.k, rng_);
     run_gemv(w, c, random_activations(c.m, o.k, rng_), 1 + iter % 3, nullptr);
   }
 }
@@ -161,49 +247,151 @@ TEST_F(EmulatedDevice, GemvRandomShapesMeetBothLevelsBounds) {
 // The model-size K (gpt-oss 2880, Qwen3 FC1 2048) with the launcher's own split on a 2-SM device:
 // several rounds per block, the K split the cost model picks, and (exact, m = 8) K in tiles.
 TEST_F(EmulatedDevice, GemvModelKAutoSplit) {
-  struct Shape {
-    uint32_t n, k;
-    qmoe_accuracy acc;
-    uint32_t m;
-  };
-  for (const Shape s :
-       {Shape{96, 2880, QMOE_ACCURACY_FAST, 1}, Shape{40, 2048, QMOE_ACCURACY_FAST, 4},
-        Shape{24, 2880, QMOE_ACCURACY_EXACT, 8}, Shape{72, 768, QMOE_ACCURACY_EXACT, 2}}) {
-    Int4Options o;
-    o.n = s.n;
-    o.k = s.k;
-    o.block_size = 32;
-    o.scale_dtype = QMOE_DTYPE_F16;
-    o.scale_order = ScaleOrder::kGrouped;
-    o.bias = s.n == 96;
-    const Int4Matrix w = make_int4_matrix(o, rng_);
-    GemvCase c{s.acc, s.m, QMOE_DTYPE_F32, QMOE_DTYPE_F32, s.k, s.n, 0, s.n};
-    run_gemv(w, c, random_activations(s.m, s.k, rng_), 2, nullptr);
-    if (HasFailure()) return;
-  }
+  check_model_k_auto_split(QMOE_WEIGHT_FORMAT_INT4,
+                           {{96, 2880, QMOE_ACCURACY_FAST, 1, false},
+                            {40, 2048, QMOE_ACCURACY_FAST, 4, false},
+                            {24, 2880, QMOE_ACCURACY_EXACT, 8, false},
+                            {72, 768, QMOE_ACCURACY_EXACT, 2, false}},
+                           rng_);
 }
 
 // Every split kind forced on one problem (33 chunks: a partial last quad).
 TEST_F(EmulatedDevice, GemvForcedSplitsMeetTheBounds) {
-  Int4Options o;
-  o.n = 61;
-  o.k = 1056;
-  o.block_size = 32;
-  o.scale_order = ScaleOrder::kGrouped;
-  o.zero_points = true;
-  o.bias = true;
-  const Int4Matrix w = make_int4_matrix(o, rng_);
-  for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
-    for (uint32_t kw : {1u, 2u, 4u, 8u}) {
-      for (uint32_t rounds : {1u, 3u}) {
-        const uint32_t m = rounds == 1 ? 1 : 5;
-        const uint32_t tc = kw == 2 ? 4 : kw == 4 ? 12 : 36;
-        const emu::Int4GemvConfig config{kw, rounds, tc};
-        GemvCase c{acc, m, QMOE_DTYPE_F32, QMOE_DTYPE_F32, o.k, o.n, 5, 59};
-        run_gemv(w, c, random_activations(m, o.k, rng_), 2, &config);
-        if (HasFailure()) return;
+  check_forced_splits(QMOE_WEIGHT_FORMAT_INT4, rng_);
+}
+
+// ---- INT3 --------------------------------------------------------------------------------------
+
+// Random shapes over the whole option space (block sizes 16..128, FP32/FP16/BF16 scales in every
+// plane order, zero points 0..7 in any order or the default 4, bias of any dtype), both levels,
+// every M from 1 to 8 and every activation/output dtype pair in turn, leading dimensions, column
+// ranges, 1 to 3 multiprocessors. Three iterations in four have N % 8 = 1..7 (each in turn), so
+// the last group's rows 6 and 7, whose codes lie split over the tile's three vectors, are
+// sometimes padding. Against the FP64 reference and the CPU library (run_gemv).
+TEST_F(EmulatedDevice, GemvInt3RandomShapesMeetBothLevelsBoundsAndCpu) {
+  const qmoe_dtype dtypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
+  int tail = 0;
+  for (int iter = 0; iter < 36 && !HasFailure(); ++iter) {
+    Int4Options o = random_int4_options(rng_, 320);
+    if (iter % 4 != 0) o.n = 8 * static_cast<uint32_t>(rng_() % 8) + 1 + tail++ % 7;
+    const Int4Matrix w = make_matrix(QMOE_WEIGHT_FORMAT_INT3, o, rng_);
+    GemvCase c;
+    c.accuracy = iter % 2 ? QMOE_ACCURACY_FAST : QMOE_ACCURACY_EXACT;
+    c.m = 1 + static_cast<uint32_t>(iter / 2 % 8);
+    c.xd = dtypes[iter % 3];
+    c.yd = dtypes[iter / 3 % 3];
+    draw_strides_and_columns(&c, o.n, o.k, rng_);
+    const int sms = 1 + static_cast<int>(rng_() % 3);
+    run_gemv(w, c, random_activations(c.m, o.k, rng_), sms);
+  }
+}
+
+// The model-size K (gpt-oss 2880, Qwen3 FC1 2048, FC2 768) with the launcher's own split on a
+// 2-SM device, N with and without a tail, zero points in the grouped order on one.
+TEST_F(EmulatedDevice, GemvInt3ModelKAutoSplit) {
+  check_model_k_auto_split(QMOE_WEIGHT_FORMAT_INT3,
+                           {{96, 2880, QMOE_ACCURACY_FAST, 1, false},
+                            {38, 2048, QMOE_ACCURACY_FAST, 4, true},
+                            {23, 2880, QMOE_ACCURACY_EXACT, 8, false},
+                            {72, 768, QMOE_ACCURACY_EXACT, 2, false}},
+                           rng_);
+}
+
+// Every split kind forced on one problem (33 chunks: a partial last quad; N = 61: rows 5..7 of the
+// last group are padding).
+TEST_F(EmulatedDevice, GemvInt3ForcedSplitsMeetTheBounds) {
+  check_forced_splits(QMOE_WEIGHT_FORMAT_INT3, rng_);
+}
+
+// A copy of `w` with every code of the rows whose n % 8 is not in [first, last] set to 0,
+// repacked, its description pointing at its own buffers.
+Int4Matrix int3_with_rows_only(const Int4Matrix& full, uint32_t first, uint32_t last) {
+  Int4Matrix w = full;
+  const uint32_t n = w.options.n, k = w.options.k;
+  for (uint32_t row = 0; row < n; ++row) {
+    if (row % 8 >= first && row % 8 <= last) continue;
+    std::fill_n(w.code_values.begin() + size_t{row} * k, k, uint8_t{0});
+  }
+  w.codes = pack_int3_canonical(w.code_values, n, k);
+  w.desc.codes = w.codes.data();
+  w.desc.scales = w.scales.data();
+  if (w.desc.zero_points != nullptr) w.desc.zero_points = w.zero_points.data();
+  if (w.desc.bias != nullptr) w.desc.bias = w.bias.data();
+  return w;
+}
+
+// Nonzero codes only in rows 6 and 7 of each 8-row group (their two low bits are bits 6-7 of
+// vectors 0 and 1, their high bits bits 6-7 of vector 2: every byte's bits 0-5 are zero), and
+// then only in rows 0-5 (whole codes in bits 0-5, bits 6-7 zero): a decode that takes a row's
+// bits from the other rows' places, or lets them leak into its codes, is seen in the rows whose
+// codes are 0 (weight -zero_point * scale) as much as in the others. N tails that end the last
+// group at row 6 (row 7 padding), at row 7, and before row 6; both levels, M 1, 3 and 8, block
+// sizes 16 to 128, zero points or the default 4.
+TEST_F(EmulatedDevice, GemvInt3RowsSixAndSevenApartFromRowsZeroToFive) {
+  struct Shape {
+    uint32_t n, k, block;
+    bool zero_points;
+    qmoe_dtype scale_dtype;
+  };
+  const Shape shapes[] = {{23, 96, 16, true, QMOE_DTYPE_F16},
+                          {32, 160, 32, false, QMOE_DTYPE_BF16},
+                          {15, 256, 64, true, QMOE_DTYPE_F32},
+                          {29, 128, 128, false, QMOE_DTYPE_F16}};
+  int index = 0, shape_index = 0;
+  for (const Shape& s : shapes) {
+    Int4Options o;
+    o.n = s.n;
+    o.k = s.k;
+    o.block_size = s.block;
+    o.scale_dtype = s.scale_dtype;
+    o.scale_order = shape_index % 2 ? ScaleOrder::kGrouped : ScaleOrder::kRowMajor;
+    o.zero_points = s.zero_points;
+    o.zero_point_order = ScaleOrder::kGrouped;
+    o.bias = shape_index++ == 1;
+    const Int4Matrix full = make_int3_matrix(o, rng_);
+    ASSERT_EQ(full.desc.format, QMOE_WEIGHT_FORMAT_INT3);
+    for (const bool high_rows : {true, false}) {
+      const Int4Matrix w =
+          high_rows ? int3_with_rows_only(full, 6, 7) : int3_with_rows_only(full, 0, 5);
+      // The packing has the property the test is about.
+      const uint8_t unused_bits = high_rows ? 0x3F : 0xC0;
+      for (size_t b = 0; b < w.codes.size(); ++b) {
+        ASSERT_EQ(w.codes[b] & unused_bits, 0) << "byte " << b;
+      }
+      ASSERT_TRUE(std::any_of(w.codes.begin(), w.codes.end(), [](uint8_t v) { return v != 0; }));
+      for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+        for (uint32_t m : {1u, 3u, 8u}) {
+          const qmoe_dtype yd = index++ % 4 == 3 ? QMOE_DTYPE_BF16 : QMOE_DTYPE_F32;
+          GemvCase c{acc, m, QMOE_DTYPE_F32, yd, o.k, o.n, 0, o.n};
+          run_gemv(w, c, random_activations(m, o.k, rng_), 1 + index % 3);
+          if (HasFailure()) {
+            std::printf("nonzero codes only in rows %s of each group\n", high_rows ? "6-7" : "0-5");
+            return;
+          }
+        }
       }
     }
+  }
+}
+
+// An INT3 description the kernels cannot read is refused before anything is launched; the
+// matrix itself launches.
+TEST_F(EmulatedDevice, GemvInt3InvalidDescriptionsLaunchNothing) {
+  Int4Options o;
+  o.n = 16;
+  o.k = 64;
+  const Int4Matrix w = make_matrix(QMOE_WEIGHT_FORMAT_INT3, o, rng_);
+  const emu::DeviceQuantMatrix good = describe_host<emu::DeviceQuantMatrix>(w);
+  EXPECT_EQ(launch_count(good), std::make_pair(cudaSuccess, uint64_t{1}));
+  for (qmoe_dtype byte_scale : {QMOE_DTYPE_E8M0, QMOE_DTYPE_F8_E4M3}) {
+    emu::DeviceQuantMatrix bad = good;
+    bad.scale_dtype = byte_scale;  // the E2M1 formats' scale types
+    EXPECT_EQ(launch_count(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0})) << byte_scale;
+  }
+  for (uint32_t block : {8u, 256u}) {
+    emu::DeviceQuantMatrix bad = good;
+    bad.block_size = block;
+    EXPECT_EQ(launch_count(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0})) << block;
   }
 }
 
@@ -228,20 +416,14 @@ std::string describe_fp4_case(const Fp4Matrix& w, const GemvCase& c, int sms) {
 std::vector<float> run_fp4_gemv(const Fp4Matrix& w, const GemvCase& c,
                                 const std::vector<float>& x_values, int sms,
                                 const emu::Int4GemvConfig* config = nullptr) {
-  const uint32_t k = w.options.k, n = w.options.n;
+  const uint32_t n = w.options.n;
   const GemvLaunch l = launch_gemv(w, c, x_values, sms, config);
   const std::string what = describe_fp4_case(w, c, sms);
   std::vector<float> out(size_t{c.m} * n, NAN);
   EXPECT_EQ(l.error, cudaSuccess) << what;
   if (l.error != cudaSuccess) return out;
   const Fp4Reference ref = reference_gemm(w, l.xw, c.m);
-  qmoe_context* ctx = nullptr;
-  EXPECT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
-  std::vector<float> cpu(size_t{c.m} * n, 0.0f);
-  EXPECT_EQ(qmoe_gemm(ctx, &w.desc, c.accuracy, c.m, l.xw.data(), k, cpu.data(), n, 0, n),
-            QMOE_STATUS_OK)
-      << qmoe_last_error_message();
-  qmoe_context_destroy(ctx);
+  const std::vector<float> cpu = cpu_gemm(w.desc, c.accuracy, c.m, l.xw, what);
   size_t bad = 0;
   check_gemv_outputs(l, c, what, &bad, [&](uint32_t i, uint32_t col, float got) {
     const size_t o = size_t{i} * n + col;
@@ -290,11 +472,7 @@ TEST_F(EmulatedDevice, GemvFp4RandomShapesMeetBothLevelsBoundsAndCpu) {
     c.m = 1 + static_cast<uint32_t>(rng_() % 8);
     c.xd = dtypes[rng_() % 3];
     c.yd = dtypes[rng_() % 3];
-    c.ldx = o.k + rng_() % 5;
-    c.ldy = o.n + rng_() % 5;
-    c.n_begin = rng_() % 3 == 0 ? static_cast<uint32_t>(rng_() % o.n) : 0;
-    c.n_end =
-        rng_() % 3 == 0 ? c.n_begin + 1 + static_cast<uint32_t>(rng_() % (o.n - c.n_begin)) : o.n;
+    draw_strides_and_columns(&c, o.n, o.k, rng_);
     run_fp4_gemv(w, c, random_activations(c.m, o.k, rng_), 1 + iter % 3);
   }
 }
@@ -444,29 +622,21 @@ TEST_F(EmulatedDevice, GemvFp4InvalidDescriptionsLaunchNothing) {
     o.k = 64;
     const Fp4Matrix w = make_fp4_matrix(o, rng_);
     const emu::DeviceQuantMatrix good = describe_host<emu::DeviceQuantMatrix>(w);
-    std::vector<float> x(o.k, 1.0f), y(o.n, 0.0f);
-    const auto launches = [&](const emu::DeviceQuantMatrix& d) {
-      const uint64_t before = qmoe_emu::device().launches;
-      const cudaError_t e =
-          emu::launch_int4_gemv(d, QMOE_ACCURACY_FAST, 1, QMOE_DTYPE_F32, x.data(), o.k,
-                                QMOE_DTYPE_F32, y.data(), o.n, 0, o.n, nullptr);
-      return std::make_pair(e, qmoe_emu::device().launches - before);
-    };
-    EXPECT_EQ(launches(good), std::make_pair(cudaSuccess, uint64_t{1}));
+    EXPECT_EQ(launch_count(good), std::make_pair(cudaSuccess, uint64_t{1}));
     emu::DeviceQuantMatrix bad = good;
     bad.scale_dtype = QMOE_DTYPE_F16;  // INT4's scale type under an E2M1 format
-    EXPECT_EQ(launches(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0}));
+    EXPECT_EQ(launch_count(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0}));
     bad = good;
     bad.block_size = format == QMOE_WEIGHT_FORMAT_MXFP4 ? 16 : 32;
-    EXPECT_EQ(launches(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0}));
+    EXPECT_EQ(launch_count(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0}));
     bad = good;
     bad.format = QMOE_WEIGHT_FORMAT_INT3;
-    EXPECT_EQ(launches(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0}));
+    EXPECT_EQ(launch_count(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0}));
     if (format == QMOE_WEIGHT_FORMAT_NVFP4) {
       for (float g : {0.0f, -1.0f, INFINITY, NAN}) {
         bad = good;
         bad.global_scale = g;
-        EXPECT_EQ(launches(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0})) << g;
+        EXPECT_EQ(launch_count(bad), std::make_pair(cudaErrorInvalidValue, uint64_t{0})) << g;
       }
     }
   }

@@ -253,22 +253,12 @@ TEST_F(CudaInt4Gemv, RandomShapesMeetBothLevelsBounds) {
 }
 
 TEST_F(CudaInt4Gemv, TailsEveryBlockSizeAndPlaneOrder) {
-  const ScaleOrder orders[] = {ScaleOrder::kRowMajor, ScaleOrder::kBlockMajor,
-                               ScaleOrder::kPaddedRowMajor, ScaleOrder::kGrouped};
   const qmoe_dtype dtypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
   for (uint32_t block : {16u, 32u, 64u, 128u}) {
     for (int v = 0; v < 8 && !HasFailure(); ++v) {
-      Int4Options o;
-      o.block_size = block;
       // N % 8 != 0; K % 32 == 16 where the block size allows it (16 only).
-      o.n = 13 + 8 * (v % 3);
-      o.k = block == 16 ? 16 * (5 + 2 * v) : block * (1 + v % 4);
-      o.scale_dtype = dtypes[v % 3];
-      o.scale_order = orders[v % 4];
-      o.zero_points = v % 2 == 1;
-      o.zero_point_order = orders[(v + 1) % 4];
-      o.bias = v % 3 != 0;
-      o.bias_dtype = dtypes[(v + 2) % 3];
+      const uint32_t k = block == 16 ? 16 * (5 + 2 * v) : block * (1 + v % 4);
+      const Int4Options o = tail_variant_options(13 + 8 * (v % 3), k, block, v, v % 3 != 0);
       const Int4Matrix w = make_int4_matrix(o, rng_);
       for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
         for (uint32_t m : {1u, 3u, 8u}) {
@@ -297,46 +287,14 @@ TEST_F(CudaInt4Gemv, TailsEveryBlockSizeAndPlaneOrder) {
 // level's x_scale is 1 and q = round-half-even(x), so both levels' results are exact in FP32
 // and must equal the integer reference bit for bit (ties 2.5 -> 2, 3.5 -> 4 included).
 TEST_F(CudaInt4Gemv, IntegerPartsAreExact) {
-  const ScaleOrder orders[] = {ScaleOrder::kRowMajor, ScaleOrder::kBlockMajor,
-                               ScaleOrder::kGrouped};
   const qmoe_dtype dtypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
   for (uint32_t block : {16u, 32u, 64u, 128u}) {
     for (int v = 0; v < 6 && !HasFailure(); ++v) {
-      Int4Options o;
-      o.block_size = block;
-      o.n = 11 + v;
-      o.k = block == 16 ? 16 * (3 + 2 * v) : block * (1 + v % 3);  // K % 32 == 16 for B = 16
-      o.scale_dtype = dtypes[v % 3];
-      o.scale_order = orders[v % 3];
-      o.zero_points = v % 2 == 0;
-      Int4Matrix w = make_int4_matrix(o, rng_);
-      // Scales 0.5, 1 or 2 with a sign, written through the plane's own strides.
-      const uint32_t blocks = o.k / block;
-      const size_t es = dtype_size(o.scale_dtype);
-      for (uint32_t n = 0; n < o.n; ++n) {
-        for (uint32_t b = 0; b < blocks; ++b) {
-          const float s = std::ldexp(rng_() % 2 ? -1.0f : 1.0f, static_cast<int>(rng_() % 3) - 1);
-          w.scale_values[size_t{n} * blocks + b] = s;
-          const size_t row = w.desc.scale_group_stride == 0 ? n * w.desc.scale_row_stride
-                                                            : (n / 8) * w.desc.scale_group_stride +
-                                                                  (n % 8) * w.desc.scale_row_stride;
-          const std::vector<unsigned char> bits = to_dtype(o.scale_dtype, {s});
-          std::memcpy(w.scales.data() + (row + b * w.desc.scale_block_stride) * es, bits.data(),
-                      es);
-        }
-      }
+      const Int4Matrix w = integer_part_matrix(block, v, make_int4_matrix, rng_);
+      const Int4Options& o = w.options;
       for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
         const uint32_t m = 1 + static_cast<uint32_t>(rng_() % 8);
-        std::vector<float> x(size_t{m} * o.k);
-        for (uint32_t i = 0; i < m; ++i) {
-          for (uint32_t c = 0; c * 32 < o.k; ++c) {
-            const uint32_t k1 = std::min(o.k, c * 32 + 32);
-            for (uint32_t j = c * 32; j < k1; ++j) {
-              x[size_t{i} * o.k + j] = static_cast<float>(static_cast<int>(rng_() % 507) - 253) / 2;
-            }
-            x[size_t{i} * o.k + c * 32 + rng_() % (k1 - c * 32)] = rng_() % 2 ? 127.0f : -127.0f;
-          }
-        }
+        const std::vector<float> x = integer_part_activations(m, o.k, rng_);
         Problem p;
         p.w = &w;
         p.dw = upload_matrix(w);
@@ -353,13 +311,8 @@ TEST_F(CudaInt4Gemv, IntegerPartsAreExact) {
         expect_untouched(p);
         for (uint32_t i = 0; i < m; ++i) {
           for (uint32_t n = 0; n < o.n; ++n) {
-            double want = w.bias_values[n];
-            for (uint32_t j = 0; j < o.k; ++j) {
-              const double xv = p.x[i * p.ldx + j];
-              const double q = acc == QMOE_ACCURACY_FAST ? std::nearbyint(xv) : xv;
-              want += q * w.weight(n, j);
-            }
-            ASSERT_EQ(p.y_at(i, n), want) << "y[" << i << "," << n << "] " << p.describe();
+            ASSERT_EQ(p.y_at(i, n), integer_parts_output(w, p.x.data() + i * p.ldx, n, acc))
+                << "y[" << i << "," << n << "] " << p.describe();
           }
         }
       }
@@ -369,13 +322,8 @@ TEST_F(CudaInt4Gemv, IntegerPartsAreExact) {
 
 // Each split the launcher may pick, forced on the same problem: all meet the bounds.
 TEST_F(CudaInt4Gemv, ForcedSplitsMeetTheBounds) {
-  Int4Options o;
-  o.n = 61;
-  o.k = 1056;  // 33 chunks: a partial last quad
-  o.block_size = 32;
-  o.scale_order = ScaleOrder::kGrouped;
-  o.zero_points = true;
-  o.bias = true;
+  // 33 chunks: a partial last quad.
+  const Int4Options o = grouped_int4_options(61, 1056, true, true);
   const Int4Matrix w = make_int4_matrix(o, rng_);
   for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
     for (uint32_t m : {1u, 5u}) {
@@ -412,17 +360,7 @@ TEST_F(CudaInt4Gemv, ForcedSplitsMeetTheBounds) {
 TEST_F(CudaInt4Gemv, ModelShapesMatchCpuLibrary) {
   qmoe_context* ctx = nullptr;
   ASSERT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
-  struct Shape {
-    uint32_t n, k;
-  };
-  for (const Shape s : {Shape{1536, 2048}, Shape{2048, 768}, Shape{5760, 2880}}) {
-    Int4Options o;
-    o.n = s.n;
-    o.k = s.k;
-    o.block_size = 32;
-    o.scale_dtype = QMOE_DTYPE_F16;
-    o.scale_order = ScaleOrder::kGrouped;
-    o.bias = s.n == 5760;
+  for (const Int4Options& o : benchmark_gemm_shapes()) {
     const Int4Matrix w = make_int4_matrix(o, rng_);
     auto dw = upload_matrix(w);
     for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {

@@ -6,7 +6,8 @@
 // Against the FP64 layer reference within the device test's bounds, with poisoned outputs; the
 // bits must not depend on the device size, and the error word and zero output on invalid input
 // are checked. MXFP4 and NVFP4 experts (gpt-oss's activation) run the same way, against the FP64
-// layer of tests/moe/moe_fp4_reference.h and the CPU library's qmoe_moe_forward. The device test
+// layer of tests/moe/moe_fp4_reference.h and the CPU library's qmoe_moe_forward; INT3 experts
+// (tests/gemm/int3_reference.h) against the FP64 layer and the CPU layer. The device test
 // (moe_layer_test.cu) covers the hardware, graphs and the CPU.
 #include <gtest/gtest.h>
 
@@ -20,8 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/cuda/cuda_set_util.h"
 #include "tests/cuda/decode_emulation_util.h"
+#include "tests/cuda/layer_output_check.h"
 #include "tests/gemm/fp4_reference.h"
+#include "tests/gemm/int3_reference.h"
 #include "tests/gemm/int4_reference.h"
 #include "tests/moe/moe_call.h"
 #include "tests/moe/moe_fp4_reference.h"
@@ -75,11 +79,16 @@ struct EmulatedOffload {
 // One layer on the emulated device: experts e use matrices e (slot order shuffled), residency
 // all or partial, routing by ids/weights or logits. Partial is always mixed, whatever the seed:
 // in a shuffled order of the experts the first is never resident, the next two always are, and
-// the rest are with probability two in three.
+// the rest are with probability two in three. The launch's format is the experts' (INT4 unless
+// the model was made with other matrices: make_moe_model's make_matrix).
 class MoeFixture {
  public:
   MoeFixture(const MoeOptions& o, bool partial, std::mt19937_64& rng)
-      : options_(o), model_(make_moe_model(o, rng)) {
+      : MoeFixture(make_moe_model(o, rng), partial, rng) {}
+  MoeFixture(std::unique_ptr<MoeModel> model, bool partial, std::mt19937_64& rng)
+      : options_(model->options), model_(std::move(model)) {
+    const MoeOptions& o = options_;
+    format_ = model_->fc1[0].desc.format;
     std::vector<uint32_t> order(o.experts);
     std::iota(order.begin(), order.end(), 0u);
     std::shuffle(order.begin(), order.end(), rng);
@@ -98,12 +107,13 @@ class MoeFixture {
     }
     for (int32_t s : residency_) mask_.push_back(s >= 0 ? 1 : 0);
     // What a device expert set of these experts would say (device_expert_set.cu).
-    lean_ = true;
+    lean_ = emu::has_lean_decode(format_);
     for (size_t i = 0; i < fc1_.size(); ++i) {
       lean_ = lean_ && emu::int4_lean_layout(fc1_[i]) && emu::int4_lean_layout(fc2_[i]);
     }
   }
-  // Whether every slot has the lean INT4 layout (the calls then set MoeLayerParams::lean_walk),
+  // Whether every slot has the lean INT4 or INT3 layout (the calls then set
+  // MoeLayerParams::lean_walk),
   // and a switch to run the kernels that also hold the general walk instead.
   bool lean() const { return lean_; }
   void set_lean_walk(bool on) { lean_walk_ = on; }
@@ -166,7 +176,7 @@ class MoeFixture {
     p.beta = options_.beta;
     p.limit = options_.limit;
     p.accumulate = c.accumulate;
-    p.format = QMOE_WEIGHT_FORMAT_INT4;
+    p.format = format_;
     p.lean_walk = lean_ && lean_walk_;
     p.fc1 = fc1_.data();
     p.fc2 = fc2_.data();
@@ -208,6 +218,7 @@ class MoeFixture {
   std::vector<int32_t> residency_;
   std::vector<emu::DeviceQuantMatrix> fc1_, fc2_;
   std::vector<uint8_t> mask_;
+  qmoe_weight_format format_ = QMOE_WEIGHT_FORMAT_INT4;
   bool lean_ = false, lean_walk_ = true;
 };
 
@@ -234,10 +245,16 @@ void route(const std::vector<float>& logits, uint32_t m, uint32_t E, uint32_t k,
 
 // Runs one case on two device sizes: each within the reference's bounds (doubled for
 // logits routing, whose softmax differs in its last bits), nothing written outside rows
-// [0, m) x [0, H), and the same bits on every device size.
-void check_moe_case(const MoeCase& c, const MoeOptions& base, std::mt19937_64& rng) {
+// [0, m) x [0, H), and the same bits on every device size. With INT3 experts (`format`), also
+// against the CPU layer (qmoe_moe_forward on the same X, routing, run mask and initial Y: both
+// within their bounds of the reference, so within the sum of the two).
+void check_moe_case(const MoeCase& c, const MoeOptions& base, std::mt19937_64& rng,
+                    qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
   MoeOptions o = base;
-  MoeFixture f(o, c.partial, rng);
+  MoeFixture f(make_moe_model(
+                   o, rng, format == QMOE_WEIGHT_FORMAT_INT3 ? make_int3_matrix : make_int4_matrix),
+               c.partial, rng);
+  ASSERT_EQ(f.model().fc1[0].desc.format, format);
   const uint32_t H = o.hidden, E = o.experts;
   std::vector<float> x = random_activations(c.m, H, rng);
   x = round_trip(c.dtype, x);
@@ -265,33 +282,44 @@ void check_moe_case(const MoeCase& c, const MoeOptions& base, std::mt19937_64& r
                                          f.mask().data(), c.accumulate ? y0 : std::vector<float>{});
   const double slack = c.logits ? 2.0 : 1.0;
   const size_t ldy = H + 5, es = dsize(c.dtype);
+  const bool compare_cpu = format != QMOE_WEIGHT_FORMAT_INT4;
+  std::vector<float> cpu;
+  if (compare_cpu) {
+    const HostSet set = make_host_set(f.model().desc);
+    ASSERT_TRUE(set);
+    qmoe_context* ctx = nullptr;
+    ASSERT_EQ(qmoe_context_create(nullptr, &ctx), QMOE_STATUS_OK);
+    MoeCallOptions call;
+    call.run_mask = f.mask().data();
+    call.accumulate = c.accumulate ? 1 : 0;
+    cpu = c.accumulate ? y0 : std::vector<float>(size_t{c.m} * H, 0.0f);
+    const qmoe_status status = moe_forward(ctx, set.get(), c.acc, c.m, x.data(), H, ids.data(),
+                                           weights.data(), c.k, cpu.data(), H, &call);
+    qmoe_context_destroy(ctx);
+    ASSERT_EQ(status, QMOE_STATUS_OK) << qmoe_last_error_message();
+  }
   std::vector<unsigned char> first;
   for (int sms : {1, 4}) {
     const MoeRun r = f.run(c, x, ids, weights, logits, y0, c.m, sms);
-    const std::string what = describe_moe(c, o, sms);
+    const std::string what =
+        std::string(format == QMOE_WEIGHT_FORMAT_INT3 ? "int3 " : "") + describe_moe(c, o, sms);
     EXPECT_EQ(r.error, 0u) << what;
     size_t bad = 0;
     for (size_t el = 0; el < r.y.size() / es; ++el) {
       const uint32_t t = static_cast<uint32_t>(el / ldy), n = static_cast<uint32_t>(el % ldy);
-      if (t >= c.m || n >= H) {
-        for (size_t b = 0; b < es; ++b) {
-          if (r.y[el * es + b] != kPoison && bad++ < 5) {
-            ADD_FAILURE() << "y element (" << t << "," << n << ") outside [0, m) x [0, H) changed; "
-                          << what;
-          }
+      if (t < c.m && n < H) continue;
+      for (size_t b = 0; b < es; ++b) {
+        if (r.y[el * es + b] != kPoison && bad++ < 5) {
+          ADD_FAILURE() << "y element (" << t << "," << n << ") outside [0, m) x [0, H) changed; "
+                        << what;
         }
-        continue;
-      }
-      const size_t at = size_t{t} * H + n;
-      const double got = element(c.dtype, r.y.data(), el);
-      const double tol =
-          slack * ref.tol[at] +
-          1.01 * dtype_half_ulp(c.dtype, std::max(std::fabs(ref.y[at]), std::fabs(got)));
-      if (!(std::fabs(got - ref.y[at]) <= tol) && bad++ < 5) {
-        ADD_FAILURE() << "y[" << t << "," << n << "] = " << got << ", reference " << ref.y[at]
-                      << " +- " << tol << "; " << what;
       }
     }
+    // The CPU layer within the sum of both bounds and the output's rounding once.
+    check_layer_values(
+        c.dtype, c.m, H,
+        [&](uint32_t t, uint32_t n) { return element(c.dtype, r.y.data(), size_t{t} * ldy + n); },
+        ref, cpu, slack, 1.01, what, &bad);
     EXPECT_EQ(bad, 0u) << what;
     if (first.empty()) {
       first = r.y;
@@ -308,42 +336,6 @@ void check_moe_case(const MoeCase& c, const MoeOptions& base, std::mt19937_64& r
       EXPECT_TRUE(g.y == r.y) << "the general walk's bits differ from the lean walk's; " << what;
     }
   }
-}
-
-MoeOptions shape_a() {
-  // H % 32 == 16 and I % 32 == 16 (block 16: half-filled last chunks), zero points, BF16 scales.
-  MoeOptions a;
-  a.experts = 6;
-  a.hidden = 80;
-  a.intermediate = 48;
-  a.fc1.block_size = 16;
-  a.fc1.scale_dtype = QMOE_DTYPE_BF16;
-  a.fc1.scale_order = ScaleOrder::kGrouped;
-  a.fc1.zero_points = true;
-  a.fc1.bias = true;
-  a.fc2.block_size = 16;
-  a.fc2.scale_dtype = QMOE_DTYPE_F16;
-  a.fc2.scale_order = ScaleOrder::kRowMajor;
-  a.fc2.zero_points = true;
-  a.fc2.zero_point_order = ScaleOrder::kBlockMajor;
-  return a;
-}
-
-MoeOptions shape_b() {
-  // Blocks 32/64, FP16/FP32 scales, FC2 bias.
-  MoeOptions b;
-  b.experts = 6;
-  b.hidden = 96;
-  b.intermediate = 64;
-  b.fc1.block_size = 32;
-  b.fc1.scale_dtype = QMOE_DTYPE_F16;
-  b.fc1.scale_order = ScaleOrder::kRowMajor;
-  b.fc2.block_size = 64;
-  b.fc2.scale_dtype = QMOE_DTYPE_F32;
-  b.fc2.scale_order = ScaleOrder::kBlockMajor;
-  b.fc2.bias = true;
-  b.fc2.bias_dtype = QMOE_DTYPE_F16;
-  return b;
 }
 
 MoeOptions shape_c() {
@@ -378,7 +370,7 @@ TEST_F(EmulatedDevice, MoeLayerMatchesReferenceAcrossOptions) {
         const Size sz = sizes[index % 6];
         const int routing = (index / 2) % 3;    // ids, logits renormalized, logits over all E
         const int shape = (v + index / 6) % 3;  // the shapes in turn, shifted per level and fusion
-        MoeOptions o = shape == 0 ? shape_a() : shape == 1 ? shape_b() : shape_c();
+        MoeOptions o = shape == 0 ? small_layer_a() : shape == 1 ? small_layer_b() : shape_c();
         o.fusion = fusion;
         if (v % 3 == 1) {
           use_gpt_oss_swiglu(&o);
@@ -399,7 +391,7 @@ TEST_F(EmulatedDevice, MoeLayerMatchesReferenceAcrossOptions) {
 // item (6 or 8 tasks), whose warps walk their task's two groups in turn. Both give the
 // reference's values and the same bits.
 TEST_F(EmulatedDevice, MoeLayerConcatenatedSpreadSegments) {
-  for (MoeOptions o : {shape_a(), shape_c()}) {
+  for (MoeOptions o : {small_layer_a(), shape_c()}) {
     o.fusion = QMOE_SWIGLU_CONCATENATED;
     use_qwen3_swiglu(&o);
     for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
@@ -484,7 +476,7 @@ TEST_F(EmulatedDevice, MoeLayerErrorWordAndZeroOutput) {
 // meta, the cold ids, the x tile; the per-token flags). Without: the same y, nothing written
 // to the ring, a short circuit counted. Device sizes 1 and 3.
 TEST_F(EmulatedDevice, MoeLayerCarriesTheOffloadClassify) {
-  MoeOptions o = shape_a();
+  MoeOptions o = small_layer_a();
   use_qwen3_swiglu(&o);
   MoeFixture f(o, true, rng_);
   const uint32_t H = o.hidden, E = o.experts;
@@ -566,6 +558,55 @@ TEST_F(EmulatedDevice, MoeLayerQwen3Shape) {
           acc, m == 1 ? QMOE_DTYPE_F16 : QMOE_DTYPE_BF16, false, false, false, false, m == 1, m, m,
           4};
       check_moe_case(c, o, rng_);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// ---- INT3 experts ------------------------------------------------------------------------------
+
+// INT3 experts (FC1 and FC2: a set holds one format) in the INT4 tests' layer shapes (blocks 16
+// to 64 with half-filled last chunks, zero points 0..7 or the default 4, FP32/FP16/BF16 scales in
+// several orders, biases), both levels, M from 1 to 12 (experts with more than 8 tokens), both
+// fusions and activations, ids or logits routing, partial residency and accumulate; against the
+// FP64 layer and the CPU layer, and the same bits on 1 and 4 multiprocessors.
+TEST_F(EmulatedDevice, MoeLayerInt3ExpertsMatchReferenceAndCpu) {
+  struct Variant {
+    int shape;
+    qmoe_swiglu_fusion fusion;
+    bool gpt_oss;
+    int routing;  // ids, logits renormalized, logits over all E
+    bool partial, accumulate;
+  };
+  const Variant variants[] = {
+      {0, QMOE_SWIGLU_INTERLEAVED, true, 0, false, false},
+      {1, QMOE_SWIGLU_CONCATENATED, false, 1, true, true},
+      {2, QMOE_SWIGLU_INTERLEAVED, false, 0, true, false},
+      {0, QMOE_SWIGLU_CONCATENATED, true, 2, false, true},
+  };
+  struct Size {
+    uint32_t capacity, m, k;
+  };
+  // Per level, one size per variant (m = 12, k = 5: experts with more than 8 tokens, once only,
+  // as it takes the emulator as long as the other cases together).
+  const Size sizes[2][4] = {{{1, 1, 2}, {4, 4, 3}, {8, 7, 2}, {12, 12, 5}},
+                            {{8, 7, 2}, {16, 5, 4}, {1, 1, 2}, {4, 4, 3}}};
+  const qmoe_dtype dtypes[] = {QMOE_DTYPE_F32, QMOE_DTYPE_F16, QMOE_DTYPE_BF16};
+  int index = 0;
+  for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+    for (const Variant& v : variants) {
+      const Size sz = sizes[acc == QMOE_ACCURACY_FAST ? 1 : 0][index % 4];
+      MoeOptions o = v.shape == 0 ? small_layer_a() : v.shape == 1 ? small_layer_b() : shape_c();
+      o.fusion = v.fusion;
+      if (v.gpt_oss) {
+        use_gpt_oss_swiglu(&o);
+      } else {
+        use_qwen3_swiglu(&o);
+      }
+      const MoeCase c{acc,       dtypes[index % 3], v.accumulate, v.routing != 0, v.routing == 1,
+                      v.partial, index % 2 == 1,    sz.capacity,  sz.m,           sz.k};
+      ++index;
+      check_moe_case(c, o, rng_, QMOE_WEIGHT_FORMAT_INT3);
       if (HasFailure()) return;
     }
   }

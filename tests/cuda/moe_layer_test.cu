@@ -21,13 +21,11 @@
 #include "qmoe/qmoe.h"
 #include "tests/cpu/isa_test_util.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/layer_call_util.h"
 #include "tests/moe/moe_reference.h"
 
 namespace qmoe::testing {
 namespace {
-
-constexpr unsigned char kPoison = 0x7F;
-constexpr size_t kGuard = 32;  // elements before and after Y
 
 // Experts on the device: expert e's projections are distinct matrix e % distinct; slot s holds
 // expert slot_expert[s]; residency[e] is e's slot or -1.
@@ -132,128 +130,46 @@ void route_on_host(Inputs& in, uint32_t experts, uint32_t k, bool renormalize) {
       << qmoe_last_error_message();
 }
 
-// The device side of one layer configuration: buffers sized for the capacity.
-struct DeviceCall {
+// The device side of one layer configuration: buffers sized for the capacity
+// (tests/cuda/layer_call_util.h: X and Y at strides past H, Y between guards) and the params.
+struct DeviceCall : LayerBuffers {
+  using LayerBuffers::LayerBuffers;
   cuda::MoeLayerParams params{};
-  DeviceBuffer m, x, y, ids, weights, logits, workspace;
-  size_t ldx = 0, ldy = 0;
-  qmoe_dtype dtype = QMOE_DTYPE_F32;
-  uint32_t capacity = 0, hidden = 0, experts = 0, k = 0;
 
   // Writes the call's inputs (and y: y0 or poison) into the device buffers.
   void write(const Inputs& in, bool accumulate) {
-    const size_t es = dtype_size(dtype);
-    ASSERT_TRUE(m.upload(&in.m, sizeof(uint32_t)));
-    std::vector<float> xs(size_t{capacity} * ldx, 0.0f), ys(size_t{capacity} * ldy, 0.0f);
-    for (uint32_t t = 0; t < in.m && t < capacity; ++t) {
-      std::copy_n(in.x.begin() + size_t{t} * hidden, hidden, xs.begin() + size_t{t} * ldx);
-    }
-    const std::vector<unsigned char> xb = to_dtype(dtype, xs);
-    ASSERT_TRUE(x.upload(xb.data(), xb.size()));
-    ASSERT_TRUE(y.fill(kPoison));
-    if (accumulate) {
-      for (uint32_t t = 0; t < in.m && t < capacity; ++t) {
-        const std::vector<float> row(in.y0.begin() + size_t{t} * hidden,
-                                     in.y0.begin() + size_t{t + 1} * hidden);
-        const std::vector<unsigned char> rb = to_dtype(dtype, row);
-        ASSERT_TRUE(y.upload(rb.data(), rb.size(), (kGuard + size_t{t} * ldy) * es));
-      }
-    }
-    // Rows past the capacity (an m > capacity call) have no room and are not read.
-    if (params.logits != nullptr) {
-      const std::vector<unsigned char> lb = to_dtype(dtype, in.logits);
-      ASSERT_TRUE(logits.upload(lb.data(), std::min(lb.size(), logits.bytes())));
-    } else {
-      ASSERT_TRUE(ids.upload(in.ids.data(), std::min(in.ids.size() * 4, ids.bytes())));
-      ASSERT_TRUE(
-          weights.upload(in.weights.data(), std::min(in.weights.size() * 4, weights.bytes())));
-    }
-  }
-  std::vector<unsigned char> read_y() const {
-    std::vector<unsigned char> out(y.bytes());
-    EXPECT_TRUE(y.download(out.data(), out.size()));
-    return out;
+    LayerBuffers::write(in.m, in.x, in.y0, accumulate, in.ids, in.weights, in.logits);
   }
   uint32_t read_error() const {
     uint32_t e = 0xFFFFFFFFu;
-    EXPECT_TRUE(workspace.download(&e, 4));
+    EXPECT_TRUE(d_workspace.download(&e, 4));
     return e;
-  }
-  double y_at(const std::vector<unsigned char>& yb, uint32_t t, uint32_t n) const {
-    const size_t es = dtype_size(dtype), e = kGuard + size_t{t} * ldy + n;
-    return from_dtype(
-        dtype, std::vector<unsigned char>(yb.begin() + e * es, yb.begin() + (e + 1) * es))[0];
-  }
-  // Elements other than rows [0, rows) x columns [0, H) still hold the poison.
-  size_t touched_outside(const std::vector<unsigned char>& yb, uint32_t rows) const {
-    const size_t es = dtype_size(dtype);
-    size_t bad = 0;
-    for (size_t e = 0; e < yb.size() / es; ++e) {
-      if (e >= kGuard && e < kGuard + size_t{capacity} * ldy) {
-        const size_t off = e - kGuard;
-        if (off / ldy < rows && off % ldy < hidden) continue;
-      }
-      for (size_t b = 0; b < es; ++b) bad += yb[e * es + b] != kPoison;
-    }
-    return bad;
   }
 };
 
 std::unique_ptr<DeviceCall> make_call(const MoeOptions& o, const DeviceExperts& ex,
                                       qmoe_accuracy acc, qmoe_dtype dtype, uint32_t capacity,
                                       uint32_t k, bool logits, bool renormalize, bool accumulate) {
-  auto c = std::make_unique<DeviceCall>();
-  c->dtype = dtype;
-  c->capacity = capacity;
-  c->hidden = o.hidden;
-  c->experts = o.experts;
-  c->k = k;
-  c->ldx = o.hidden + 3;
-  c->ldy = o.hidden + 5;
-  const size_t es = dtype_size(dtype);
-  c->m = DeviceBuffer(4);
-  c->x = DeviceBuffer(size_t{capacity} * c->ldx * es);
-  c->y = DeviceBuffer((2 * kGuard + size_t{capacity} * c->ldy) * es);
-  c->ids = DeviceBuffer(size_t{capacity} * k * 4);
-  c->weights = DeviceBuffer(size_t{capacity} * k * 4);
-  c->logits = DeviceBuffer(size_t{capacity} * o.experts * es);
   const size_t ws =
       cuda::moe_layer_workspace_size(capacity, k, o.experts, o.hidden, o.intermediate);
   EXPECT_GT(ws, 0u);
-  c->workspace = DeviceBuffer(ws);
+  auto c = std::make_unique<DeviceCall>(dtype, capacity, o.hidden, o.experts, k, ws);
   cuda::MoeLayerParams& p = c->params;
   p.num_experts = o.experts;
   p.hidden = o.hidden;
   p.intermediate = o.intermediate;
   p.top_k = k;
-  p.m_capacity = capacity;
   p.num_slots = ex.slots;
-  p.accuracy = acc;
-  p.dtype = dtype;
   p.fusion = o.fusion;
   p.alpha = o.alpha;
   p.beta = o.beta;
   p.limit = o.limit;
-  p.accumulate = accumulate;
   p.format = QMOE_WEIGHT_FORMAT_INT4;
   p.lean_walk = ex.lean;
   p.fc1 = ex.fc1_desc.as<const cuda::DeviceQuantMatrix>();
   p.fc2 = ex.fc2_desc.as<const cuda::DeviceQuantMatrix>();
-  p.m = c->m.as<const uint32_t>();
-  p.x = c->x.data();
-  p.ldx = c->ldx;
-  p.y = c->y.as<unsigned char>() + kGuard * es;
-  p.ldy = c->ldy;
-  if (logits) {
-    p.logits = c->logits.data();
-    p.renormalize = renormalize;
-  } else {
-    p.ids = c->ids.as<const int32_t>();
-    p.weights = c->weights.as<const float>();
-  }
   p.residency = ex.residency.as<const int32_t>();
-  p.workspace = c->workspace.data();
-  p.workspace_bytes = ws;
+  c->fill_params(&p, acc, logits, renormalize, accumulate);
   return c;
 }
 
@@ -302,27 +218,7 @@ std::vector<float> cpu_forward(const qmoe_expert_set_desc& desc, qmoe_accuracy a
 // CPU's, a few ulps apart: the bound is doubled for that.
 void check_layer(const DeviceCall& c, const std::vector<unsigned char>& yb, const MoeReference& ref,
                  const std::vector<float>& cpu, uint32_t m, const std::string& what) {
-  const double slack = c.params.logits != nullptr ? 2.0 : 1.0;
-  size_t bad = 0;
-  for (uint32_t t = 0; t < m; ++t) {
-    for (uint32_t n = 0; n < c.hidden; ++n) {
-      const size_t at = size_t{t} * c.hidden + n;
-      const double got = c.y_at(yb, t, n);
-      const double half_ulp =
-          dtype_half_ulp(c.dtype, std::max(std::fabs(ref.y[at]), std::fabs(got)));
-      const double tol = slack * ref.tol[at] + 1.01 * half_ulp;
-      if (!(std::fabs(got - ref.y[at]) <= tol) && bad++ < 5) {
-        ADD_FAILURE() << "y[" << t << "," << n << "] = " << got << ", reference " << ref.y[at]
-                      << " +- " << tol << "; " << what;
-      }
-      const double tol_cpu = (1 + slack) * ref.tol[at] + 2.02 * half_ulp;
-      if (!(std::fabs(got - cpu[at]) <= tol_cpu) && bad++ < 5) {
-        ADD_FAILURE() << "y[" << t << "," << n << "] = " << got << ", CPU " << cpu[at] << " +- "
-                      << tol_cpu << "; " << what;
-      }
-    }
-  }
-  EXPECT_EQ(bad, 0u) << what;
+  check_layer_outputs(c, yb, m, ref, cpu, c.params.logits != nullptr, what);
 }
 
 class CudaMoeLayer : public ::testing::Test {
@@ -396,32 +292,7 @@ void run_case(const Case& cs, const MoeOptions& base, std::mt19937_64& rng) {
 TEST_F(CudaMoeLayer, MatchesReferenceAndCpuAcrossOptions) {
   // Two layer shapes: H % 32 == 16 and I % 32 == 16 (block 16: half-filled last chunks, a
   // partial last FC1 unit), zero points, BF16 scales; and blocks 32/64 with FP16/FP32 scales.
-  MoeOptions a;
-  a.experts = 6;
-  a.hidden = 80;
-  a.intermediate = 48;
-  a.fc1.block_size = 16;
-  a.fc1.scale_dtype = QMOE_DTYPE_BF16;
-  a.fc1.scale_order = ScaleOrder::kGrouped;
-  a.fc1.zero_points = true;
-  a.fc1.bias = true;
-  a.fc2.block_size = 16;
-  a.fc2.scale_dtype = QMOE_DTYPE_F16;
-  a.fc2.scale_order = ScaleOrder::kRowMajor;
-  a.fc2.zero_points = true;
-  a.fc2.zero_point_order = ScaleOrder::kBlockMajor;
-  MoeOptions b;
-  b.experts = 6;
-  b.hidden = 96;
-  b.intermediate = 64;
-  b.fc1.block_size = 32;
-  b.fc1.scale_dtype = QMOE_DTYPE_F16;
-  b.fc1.scale_order = ScaleOrder::kRowMajor;
-  b.fc2.block_size = 64;
-  b.fc2.scale_dtype = QMOE_DTYPE_F32;
-  b.fc2.scale_order = ScaleOrder::kBlockMajor;
-  b.fc2.bias = true;
-  b.fc2.bias_dtype = QMOE_DTYPE_F16;
+  const MoeOptions a = small_layer_a(), b = small_layer_b();
   struct Size {
     uint32_t capacity, m, k;
   };
@@ -451,15 +322,7 @@ TEST_F(CudaMoeLayer, MatchesReferenceAndCpuAcrossOptions) {
 // a warp walks a task's two groups in turn). 16 distinct expert weights back the 128 experts
 // (expert e uses matrix e % 16), all resident, so the test stays small; run twice for the bits.
 TEST_F(CudaMoeLayer, Qwen3ShapeMatchesReferenceAndCpuRunToRun) {
-  MoeOptions o;
-  o.experts = 16;
-  o.hidden = 2048;
-  o.intermediate = 768;
-  for (Int4Options* p : {&o.fc1, &o.fc2}) {
-    p->block_size = 32;
-    p->scale_dtype = QMOE_DTYPE_F16;
-    p->scale_order = ScaleOrder::kGrouped;
-  }
+  const MoeOptions o = qwen3_layer(16);
   const auto model = make_moe_model(o, rng_);
   constexpr uint32_t kExperts = 128, kTopK = 8;
   std::vector<const Int4Matrix*> f1, f2;
@@ -523,14 +386,7 @@ TEST_F(CudaMoeLayer, Qwen3ShapeMatchesReferenceAndCpuRunToRun) {
 // A captured graph replayed with new routing, token counts (0 included), residency and X
 // written into its device buffers between replays gives the bits of eager launches.
 TEST_F(CudaMoeLayer, GraphReplayWithNewRoutingEqualsEager) {
-  MoeOptions o;
-  o.experts = 8;
-  o.hidden = 64;
-  o.intermediate = 96;
-  o.fc1.scale_order = ScaleOrder::kGrouped;
-  o.fc2.block_size = 32;
-  o.fc2.zero_points = true;
-  use_gpt_oss_swiglu(&o);
+  const MoeOptions o = graph_replay_layer();
   const auto model = make_moe_model(o, rng_);
   std::vector<const Int4Matrix*> f1, f2;
   for (uint32_t e = 0; e < o.experts; ++e) {

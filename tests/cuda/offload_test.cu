@@ -27,27 +27,14 @@
 #include "qmoe/qmoe.h"
 #include "qmoe/qmoe_cuda.h"
 #include "tests/cpu/isa_test_util.h"
+#include "tests/cuda/cuda_set_util.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/layer_call_util.h"
+#include "tests/moe/moe_call.h"
 #include "tests/moe/moe_reference.h"
 
 namespace qmoe::testing {
 namespace {
-
-struct HostSetDeleter {
-  void operator()(qmoe_expert_set* s) const { qmoe_expert_set_destroy(s); }
-};
-struct GpuSetDeleter {
-  void operator()(qmoe_cuda_expert_set* s) const { qmoe_cuda_expert_set_destroy(s); }
-};
-struct ContextDeleter {
-  void operator()(qmoe_context* c) const { qmoe_context_destroy(c); }
-};
-struct SessionDeleter {
-  void operator()(qmoe_cuda_offload* s) const { qmoe_cuda_offload_destroy(s); }
-};
-using HostSet = std::unique_ptr<qmoe_expert_set, HostSetDeleter>;
-using GpuSet = std::unique_ptr<qmoe_cuda_expert_set, GpuSetDeleter>;
-using Session = std::unique_ptr<qmoe_cuda_offload, SessionDeleter>;
 
 constexpr uint32_t kCapacity = 4;
 constexpr uint32_t kK = 3;
@@ -67,7 +54,7 @@ struct Model {
   std::vector<HostSet> host;
   std::vector<GpuSet> gpu;
   std::vector<std::vector<uint8_t>> cold;  // per layer: expert e not resident
-  std::unique_ptr<qmoe_context, ContextDeleter> ctx;
+  ContextPtr ctx;
 
   // resident: per layer, the resident experts (empty: every expert).
   Model(std::mt19937_64& rng, const std::vector<std::vector<uint32_t>>& resident) {
@@ -76,19 +63,8 @@ struct Model {
     ctx.reset(raw_ctx);
     for (const std::vector<uint32_t>& r : resident) {
       models.push_back(make_moe_model(o, rng));
-      qmoe_expert_set* h = nullptr;
-      EXPECT_EQ(qmoe_expert_set_create(&models.back()->desc, &h), QMOE_STATUS_OK);
-      host.emplace_back(h);
-      qmoe_cuda_expert_set_desc d;
-      qmoe_cuda_expert_set_desc_init(&d);
-      d.experts = h;
-      if (!r.empty()) {
-        d.resident = r.data();
-        d.num_resident = static_cast<uint32_t>(r.size());
-      }
-      qmoe_cuda_expert_set* g = nullptr;
-      EXPECT_EQ(qmoe_cuda_expert_set_create(&d, &g), QMOE_STATUS_OK) << qmoe_last_error_message();
-      gpu.emplace_back(g);
+      host.push_back(make_host_set(models.back()->desc));
+      gpu.push_back(make_gpu_set(host.back().get(), r));
       std::vector<uint8_t> c(o.experts, r.empty() ? 0 : 1);
       for (uint32_t e : r) c[e] = 0;
       cold.push_back(c);
@@ -102,19 +78,7 @@ struct Model {
       h.push_back(host[l].get());
       g.push_back(gpu[l].get());
     }
-    qmoe_cuda_offload_desc d;
-    qmoe_cuda_offload_desc_init(&d);
-    d.context = ctx.get();
-    d.num_layers = static_cast<uint32_t>(h.size());
-    d.host_layers = h.data();
-    d.gpu_layers = g.data();
-    d.m_capacity = kCapacity;
-    d.k = kK;
-    d.timeout_us = timeout_us;
-    d.short_circuit = short_circuit ? 1 : 0;
-    qmoe_cuda_offload* s = nullptr;
-    EXPECT_EQ(qmoe_cuda_offload_create(&d, &s), QMOE_STATUS_OK) << qmoe_last_error_message();
-    return Session(s);
+    return make_session(ctx.get(), h, g, kCapacity, kK, timeout_us, short_circuit);
   }
 };
 
@@ -257,42 +221,22 @@ TEST(Offload, HybridLayerIsTheResidentLayerPlusTheCpuColdPart) {
           // The cold part on the CPU: the layer with the cold run mask.
           const std::vector<unsigned char> xb = to_dtype(dtype, io.x);
           std::vector<unsigned char> y_cold(xb.size(), 0);
-          qmoe_moe_params c;
-          qmoe_moe_params_init(&c);
-          c.accuracy = accuracy;
-          c.m = m;
-          c.dtype = dtype;
-          c.x = xb.data();
-          c.ldx = hidden;
-          c.y = y_cold.data();
-          c.ldy = hidden;
-          c.k = kK;
-          c.ids = io.ids.data();
-          c.weights = io.weights.data();
-          c.run_mask = model.cold[0].data();
-          ASSERT_EQ(qmoe_moe_forward(model.ctx.get(), model.host[0].get(), &c), QMOE_STATUS_OK);
+          MoeCallOptions cold_part;
+          cold_part.run_mask = model.cold[0].data();
+          ASSERT_EQ(moe_forward_typed(model.ctx.get(), model.host[0].get(), accuracy, m, dtype,
+                                      xb.data(), hidden, io.ids.data(), io.weights.data(), kK,
+                                      y_cold.data(), hidden, &cold_part),
+                    QMOE_STATUS_OK);
           std::vector<unsigned char> hot_bytes(xb.size());
           ASSERT_TRUE(y_hot.download(hot_bytes.data(), hot_bytes.size()));
           const std::vector<unsigned char> y = io.y_bytes(hidden);
-          bool any_cold = false;
-          int reported = 0;
-          for (uint32_t t = 0; t < m; ++t) {
-            bool has_cold = false;
-            for (uint32_t j = 0; j < kK; ++j) has_cold |= model.cold[0][io.ids[t * kK + j]] != 0;
-            any_cold |= has_cold;
-            for (uint32_t h = 0; h < hidden; ++h) {
-              const size_t i = size_t{t} * hidden + h;
-              const float want_value =
-                  has_cold ? element(dtype, hot_bytes, i) + element(dtype, y_cold, i)
-                           : element(dtype, hot_bytes, i);
-              const std::vector<unsigned char> want = to_dtype(dtype, {want_value});
-              const size_t es = dtype_size(dtype);
-              if (std::memcmp(want.data(), y.data() + i * es, es) != 0 && reported++ < 3) {
-                ADD_FAILURE() << where << ": y[" << t << "][" << h << "] = " << element(dtype, y, i)
-                              << ", resident + cold = " << want_value;
-              }
-            }
-          }
+          const size_t es = dtype_size(dtype);
+          const auto at = [&](uint32_t t, uint32_t h) { return size_t{t} * hidden + h; };
+          const bool any_cold = expect_resident_plus_cold(
+              dtype, m, hidden, kK, model.cold[0], io.ids, io.weights,
+              [&](uint32_t t, uint32_t h) { return y.data() + at(t, h) * es; },
+              [&](uint32_t t, uint32_t h) { return element(dtype, hot_bytes, at(t, h)); },
+              [&](uint32_t t, uint32_t h) { return element(dtype, y_cold, at(t, h)); }, where);
           cold_calls += any_cold;
           if (residency != Residency::kMixed) {
             EXPECT_EQ(any_cold, residency == Residency::kAllCold) << where;
@@ -300,11 +244,10 @@ TEST(Offload, HybridLayerIsTheResidentLayerPlusTheCpuColdPart) {
           if (dtype == QMOE_DTYPE_F32) {
             const MoeReference ref = reference_moe(*model.models[0], accuracy, io.x, m, io.ids,
                                                    io.weights, kK, nullptr, {});
-            for (size_t i = 0; i < size_t{m} * hidden; ++i) {
-              const double got = element(dtype, y, i);
-              const double tol = 2.0 * ref.tol[i] + 1e-6 * std::fabs(ref.y[i]) + 1e-30;
-              ASSERT_LE(std::fabs(got - ref.y[i]), tol) << where << " element " << i;
-            }
+            expect_within_layer_reference(
+                m, hidden, [&](uint32_t t, uint32_t h) { return element(dtype, y, at(t, h)); }, ref,
+                where);
+            if (HasFatalFailure()) return;
           }
         }
       }

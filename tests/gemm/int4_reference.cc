@@ -138,6 +138,23 @@ double Int4Matrix::weight(uint32_t n, uint32_t k) const {
          scale_values[size_t{n} * blocks + b];
 }
 
+Int4Options grouped_int4_options(uint32_t n, uint32_t k, bool zero_points, bool bias) {
+  Int4Options o;
+  o.n = n;
+  o.k = k;
+  o.block_size = 32;
+  o.scale_dtype = QMOE_DTYPE_F16;
+  o.scale_order = ScaleOrder::kGrouped;
+  o.zero_points = zero_points;
+  o.bias = bias;
+  return o;
+}
+
+std::vector<Int4Options> benchmark_gemm_shapes() {
+  return {grouped_int4_options(1536, 2048), grouped_int4_options(2048, 768),
+          grouped_int4_options(5760, 2880, false, true)};
+}
+
 Int4Options random_int4_options(std::mt19937_64& rng, uint32_t max_k) {
   const uint32_t block_sizes[] = {16, 32, 64, 128};
   const qmoe_dtype dtypes[] = {QMOE_DTYPE_F16, QMOE_DTYPE_BF16, QMOE_DTYPE_F32};

@@ -48,10 +48,23 @@ struct Int4Matrix {
 
 Int4Matrix make_int4_matrix(const Int4Options& options, std::mt19937_64& rng);
 
+/// What makes a random matrix of this model: make_int4_matrix, or another format's with the
+/// same options (make_int3_matrix, tests/gemm/int3_reference.h).
+using Int4MatrixMaker = Int4Matrix (*)(const Int4Options& options, std::mt19937_64& rng);
+
 /// Random options from the whole space the kernels take, for the randomised tests: every block
 /// size, K a multiple of it up to `max_k`, N in 1..70, every scale dtype and order, zero points
 /// (in any order) or none, bias (any dtype) or none.
 Int4Options random_int4_options(std::mt19937_64& rng, uint32_t max_k);
+
+/// N x K in block 32 with FP16 scales in the grouped order (the layout of the models' matrices
+/// in the benchmarks), zero points (in the default order) and a bias where asked.
+Int4Options grouped_int4_options(uint32_t n, uint32_t k, bool zero_points = false,
+                                 bool bias = false);
+
+/// The benchmarks' GEMV shapes in that layout: Qwen3-30B-A3B's expert projections (FC1
+/// [1536, 2048], FC2 [2048, 768]) and gpt-oss's FC1 [5760, 2880] with a bias.
+std::vector<Int4Options> benchmark_gemm_shapes();
 
 /// Canonical byte offset and nibble of (n, k), from the layout formula in docs/formats.md.
 size_t canonical_byte(uint32_t n, uint32_t k, uint32_t k_total);

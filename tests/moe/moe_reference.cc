@@ -60,6 +60,15 @@ void dequantized_q8_bound(const std::vector<double>& a, const std::vector<double
   }
 }
 
+// A projection's layout (n and k come from the layer's shape): no zero points, no bias.
+Int4Options projection_layout(uint32_t block_size, qmoe_dtype scale_dtype, ScaleOrder order) {
+  Int4Options p;
+  p.block_size = block_size;
+  p.scale_dtype = scale_dtype;
+  p.scale_order = order;
+  return p;
+}
+
 }  // namespace
 
 std::string MoeOptions::describe() const {
@@ -83,7 +92,53 @@ void use_qwen3_swiglu(MoeOptions* o) {
   o->limit = INFINITY;
 }
 
-std::unique_ptr<MoeModel> make_moe_model(const MoeOptions& options, std::mt19937_64& rng) {
+MoeOptions moe_shape(uint32_t experts, uint32_t hidden, uint32_t intermediate) {
+  MoeOptions o;
+  o.experts = experts;
+  o.hidden = hidden;
+  o.intermediate = intermediate;
+  return o;
+}
+
+MoeOptions small_layer_a() {
+  MoeOptions a = moe_shape(6, 80, 48);
+  a.fc1 = projection_layout(16, QMOE_DTYPE_BF16, ScaleOrder::kGrouped);
+  a.fc1.zero_points = true;
+  a.fc1.bias = true;
+  a.fc2 = projection_layout(16, QMOE_DTYPE_F16, ScaleOrder::kRowMajor);
+  a.fc2.zero_points = true;
+  a.fc2.zero_point_order = ScaleOrder::kBlockMajor;
+  return a;
+}
+
+MoeOptions small_layer_b() {
+  MoeOptions b = moe_shape(6, 96, 64);
+  b.fc1 = projection_layout(32, QMOE_DTYPE_F16, ScaleOrder::kRowMajor);
+  b.fc2 = projection_layout(64, QMOE_DTYPE_F32, ScaleOrder::kBlockMajor);
+  b.fc2.bias = true;
+  b.fc2.bias_dtype = QMOE_DTYPE_F16;
+  return b;
+}
+
+MoeOptions qwen3_layer(uint32_t experts) {
+  MoeOptions o = moe_shape(experts, 2048, 768);
+  use_qwen3_swiglu(&o);
+  o.fc1 = projection_layout(32, QMOE_DTYPE_F16, ScaleOrder::kGrouped);
+  o.fc2 = projection_layout(32, QMOE_DTYPE_F16, ScaleOrder::kGrouped);
+  return o;
+}
+
+MoeOptions graph_replay_layer() {
+  MoeOptions o = moe_shape(8, 64, 96);
+  o.fc1.scale_order = ScaleOrder::kGrouped;
+  o.fc2.block_size = 32;
+  o.fc2.zero_points = true;
+  use_gpt_oss_swiglu(&o);
+  return o;
+}
+
+std::unique_ptr<MoeModel> make_moe_model(const MoeOptions& options, std::mt19937_64& rng,
+                                         Int4MatrixMaker make_matrix) {
   auto model = std::make_unique<MoeModel>();
   model->options = options;
   Int4Options fc1 = options.fc1, fc2 = options.fc2;
@@ -94,8 +149,8 @@ std::unique_ptr<MoeModel> make_moe_model(const MoeOptions& options, std::mt19937
   model->fc1.reserve(options.experts);
   model->fc2.reserve(options.experts);
   for (uint32_t e = 0; e < options.experts; ++e) {
-    model->fc1.push_back(make_int4_matrix(fc1, rng));
-    model->fc2.push_back(make_int4_matrix(fc2, rng));
+    model->fc1.push_back(make_matrix(fc1, rng));
+    model->fc2.push_back(make_matrix(fc2, rng));
   }
   for (uint32_t e = 0; e < options.experts; ++e) {
     model->fc1_desc.push_back(&model->fc1[e].desc);

@@ -1,6 +1,6 @@
-// Test-side model of a MoE layer: random INT4 experts (tests/gemm/int4_reference.h), their
-// qmoe_expert_set_desc, and an FP64 reference of the layer with a per-output error bound
-// derived from the per-GEMM bounds of docs/formats.md.
+// Test-side model of a MoE layer: random INT4 (or INT3) experts (tests/gemm/int4_reference.h,
+// int3_reference.h), their qmoe_expert_set_desc, and an FP64 reference of the layer with a
+// per-output error bound derived from the per-GEMM bounds of docs/formats.md.
 //
 // The bound, per output y[t, n] (every term computed in FP64 from the reference values):
 //  - FC1: |h' - h| <= e_h, the GEMM bound of the level (exact: 1e-5 * sum |x w|; fast: the
@@ -41,6 +41,24 @@ struct MoeOptions {
 void use_gpt_oss_swiglu(MoeOptions* o);
 void use_qwen3_swiglu(MoeOptions* o);
 
+/// A layer of `experts` experts, H = hidden and I = intermediate, the other options default.
+MoeOptions moe_shape(uint32_t experts, uint32_t hidden, uint32_t intermediate);
+
+/// Small layers the GPU layer tests (tests/cuda) share, 6 experts each, default SwiGLU:
+///  - a: H = 80, I = 48 (block 16: H % 32 == I % 32 == 16, half-filled last chunks), zero
+///    points in both projections, FC1 BF16 scales in the grouped order and a bias, FC2 FP16
+///    row-major scales and block-major zero points;
+///  - b: H = 96, I = 64, FC1 block 32 with FP16 row-major scales, FC2 block 64 with FP32
+///    block-major scales and an FP16 bias.
+MoeOptions small_layer_a();
+MoeOptions small_layer_b();
+/// Qwen3-30B-A3B's layer shape with `experts` experts: H = 2048, I = 768, block 32 and FP16
+/// scales in the grouped order in both projections, Qwen3's SwiGLU.
+MoeOptions qwen3_layer(uint32_t experts);
+/// The layer of the graph-replay tests: 8 experts, H = 64, I = 96, FC1 scales in the grouped
+/// order, FC2 block 32 with zero points, gpt-oss's SwiGLU.
+MoeOptions graph_replay_layer();
+
 struct MoeModel {
   MoeOptions options;
   std::vector<Int4Matrix> fc1, fc2;
@@ -48,8 +66,10 @@ struct MoeModel {
   qmoe_expert_set_desc desc{};  // points into this object: do not copy a MoeModel
 };
 
-/// Random experts; the returned model is heap-allocated so its descriptors stay valid.
-std::unique_ptr<MoeModel> make_moe_model(const MoeOptions& options, std::mt19937_64& rng);
+/// Random experts, each projection made by `make_matrix` with the options' layout (INT4, or
+/// make_int3_matrix's INT3); the returned model is heap-allocated so its descriptors stay valid.
+std::unique_ptr<MoeModel> make_moe_model(const MoeOptions& options, std::mt19937_64& rng,
+                                         Int4MatrixMaker make_matrix = make_int4_matrix);
 
 struct MoeReference {
   std::vector<double> y;    // [m][hidden]
