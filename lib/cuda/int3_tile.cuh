@@ -6,7 +6,8 @@
 // Bytes. A chunk (8 rows x 32 codes) is a 96-byte tile of three 16-byte-lane vectors; byte
 // 32 v + 16 L + j holds, for row 2v + L (rows 0-5), code j in bits 0-2 and code 16 + j in bits
 // 3-5, and in bits 6-7 two bits of a code of row 6 + L: vector 0 the low two bits of code j,
-// vector 1 those of code 16 + j, vector 2 the high bits (bit 6 of code j, bit 7 of code 16 + j).
+// vector 1 those of code 16 + j (bit 6 the code's bit 0, bit 7 its bit 1), vector 2 the high
+// bits (bit 6 code j's bit 2, bit 7 code 16 + j's).
 //
 // Who reads what. The walk's lane l owns row r = l % 8 and chunk slot s = l / 8 (int4_tile.cuh),
 // and the kernels' lanes are threadIdx.x % 32. A lane of rows 0-5 loads its row's 16 bytes, the
