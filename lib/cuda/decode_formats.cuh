@@ -67,30 +67,6 @@ struct Int4Decode {
   }
 };
 
-// INT4 whose every matrix has the lean layout (int4_lean_layout): the same walk as Int4Decode's
-// lean path, without its general path. The MoE kernels take it when every expert of the set has
-// that layout (MoeLayerParams::lean_walk). Why a policy of its own: those kernels run at the
-// register cap of int4_tile.cuh, and a kernel that holds both walks allocates for the larger one,
-// which pushed the lean walk's state to local memory (the spill counts are in
-// docs/results/2026-12-03-h200-moe-lean-walk.md). A description that is not lean is not valid
-// here, so a slot that breaks the promise is reported, never read with the wrong walk.
-struct Int4LeanDecode : Int4Decode {
-  __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
-    return Int4Decode::valid(w) && int4_lean_layout(w);
-  }
-  template <int U, int kAhead = 0>
-  __device__ __forceinline__ static void prime(Batch<U>& a, Batch<U>& b, const Walk& w,
-                                               const Row& lr, const QuadWalk& qw, uint32_t q0) {
-    prime_walk_with<Int4BatchOps<true>, U, kAhead>(a, b, w, lr, qw, q0);
-  }
-  template <Level L, int MAXM, int U, int kAhead = 0>
-  __device__ __forceinline__ static void run(Batch<U>& a, Batch<U>& b, const Walk& w, const Row& lr,
-                                             const QuadWalk& qw, uint32_t q0,
-                                             const unsigned char* xs, float acc[MAXM]) {
-    run_walk_with<Int4BatchOps<true>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
-  }
-};
-
 // INT3 (int3_tile.cuh): INT4's walk, description, planes and arithmetic over INT3's 96-byte
 // tiles, whose codes the lanes rebuild into INT4's nibble words (Int3Codes; zero point 4 without
 // a plane). A slot holds the same 16 code bytes a lane, so INT4's batch sizes serve.
@@ -116,24 +92,38 @@ struct Int3Decode : Int4Decode {
   }
 };
 
-// INT3 whose every matrix has the lean layout: Int3Decode's lean walk alone, as Int4LeanDecode is
-// INT4's (the same register cap, and the same general walk to keep out of the kernel).
-struct Int3LeanDecode : Int3Decode {
+// INT4 or INT3 whose every matrix has the lean layout (int4_lean_layout): the same walk as
+// Base's lean path, without its general path. The MoE kernels take it when every expert of the
+// set has that layout (MoeLayerParams::lean_walk). Why a policy of its own: those kernels run at
+// the register cap of int4_tile.cuh, and a kernel that holds both walks allocates for the larger
+// one, which pushed the lean walk's state to local memory (the spill counts are in
+// docs/results/2026-12-03-h200-moe-lean-walk.md, INT3's in
+// docs/results/2026-12-05-int3-gpu-decode.md). A description that is not lean is not valid here,
+// so a slot that breaks the promise is reported, never read with the wrong walk.
+template <class Base, class Codes>
+struct LeanDecode : Base {
+  using typename Base::Row;
+  using typename Base::Walk;
+  template <int U>
+  using Batch = typename Base::template Batch<U>;
+
   __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
-    return Int3Decode::valid(w) && int4_lean_layout(w);
+    return Base::valid(w) && int4_lean_layout(w);
   }
   template <int U, int kAhead = 0>
   __device__ __forceinline__ static void prime(Batch<U>& a, Batch<U>& b, const Walk& w,
                                                const Row& lr, const QuadWalk& qw, uint32_t q0) {
-    prime_walk_with<Int4BatchOps<true, Int3Codes>, U, kAhead>(a, b, w, lr, qw, q0);
+    prime_walk_with<Int4BatchOps<true, Codes>, U, kAhead>(a, b, w, lr, qw, q0);
   }
   template <Level L, int MAXM, int U, int kAhead = 0>
   __device__ __forceinline__ static void run(Batch<U>& a, Batch<U>& b, const Walk& w, const Row& lr,
                                              const QuadWalk& qw, uint32_t q0,
                                              const unsigned char* xs, float acc[MAXM]) {
-    run_walk_with<Int4BatchOps<true, Int3Codes>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
+    run_walk_with<Int4BatchOps<true, Codes>, L, MAXM, U, kAhead>(a, b, w, lr, qw, q0, xs, acc);
   }
 };
+using Int4LeanDecode = LeanDecode<Int4Decode, Int4Codes>;
+using Int3LeanDecode = LeanDecode<Int3Decode, Int3Codes>;
 
 // The formats with a lean policy: the layout test both sides share (the host, when a device
 // expert set is made; the kernels' launcher, when it picks them).

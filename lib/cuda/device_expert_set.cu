@@ -12,10 +12,19 @@
 #include "lib/cuda/int4_tile.cuh"
 #include "lib/cuda_slot_plan.h"
 #include "lib/error.h"
+#include "lib/formats/int3_layout.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/memory_ranges.h"
 
 namespace qmoe::cuda {
+
+// The kernels' copy of INT3's tile constants (device_quant_matrix.cuh) is the format's.
+static_assert(kInt3ChunkBytes == ::qmoe::kInt3TileBytes &&
+                  kInt3WholeRows == ::qmoe::kInt3WholeRows &&
+                  kChunkRowBytes == ::qmoe::kInt3LaneBytes &&
+                  kInt3DefaultZeroPoint == ::qmoe::kInt3DefaultZeroPoint,
+              "lib/formats/int3_layout.h and lib/cuda/device_quant_matrix.cuh disagree");
+
 namespace {
 
 constexpr size_t kAlign = 256;

@@ -31,6 +31,13 @@ constexpr uint32_t kChunkCodes = 32;                           // k of one code 
 constexpr uint32_t kChunkRowBytes = 16;                        // one row's codes of one tile
 constexpr uint32_t kChunkBytes = kGroupRows * kChunkRowBytes;  // 128
 constexpr uint32_t kInt4DefaultZeroPoint = 8;
+// INT3's tile (lib/formats/int3_layout.h, whose constants these mirror: the kernel sources include
+// no lib/formats header, so that the emulation tests can compile them under another namespace;
+// lib/cuda/device_expert_set.cu asserts that the two agree): 96 bytes, rows 0-5 whole in
+// kChunkRowBytes each, zero point 4 without a plane.
+constexpr uint32_t kInt3ChunkBytes = 96;
+constexpr uint32_t kInt3WholeRows = 6;
+constexpr uint32_t kInt3DefaultZeroPoint = 4;
 
 struct DeviceQuantMatrix {
   uint32_t n;              // rows (output features)
@@ -58,7 +65,7 @@ struct DeviceQuantMatrix {
 
 // Bytes of one 8-row x 32-code tile of a format's codes: 96 for INT3, 128 for the 4-bit ones.
 __host__ __device__ inline uint32_t code_chunk_bytes(qmoe_weight_format f) {
-  return f == QMOE_WEIGHT_FORMAT_INT3 ? 96 : kChunkBytes;
+  return f == QMOE_WEIGHT_FORMAT_INT3 ? kInt3ChunkBytes : kChunkBytes;
 }
 
 // Bytes of one scale-plane element: FP32 4, FP16 and BF16 2, the E2M1 formats' E8M0 and E4M3 1.

@@ -30,9 +30,6 @@
 
 namespace qmoe::cuda {
 
-constexpr uint32_t kInt3DefaultZeroPoint = 4;
-constexpr uint32_t kInt3ChunkBytes = 96;
-
 // A word shifted left by s bits, or right by -s.
 template <int S>
 __device__ __forceinline__ uint32_t shift_left(uint32_t v) {
@@ -59,8 +56,8 @@ __device__ __forceinline__ uint32_t int3_own_row_word(uint32_t v) {
 }
 
 struct Int3Codes {
-  static constexpr uint32_t kChunkVectors = kInt3ChunkBytes / 16;  // 6
-  static constexpr bool kRowsWithoutCodes = true;                  // rows 6 and 7
+  static constexpr uint32_t kChunkVectors = kInt3ChunkBytes / kChunkRowBytes;  // 6
+  static constexpr bool kRowsWithoutCodes = true;                              // rows 6 and 7
   static constexpr uint32_t kDefaultZeroPoint = kInt3DefaultZeroPoint;
 
   // The lane's row's codes as INT4's nibble words, from the 16 bytes it loaded (zeros for rows
@@ -75,7 +72,7 @@ struct Int3Codes {
     const uint32_t lo2 = __shfl_up_sync(0xFFFFFFFFu, packed, 6);
     const uint32_t hi2 = __shfl_up_sync(0xFFFFFFFFu, packed, 4);
     const uint32_t high = __shfl_up_sync(0xFFFFFFFFu, packed, 2);
-    const bool split_row = (threadIdx.x % kGroupRows) >= 6;
+    const bool split_row = (threadIdx.x % kGroupRows) >= kInt3WholeRows;
     uint4 out;
     out.x = split_row ? int3_split_row_word<0>(lo2, hi2, high) : int3_own_row_word(v.x);
     out.y = split_row ? int3_split_row_word<1>(lo2, hi2, high) : int3_own_row_word(v.y);
@@ -90,9 +87,10 @@ struct Int3Codes {
 __device__ __forceinline__ LaneRow int3_lane_row(const DeviceQuantMatrix& w, uint32_t group,
                                                  uint32_t r) {
   LaneRow lr = lane_row(w, group, r);
-  lr.codes = r < 6 ? reinterpret_cast<const uint4*>(
-                         w.codes + size_t{group} * w.chunks * kInt3ChunkBytes + r * 16)
-                   : nullptr;
+  lr.codes = r < kInt3WholeRows
+                 ? reinterpret_cast<const uint4*>(
+                       w.codes + size_t{group} * w.chunks * kInt3ChunkBytes + r * kChunkRowBytes)
+                 : nullptr;
   return lr;
 }
 
