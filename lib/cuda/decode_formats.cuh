@@ -5,7 +5,7 @@
 //   kFormat                        the qmoe_weight_format it reads
 //   Walk, Row, Batch<U>            a walk's matrix fields, a lane's row pointers, a batch of
 //                                  loads in flight (registers)
-//   batch_quads<L, MAXM>(params)   quads per batch under the kernels' register cap
+//   batch_quads(L, MAXM, params)   quads per batch under the kernels' register cap
 //   valid(w)                       whether a description is one the policy's code may read
 //   scale_bytes(w)                 bytes of one scale-plane element
 //   walk(w), row(w, group, r)      the walk's fields and a lane's row of a group
@@ -34,9 +34,8 @@ struct Int4Decode {
   template <int U>
   using Batch = cuda::Batch<U>;
 
-  template <Level L, int MAXM>
-  __host__ __device__ static constexpr int batch_quads(bool params_matrix) {
-    return cuda::batch_quads<L, MAXM>(params_matrix);
+  __host__ __device__ static constexpr int batch_quads(Level level, int max_m, bool params_matrix) {
+    return cuda::batch_quads(level, max_m, params_matrix);
   }
   __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
     return w.format == kFormat && quant_matrix_is_valid(w);
@@ -69,9 +68,15 @@ struct Int4Decode {
 
 // INT3 (int3_tile.cuh): INT4's walk, description, planes and arithmetic over INT3's 96-byte
 // tiles, whose codes the lanes rebuild into INT4's nibble words (Int3Codes; zero point 4 without
-// a plane). A slot holds the same 16 code bytes a lane, so INT4's batch sizes serve.
+// a plane). A slot holds the same 16 code bytes a lane, so INT4's batch sizes fit the register
+// cap; but the GEMV at M <= 2 walks two quads a batch where INT4 walks three: with the rebuild's
+// work per quad, three were 6% slower at gpt-oss's shape at both levels, and one no faster
+// (docs/results/2026-12-05-int3-gpu-decode.md).
 struct Int3Decode : Int4Decode {
   static constexpr qmoe_weight_format kFormat = QMOE_WEIGHT_FORMAT_INT3;
+  __host__ __device__ static constexpr int batch_quads(Level level, int max_m, bool params_matrix) {
+    return params_matrix && max_m <= 2 ? 2 : cuda::batch_quads(level, max_m, params_matrix);
+  }
   __host__ __device__ static bool valid(const DeviceQuantMatrix& w) {
     return w.format == kFormat && quant_matrix_is_valid(w);
   }

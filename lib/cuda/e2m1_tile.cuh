@@ -174,9 +174,8 @@ struct E2m1Decode {
 
   // Quads per batch: INT4's choice (int4_tile.cuh), whose slots are larger (6.5 registers
   // against 5 here), so the same counts fit the same register cap.
-  template <Level L, int MAXM>
-  __host__ __device__ static constexpr int batch_quads(bool params_matrix) {
-    return cuda::batch_quads<L, MAXM>(params_matrix);
+  __host__ __device__ static constexpr int batch_quads(Level level, int max_m, bool params_matrix) {
+    return cuda::batch_quads(level, max_m, params_matrix);
   }
 
   // The format, its only block size and scale type, no zero points, 16-byte aligned codes, a

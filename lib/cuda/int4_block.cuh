@@ -32,7 +32,7 @@ __device__ __forceinline__ void run_groups(const DeviceQuantMatrix& w, uint32_t 
                                            uint32_t rounds, uint32_t tc, unsigned char* smem,
                                            float (*partial)[MAXM][kGroupRows], GroupOf group_of,
                                            Stage stage, Sink sink) {
-  constexpr int U = F::template batch_quads<L, MAXM>(true);
+  constexpr int U = F::batch_quads(L, MAXM, true);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t r = lane % kGroupRows, sub = lane / kGroupRows;
   const uint32_t gs = warp / kw, ks = warp % kw;

@@ -178,11 +178,12 @@ Int4GemvConfig int4_gemv_config(const DeviceQuantMatrix& w, qmoe_accuracy accura
   // flight) plus one for the staging, per round, and half of one for a cross-warp sum. Pick
   // the K split with the fewest such latencies when every block is resident at once; on a tie,
   // the one that spreads the groups over more blocks.
-  const bool exact = accuracy == QMOE_ACCURACY_EXACT;
-  const uint64_t in_flight = 2 * static_cast<uint64_t>(  // 2U (batch_quads<L, m_pad>(true))
-                                     m_pad <= 2   ? 3
-                                     : m_pad <= 4 ? (exact ? 1 : 2)
-                                                  : 1);
+  const Level level = accuracy == QMOE_ACCURACY_EXACT ? Level::kExact : Level::kFast;
+  int batch_u = 1;  // the format's U: its policy's batch_quads, as its walk compiles it
+  with_decode_format(w.format, [&](auto policy) {
+    batch_u = decltype(policy)::batch_quads(level, static_cast<int>(m_pad), true);
+  });
+  const uint64_t in_flight = 2 * static_cast<uint64_t>(batch_u);
   uint32_t best_kw = 1;
   uint64_t best_cost = ~uint64_t{0}, best_blocks = 0, best_rounds = 1;
   for (uint32_t kw = 1; kw <= kWarps; kw *= 2) {

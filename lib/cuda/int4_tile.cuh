@@ -67,9 +67,10 @@ __host__ __device__ constexpr uint32_t record_bytes() {
 // (docs/results/2026-12-02-h200-moe-one-quad.md).
 constexpr int kDecodeMinBlocksPerSm = 3;
 
-template <Level L, int MAXM>
-__host__ __device__ constexpr int batch_quads(bool params_matrix) {
-  if (params_matrix) return MAXM <= 2 ? 3 : MAXM <= 4 && L == Level::kFast ? 2 : 1;
+// (A function of run-time values so that the GEMV's host-side K-split plan asks the same rule
+// the kernels compile with.)
+__host__ __device__ constexpr int batch_quads(Level level, int max_m, bool params_matrix) {
+  if (params_matrix) return max_m <= 2 ? 3 : max_m <= 4 && level == Level::kFast ? 2 : 1;
   return 1;
 }
 

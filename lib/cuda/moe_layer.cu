@@ -216,7 +216,7 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
                                             const WorkItem& wi, uint64_t t0, uint64_t t1,
                                             unsigned char* xs, const int32_t* token,
                                             float (*h)[2][8][8]) {
-  constexpr int U = F::template batch_quads<L, MC>(false);
+  constexpr int U = F::batch_quads(L, MC, false);
   constexpr int kAhead = MC == 1 && kPrefetchL1 ? l1_ahead_batches<U>() : 0;
   const MoeLayerParams& p = kp.p;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -411,7 +411,7 @@ template <class F, Level L, int MC>
 __device__ __forceinline__ void fc2_item(const MoeKernelParams& kp, const DeviceQuantMatrix& w,
                                          const WorkItem& wi, unsigned char* xs, float* y2s,
                                          float* y2g) {
-  constexpr int U = F::template batch_quads<L, MC>(false);
+  constexpr int U = F::batch_quads(L, MC, false);
   const uint32_t lane = threadIdx.x % 32, r = lane % kGroupRows, sub = lane / kGroupRows;
   const unsigned char* act = static_cast<const unsigned char*>(kp.p.workspace) + kp.act_offset +
                              size_t(wi.first_route) * kp.act_route_bytes;
