@@ -14,6 +14,7 @@
 #include "lib/abi_enum.h"
 #include "lib/cuda_backend.h"
 #include "lib/cuda_handles.h"
+#include "lib/cuda_moe_params.h"
 #include "lib/error.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/gemm/activation_dtype.h"
@@ -279,25 +280,11 @@ qmoe_status check_gemm(const qmoe_quant_matrix* weights, qmoe_accuracy accuracy,
 qmoe_status check_moe(const qmoe_cuda_expert_set* set, const qmoe_cuda_moe_params* params,
                       const char* function, qmoe_cuda_moe_params* p) {
   if (qmoe_status s = resolve(set, function); s != QMOE_STATUS_OK) return s;
-  if (params == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params is NULL");
-  if (!struct_size_ok(params->struct_size, sizeof(qmoe_cuda_moe_params))) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "params->struct_size is %zu, not the size of any version of the struct; set it "
-                "to sizeof(qmoe_cuda_moe_params) (%zu)",
-                params->struct_size, sizeof(qmoe_cuda_moe_params));
-  }
-  std::memcpy(p, params, sizeof *p);
-  if (!valid_accuracy(enum_bits(p->accuracy))) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "params->accuracy %d is not a qmoe_accuracy", enum_bits(p->accuracy));
-  }
-  if (!is_activation_dtype(static_cast<qmoe_dtype>(enum_bits(p->dtype)))) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params->dtype %d is not F32, F16 or BF16",
-                enum_bits(p->dtype));
-  }
+  if (qmoe_status s = read_moe_params(params, function, p); s != QMOE_STATUS_OK) return s;
   if (p->m_capacity == 0) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params->m_capacity is 0");
   }
+  if (qmoe_status s = check_tokens_per_expert_hint(*p, function); s != QMOE_STATUS_OK) return s;
   if (p->k == 0 || p->k > set->num_experts) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params->k = %u must be in [1, %u]", p->k,
                 set->num_experts);
@@ -518,7 +505,8 @@ QMOE_API qmoe_status qmoe_cuda_moe_forward(const qmoe_cuda_expert_set* set,
                          p.accumulate != 0,
                          p.workspace,
                          p.workspace_bytes,
-                         stream};
+                         stream,
+                         p.expected_tokens_per_expert};
   return cuda_backend()->moe_forward(__func__, set->set, call);
 }
 

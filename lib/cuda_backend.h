@@ -75,6 +75,7 @@ struct CudaMoeCall {
   void* workspace;
   size_t workspace_bytes;
   void* stream;
+  float expected_tokens_per_expert;  // 0: none (checked: else in [1, m_capacity])
 };
 
 /// One qmoe_cuda_offload_create call (checked: the geometry passes ring_geometry_ok, every

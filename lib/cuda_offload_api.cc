@@ -15,6 +15,7 @@
 #include "lib/context.h"
 #include "lib/cuda_backend.h"
 #include "lib/cuda_handles.h"
+#include "lib/cuda_moe_params.h"
 #include "lib/error.h"
 #include "lib/gemm/activation_dtype.h"
 #include "lib/handle_pool.h"
@@ -189,29 +190,14 @@ qmoe_status check_forward(const qmoe_cuda_offload* h, uint32_t layer,
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "layer %u of %zu", layer,
                 h->num_experts.size());
   }
-  if (params == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params is NULL");
-  if (!struct_size_ok(params->struct_size, sizeof(qmoe_cuda_moe_params))) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "params->struct_size is %zu, not the size of any version of the struct; set it "
-                "to sizeof(qmoe_cuda_moe_params) (%zu)",
-                params->struct_size, sizeof(qmoe_cuda_moe_params));
-  }
-  std::memcpy(p, params, sizeof *p);
-  const int32_t accuracy = enum_bits(p->accuracy);
-  if (accuracy != QMOE_ACCURACY_EXACT && accuracy != QMOE_ACCURACY_FAST) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "params->accuracy %d is not a qmoe_accuracy", accuracy);
-  }
+  if (qmoe_status s = read_moe_params(params, function, p); s != QMOE_STATUS_OK) return s;
   const auto dtype = static_cast<qmoe_dtype>(enum_bits(p->dtype));
-  if (!is_activation_dtype(dtype)) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params->dtype %d is not F32, F16 or BF16",
-                enum_bits(p->dtype));
-  }
   if (p->m_capacity == 0 || p->m_capacity > h->m_capacity) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "params->m_capacity = %u must be in [1, %u] (the session's)", p->m_capacity,
                 h->m_capacity);
   }
+  if (qmoe_status s = check_tokens_per_expert_hint(*p, function); s != QMOE_STATUS_OK) return s;
   const uint32_t k_limit = std::min(h->k_max, h->num_experts[layer]);
   if (p->k == 0 || p->k > k_limit) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
@@ -315,7 +301,7 @@ QMOE_API qmoe_status qmoe_cuda_offload_forward(qmoe_cuda_offload* session, uint3
                          p.weights,    nullptr,
                          false,        p.accumulate != 0,
                          p.workspace,  p.workspace_bytes,
-                         stream};
+                         stream,       p.expected_tokens_per_expert};
   return cuda_backend()->offload_forward(__func__, session->session, layer, call);
 }
 

@@ -17,6 +17,7 @@
 //                                      340 MB), each call routed to the next experts; no
 //                                      two tokens of a call share an expert
 //   .../m:M/shared_experts             (M = 2..512) every token of a call to the same 8 experts
+//   .../m:M/shared_experts/hinted      the same, with expected_tokens_per_expert = M
 //   .../m:M/random_routing             (M = 2..512) each token to 8 experts drawn uniformly
 //   gpu/moe_layer/qwen3_int3/<level>/m:M  the layer (M = 1, 4; no two tokens share an expert)
 //                                      with INT3 experts (FP16 scales per 32, grouped: 264 MB);
@@ -437,8 +438,10 @@ size_t distinct_experts(const std::vector<int32_t>& ids, uint32_t m, uint32_t s)
   return static_cast<size_t>(std::unique(e.begin(), e.end()) - e.begin());
 }
 
+// tokens_hint: MoeLayerParams::expected_tokens_per_expert (0: none).
 void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bool lean,
-                 qmoe_swiglu_fusion fusion, Routing routing, qmoe_weight_format format) {
+                 qmoe_swiglu_fusion fusion, Routing routing, qmoe_weight_format format,
+                 float tokens_hint) {
   constexpr uint32_t kSets = 16;
   DeviceMemory weights(kExperts * expert_stride(format)), d1(kExperts * sizeof(DeviceQuantMatrix)),
       d2(kExperts * sizeof(DeviceQuantMatrix)), ids(size_t{kSets} * m * kTopK * 4),
@@ -464,6 +467,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
   fill_f16_value<<<64, 256>>>(x.as<uint16_t>(), size_t{m} * kHidden, 0x3F80);  // BF16 1.0
   BENCH_CUDA(cudaDeviceSynchronize(), state);
   MoeLayerParams p = layer_params(accuracy, m, d1, d2, lean, fusion, format);
+  p.expected_tokens_per_expert = tokens_hint;
   p.m = count.as<const uint32_t>();
   p.x = x.p;
   p.y = y.p;
@@ -659,26 +663,31 @@ void register_all() {
           std::string("gpu/moe_layer/qwen3/") + level(a) + "/m:" + std::to_string(m);
       if (m > 1) {
         benchmark::RegisterBenchmark((name + "/shared_experts").c_str(), BM_MoeLayer, a, m, true,
-                                     kInterleaved, Routing::kShared, kInt4)
+                                     kInterleaved, Routing::kShared, kInt4, 0.0f)
+            ->UseManualTime()
+            ->MinTime(0.2);
+        // The same calls with the caller's hint that every routed expert holds all M tokens.
+        benchmark::RegisterBenchmark((name + "/shared_experts/hinted").c_str(), BM_MoeLayer, a, m,
+                                     true, kInterleaved, Routing::kShared, kInt4, float(m))
             ->UseManualTime()
             ->MinTime(0.2);
         benchmark::RegisterBenchmark((name + "/random_routing").c_str(), BM_MoeLayer, a, m, true,
-                                     kInterleaved, Routing::kRandom, kInt4)
+                                     kInterleaved, Routing::kRandom, kInt4, 0.0f)
             ->UseManualTime()
             ->MinTime(0.2);
       }
       if (m > 8) continue;  // past decode sizes: the two routings above only
       benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m, true, kInterleaved,
-                                   Routing::kDisjoint, kInt4)
+                                   Routing::kDisjoint, kInt4, 0.0f)
           ->UseManualTime()
           ->MinTime(0.2);
       benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeLayer, a, m, false,
-                                   kInterleaved, Routing::kDisjoint, kInt4)
+                                   kInterleaved, Routing::kDisjoint, kInt4, 0.0f)
           ->UseManualTime()
           ->MinTime(0.2);
       if (m == 1 || m == 4) {
         benchmark::RegisterBenchmark((name + "/concatenated").c_str(), BM_MoeLayer, a, m, true,
-                                     QMOE_SWIGLU_CONCATENATED, Routing::kDisjoint, kInt4)
+                                     QMOE_SWIGLU_CONCATENATED, Routing::kDisjoint, kInt4, 0.0f)
             ->UseManualTime()
             ->MinTime(0.2);
       }
@@ -692,7 +701,7 @@ void register_all() {
       for (bool lean : {true, false}) {
         benchmark::RegisterBenchmark((lean ? name : name + "/general_walk").c_str(), BM_MoeLayer, a,
                                      m, lean, kInterleaved, Routing::kDisjoint,
-                                     QMOE_WEIGHT_FORMAT_INT3)
+                                     QMOE_WEIGHT_FORMAT_INT3, 0.0f)
             ->UseManualTime()
             ->MinTime(0.2);
       }

@@ -163,6 +163,15 @@ typedef struct qmoe_cuda_moe_params {
   /** qmoe_cuda_moe_workspace_size bytes, 256-byte aligned; one call at a time. */
   void* workspace;
   size_t workspace_bytes;
+  /** A hint (0, the default: none), fixed when a graph is captured: the tokens each routed
+   * expert is expected to hold in a call, on average (tokens times k over the experts routed).
+   * The kernels batch an expert's tokens in work items of a size chosen when the call is
+   * enqueued; without the hint that size assumes uniform routing, which spreads a call's tokens
+   * thinly (about 1.0-1.6 tokens a routed expert at capacity 2-16 with Qwen3-30B-A3B's 128
+   * experts, top-8). Set it when a call's tokens share experts: m_capacity when they all route
+   * to the same experts. It changes the time only, never the results. 0, or finite in
+   * [1, m_capacity]. */
+  float expected_tokens_per_expert;
 } qmoe_cuda_moe_params;
 
 /// Fill `params` with the defaults: struct_size set, FAST, F32, renormalize 1, the rest 0.

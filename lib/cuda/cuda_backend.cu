@@ -146,6 +146,7 @@ qmoe_status moe_forward(const char* function, const void* set, const CudaMoeCall
   p.renormalize = c.renormalize;
   p.residency = s->residency;
   p.inputs_ready_early = false;
+  p.expected_tokens_per_expert = c.expected_tokens_per_expert;
   p.workspace = c.workspace;
   p.workspace_bytes = c.workspace_bytes;
   const cudaError_t e = cuda::launch_moe_layer(p, static_cast<cudaStream_t>(c.stream));

@@ -553,14 +553,16 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
 //     T = 4 even with every item full.
 //   exact level: T = 1 below rho = 2.5 (its T = 2 and 4 kernels were much slower than T = 1
 //     where experts hold a token or two), T = 2 below rho = 8, else 8.
-// Only where all of a call's tokens share their experts does a larger T win, and there by less
-// than the policy gains without such sharing (docs/results/2026-12-04-h200-moe-tokens-per-item.md).
+// Where a call's tokens share their experts, rho is larger than that, and a larger T wins
+// (docs/results/2026-12-04-h200-moe-tokens-per-item.md): a caller who knows it says so with
+// expected_tokens_per_expert, which replaces the uniform estimate.
 uint32_t tokens_per_item(const MoeLayerParams& p) {
   const uint32_t m = p.m_capacity;
   if (m <= 1) return 1;
   const double share = double(p.top_k) / p.num_experts;  // top_k <= num_experts: checked
   const double routed = p.num_experts * (1.0 - std::pow(1.0 - share, double(m)));
-  const double rho = double(m) * p.top_k / routed;
+  const double rho =
+      p.expected_tokens_per_expert > 0.0f ? p.expected_tokens_per_expert : m * p.top_k / routed;
   const bool fast = p.accuracy == QMOE_ACCURACY_FAST;
   const uint32_t t = fast ? (rho < 2.5 ? 2 : 4) : (rho < 2.5 ? 1 : rho < 8.0 ? 2 : 8);
   const uint32_t m_pow2 = m <= 2 ? 2 : m <= 4 ? 4 : 8;  // no more than M needs
@@ -701,6 +703,8 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
       (p.fusion != QMOE_SWIGLU_INTERLEAVED && p.fusion != QMOE_SWIGLU_CONCATENATED) ||
       !std::isfinite(p.alpha) || !std::isfinite(p.beta) || !(p.limit > 0.0f) ||
       (p.m_capacity > 1 && (p.ldx < p.hidden || p.ldy < p.hidden)) ||
+      !(p.expected_tokens_per_expert == 0.0f ||
+        (p.expected_tokens_per_expert >= 1.0f && p.expected_tokens_per_expert <= p.m_capacity)) ||
       uint64_t{p.hidden} * 2 > 0x7FFFFFFFu || uint64_t{p.intermediate} * 2 > 0x7FFFFFFFu) {
     return cudaErrorInvalidValue;
   }

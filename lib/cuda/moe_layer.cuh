@@ -121,6 +121,10 @@ struct MoeLayerParams {
   // FC1 builds its routing and prefetches its weights into L2 before waiting for that kernel
   // (x is still read after the wait). false: FC1 waits first and reads everything after.
   bool inputs_ready_early;
+  // The caller's hint for the tokens per work item (moe_layer.cu, tokens_per_item): the tokens
+  // each routed expert is expected to hold, 0 (uniform routing's expectation) or in
+  // [1, m_capacity]. Like m_capacity, fixed when a graph is captured; it never changes the bits.
+  float expected_tokens_per_expert;
   // Scratch of moe_layer_workspace_size bytes, 256-byte aligned; one call at a time.
   void* workspace;
   size_t workspace_bytes;

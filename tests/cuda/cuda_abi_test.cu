@@ -189,6 +189,48 @@ TEST_F(CudaAbiLayer, CapturedGraphReplaysWithNewRoutingAsEager) {
   cudaStreamDestroy(stream);
 }
 
+// expected_tokens_per_expert changes the kernels' tokens per work item (at capacity 8: the fast
+// level 2 -> 4, the exact level 1 -> 8), never the bits: calls whose tokens all route to the
+// same experts, and calls routed at random, give the same bytes with and without the hint, and
+// meet the reference.
+TEST_F(CudaAbiLayer, ExpectedTokensPerExpertKeepsTheBits) {
+  GpuSet set = make_gpu_set(host.get(), {}, 0, QMOE_CUDA_COPY_BATCHED);
+  ASSERT_TRUE(set);
+  for (qmoe_accuracy level : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+    for (bool shared : {true, false}) {
+      LayerCall call(set.get(), o, 8, 2, rng);
+      if (shared) {
+        for (uint32_t t = 1; t < call.m; ++t) {
+          std::copy_n(call.ids.begin(), call.k, call.ids.begin() + t * call.k);
+        }
+        call.upload_routing();
+      }
+      call.params.accuracy = level;
+      const std::string what = std::string(shared ? "shared" : "random") + " level " +
+                               std::to_string(level) + " " + where();
+      ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, nullptr), QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+      const std::vector<float> plain = call.y();
+      QMOE_CUDA_OK(cudaMemset(call.d_y.data(), 0xFF, call.d_y.bytes()));
+      call.params.expected_tokens_per_expert = 8.0f;
+      ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, nullptr), QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+      ASSERT_EQ(qmoe_cuda_moe_check(call.workspace.data(), nullptr), QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+      const std::vector<float> hinted = call.y();
+      EXPECT_EQ(std::memcmp(plain.data(), hinted.data(), plain.size() * sizeof(float)), 0) << what;
+      const MoeReference ref =
+          reference_moe(*model, level, call.x, call.m, call.ids, call.weights, call.k, nullptr, {});
+      expect_near_reference(hinted, ref, what);
+    }
+  }
+  LayerCall call(set.get(), o, 4, 2, rng);
+  call.params.expected_tokens_per_expert = 4.5f;
+  EXPECT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("expected_tokens_per_expert"),
+            std::string::npos);
+}
+
 // Residency updates between calls, eager and in a captured graph: after each update a forward
 // gives the bits of a set created with that residency, experts that stay keep their slots and
 // are not copied, and a graph captured before the updates uses the new residency when replayed.

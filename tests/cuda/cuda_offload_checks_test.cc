@@ -5,6 +5,8 @@
 // too, and the session's life cycle (create, destroy, a destroyed handle refused).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -231,6 +233,33 @@ TEST(CudaOffloadChecks, CreateAndForwardCheckAgainstGpuSets) {
                       q.workspace_bytes = 16;
                     }),
             QMOE_STATUS_INVALID_ARGUMENT);
+  // expected_tokens_per_expert: 0 or in [1, m_capacity = 1].
+  for (float hint : {1.5f, 0.5f, -1.0f, NAN}) {
+    EXPECT_EQ(forward(0, [&](auto& q) { q.expected_tokens_per_expert = hint; }),
+              QMOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qmoe_last_error_message()).find("expected_tokens_per_expert"),
+              std::string::npos)
+        << qmoe_last_error_message();
+  }
+  // The struct before expected_tokens_per_expert is a version (its calls get no hint); a size
+  // ending inside the field is none.
+  EXPECT_EQ(forward(0,
+                    [](auto& q) {
+                      q.struct_size =
+                          offsetof(qmoe_cuda_moe_params, expected_tokens_per_expert) + 2;
+                    }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("struct_size"), std::string::npos);
+  for (size_t size : {offsetof(qmoe_cuda_moe_params, expected_tokens_per_expert), sizeof p}) {
+    EXPECT_EQ(forward(0,
+                      [&](auto& q) {
+                        q.struct_size = size;
+                        q.expected_tokens_per_expert = 1.0f;
+                      }),
+              QMOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qmoe_last_error_message()).find("not device memory"), std::string::npos)
+        << size << ": " << qmoe_last_error_message();
+  }
   EXPECT_EQ(forward(0, [](auto&) {}), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qmoe_last_error_message()).find("not device memory"), std::string::npos)
       << qmoe_last_error_message();

@@ -117,6 +117,11 @@ class MoeFixture {
   // and a switch to run the kernels that also hold the general walk instead.
   bool lean() const { return lean_; }
   void set_lean_walk(bool on) { lean_walk_ = on; }
+  // The calls' expected_tokens_per_expert (0: none), and the T the last call's launcher chose.
+  void set_tokens_hint(float hint) { tokens_hint_ = hint; }
+  // The calls must be refused by the launcher (cudaErrorInvalidValue, nothing launched).
+  void expect_refusal(bool on) { expect_refusal_ = on; }
+  uint32_t last_tokens_per_item() const { return last_tokens_per_item_; }
   const MoeModel& model() const { return *model_; }
   std::vector<int32_t>& residency() { return residency_; }
   std::vector<emu::DeviceQuantMatrix>& fc2() { return fc2_; }
@@ -194,6 +199,8 @@ class MoeFixture {
     }
     p.residency = residency_.data();
     p.inputs_ready_early = c.early;
+    p.expected_tokens_per_expert = tokens_hint_;
+    last_tokens_per_item_ = emu::tokens_per_item(p);
     p.workspace = workspace;
     p.workspace_bytes = ws;
     if (offload != nullptr) {  // as lib/cuda/offload_session.cu fills them
@@ -206,8 +213,9 @@ class MoeFixture {
       p.offload.enabled = true;
     }
     uint32_t launched = 0;
-    EXPECT_EQ(emu::launch_moe_layer(p, nullptr, &launched), cudaSuccess);
-    EXPECT_EQ(launched, 2u);
+    const cudaError_t launch = emu::launch_moe_layer(p, nullptr, &launched);
+    EXPECT_EQ(launch, expect_refusal_ ? cudaErrorInvalidValue : cudaSuccess);
+    EXPECT_EQ(launched, expect_refusal_ ? 0u : 2u);
     std::memcpy(&out.error, workspace, 4);
     return out;
   }
@@ -219,7 +227,9 @@ class MoeFixture {
   std::vector<emu::DeviceQuantMatrix> fc1_, fc2_;
   std::vector<uint8_t> mask_;
   qmoe_weight_format format_ = QMOE_WEIGHT_FORMAT_INT4;
-  bool lean_ = false, lean_walk_ = true;
+  bool lean_ = false, lean_walk_ = true, expect_refusal_ = false;
+  float tokens_hint_ = 0.0f;
+  uint32_t last_tokens_per_item_ = 0;
 };
 
 std::string describe_moe(const MoeCase& c, const MoeOptions& o, int sms) {
@@ -560,6 +570,80 @@ TEST_F(EmulatedDevice, MoeLayerQwen3Shape) {
       check_moe_case(c, o, rng_);
       if (HasFailure()) return;
     }
+  }
+}
+
+// expected_tokens_per_expert changes the tokens per work item, never the bits: a call whose
+// tokens all route to the same experts (the hint's case) and one routed at random, each run
+// without the hint and with it, must give the same bytes, within the reference's bounds; the
+// hint must have moved T (else the comparison proves nothing). A hint outside 0 or
+// [1, m_capacity] is refused by the launcher.
+TEST_F(EmulatedDevice, MoeLayerTokensPerExpertHintKeepsTheBits) {
+  // 32 experts, top-2: uniform routing's estimate at capacity 8 is 1.24 tokens a routed expert
+  // (T = 2 fast, 1 exact); the hint of 8 takes T = 4 and 8.
+  MoeOptions o = shape_c();
+  o.experts = 32;
+  use_qwen3_swiglu(&o);
+  const uint32_t capacity = 8, m = capacity, k = 2, H = o.hidden, E = o.experts;
+  for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+    for (bool shared : {true, false}) {
+      const MoeCase c{acc, QMOE_DTYPE_BF16, false, false, false, !shared, false, capacity, m, k};
+      MoeFixture f(o, c.partial, rng_);
+      const std::vector<float> x = round_trip(c.dtype, random_activations(m, H, rng_));
+      std::vector<int32_t> ids;
+      std::vector<float> weights;
+      random_routing(m, E, k, rng_, &ids, &weights);
+      if (shared) {
+        for (uint32_t t = 1; t < m; ++t) std::copy_n(ids.begin(), k, ids.begin() + t * k);
+      }
+      const MoeReference ref =
+          reference_moe(f.model(), acc, x, m, ids, weights, k, f.mask().data(), {});
+      const std::string what = std::string(shared ? "shared " : "random ") + describe_moe(c, o, 4);
+      f.set_tokens_hint(0.0f);
+      const MoeRun plain = f.run(c, x, ids, weights, {}, {}, m, 4);
+      const uint32_t plain_t = f.last_tokens_per_item();
+      f.set_tokens_hint(static_cast<float>(capacity));
+      const MoeRun hinted = f.run(c, x, ids, weights, {}, {}, m, 4);
+      EXPECT_GT(f.last_tokens_per_item(), plain_t) << what;
+      EXPECT_EQ(plain.error, 0u) << what;
+      EXPECT_EQ(hinted.error, 0u) << what;
+      EXPECT_TRUE(plain.y == hinted.y) << "the hint changed the bits; " << what;
+      size_t bad = 0;
+      const size_t ldy = H + 5;
+      check_layer_values(
+          c.dtype, m, H,
+          [&](uint32_t t, uint32_t n) {
+            return element(c.dtype, hinted.y.data(), size_t{t} * ldy + n);
+          },
+          ref, {}, 1.0, 1.01, what, &bad);
+      EXPECT_EQ(bad, 0u) << what;
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST_F(EmulatedDevice, MoeLayerRefusesABadTokensPerExpertHint) {
+  MoeOptions o = shape_c();
+  use_qwen3_swiglu(&o);
+  const uint32_t capacity = 4, k = 2;
+  const MoeCase c{QMOE_ACCURACY_FAST, QMOE_DTYPE_F32, false, false, false, false, false,
+                  capacity,           capacity,       k};
+  MoeFixture f(o, false, rng_);
+  const std::vector<float> x = random_activations(capacity, o.hidden, rng_);
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  random_routing(capacity, o.experts, k, rng_, &ids, &weights);
+  for (float hint : {1.0f, 2.5f, 4.0f}) {  // accepted: the same call runs
+    f.set_tokens_hint(hint);
+    const MoeRun r = f.run(c, x, ids, weights, {}, {}, capacity, 1);
+    EXPECT_EQ(r.error, 0u) << hint;
+  }
+  f.expect_refusal(true);
+  for (float hint : {0.5f, 4.5f, -1.0f, NAN, INFINITY}) {
+    f.set_tokens_hint(hint);
+    const MoeRun r = f.run(c, x, ids, weights, {}, {}, capacity, 1);
+    EXPECT_TRUE(std::all_of(r.y.begin(), r.y.end(), [](unsigned char v) { return v == kPoison; }))
+        << "a refused call wrote y; hint " << hint;
   }
 }
 
