@@ -22,6 +22,9 @@
 //   gpu/moe_layer/qwen3_int3/<level>/m:M  the layer (M = 1, 4; no two tokens share an expert)
 //                                      with INT3 experts (FP16 scales per 32, grouped: 264 MB);
 //                                      /general_walk as below, for INT3's lean walk
+//   gpu/moe_layer/gptoss20b/<level>/m:M  gpt-oss-20b's layer (E 32, H 2880, I 2880, top-4,
+//                                      MXFP4: 426 MB; its clamped SwiGLU), M = 1, 4, 8 with no
+//                                      two tokens on one expert; .../m:M/random_routing at 8, 64
 //   gpu/moe_stack48/qwen3/<level>/m:1  48 such layers (16 GB of INT4) captured in ONE CUDA
 //                                      graph, x of layer l+1 = y of layer l; each replay routes
 //                                      every layer to 8 other experts. /early_routing: with
@@ -306,65 +309,64 @@ void BM_Gemv(benchmark::State& state, qmoe_weight_format format, uint32_t n, uin
 
 // ---- MoE layer and the 48-layer stack --------------------------------------------------------
 
-constexpr uint32_t kExperts = 128, kTopK = 8, kHidden = 2048, kInter = 768;
+// A layer's shape, SwiGLU and weight format: the models the layer rows stand for.
+struct MoeShape {
+  uint32_t experts, top_k, hidden, inter;
+  qmoe_weight_format format;
+  float alpha, beta, limit;  // SwiGLU
 
-// All experts of one layer in one allocation: per expert FC1 then FC2 (codes + scales).
-struct Layer {
-  DeviceMemory* memory = nullptr;
-  size_t offset = 0;
-  DeviceMemory* fc1_desc = nullptr;
-  DeviceMemory* fc2_desc = nullptr;
+  // The projections: FC1 [2I, H], FC2 [H, I].
+  MatrixLayout fc1() const { return MatrixLayout(2 * inter, hidden, format); }
+  MatrixLayout fc2() const { return MatrixLayout(hidden, inter, format); }
+  // All experts of a layer in one allocation: per expert FC1 then FC2 (codes + scales).
+  size_t fc2_offset() const { return (fc1().bytes() + 255) / 256 * 256; }
+  size_t expert_stride() const { return (fc2_offset() + fc2().bytes() + 255) / 256 * 256; }
+  size_t expert_weight_bytes() const { return fc1().bytes() + fc2().bytes(); }
+  size_t workspace_bytes(uint32_t m) const {
+    return moe_layer_workspace_size(m, top_k, experts, hidden, inter);
+  }
 };
 
-// The layer's projections in a format (INT4 unless a row says otherwise).
-MatrixLayout fc1_layout(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
-  return MatrixLayout(2 * kInter, kHidden, format);
-}
-MatrixLayout fc2_layout(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
-  return MatrixLayout(kHidden, kInter, format);
-}
-size_t fc2_offset(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
-  return (fc1_layout(format).bytes() + 255) / 256 * 256;
-}
-size_t expert_stride(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
-  return (fc2_offset(format) + fc2_layout(format).bytes() + 255) / 256 * 256;
-}
-size_t expert_weight_bytes(qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
-  return fc1_layout(format).bytes() + fc2_layout(format).bytes();
-}
+// Qwen3-30B-A3B (INT4 and INT3 experts: FP16 scales per 32), gpt-oss-20b (MXFP4, its clamped
+// SwiGLU: alpha 1.702, up + 1, limit 7).
+constexpr MoeShape kQwen3{128, 8, 2048, 768, QMOE_WEIGHT_FORMAT_INT4, 1.0f, 0.0f, INFINITY};
+constexpr MoeShape kQwen3Int3{128, 8, 2048, 768, QMOE_WEIGHT_FORMAT_INT3, 1.0f, 0.0f, INFINITY};
+constexpr MoeShape kGptOss20b{32, 4, 2880, 2880, QMOE_WEIGHT_FORMAT_MXFP4, 1.702f, 1.0f, 7.0f};
 
-// Descriptions of one layer's 128 experts in device memory (slot e holds expert e).
-bool describe_layer(unsigned char* base, DeviceMemory& d1, DeviceMemory& d2, uint32_t seed,
-                    qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
-  const MatrixLayout fc1 = fc1_layout(format), fc2 = fc2_layout(format);
-  std::vector<DeviceQuantMatrix> h1(kExperts), h2(kExperts);
-  for (uint32_t e = 0; e < kExperts; ++e) {
-    unsigned char* p = base + e * expert_stride(format);
+// Descriptions of one layer's experts in device memory (slot e holds expert e).
+bool describe_layer(const MoeShape& shape, unsigned char* base, DeviceMemory& d1, DeviceMemory& d2,
+                    uint32_t seed) {
+  const MatrixLayout fc1 = shape.fc1(), fc2 = shape.fc2();
+  std::vector<DeviceQuantMatrix> h1(shape.experts), h2(shape.experts);
+  for (uint32_t e = 0; e < shape.experts; ++e) {
+    unsigned char* p = base + e * shape.expert_stride();
     fill_matrix(fc1, p, seed + 2 * e);
-    fill_matrix(fc2, p + fc2_offset(format), seed + 2 * e + 1);
+    fill_matrix(fc2, p + shape.fc2_offset(), seed + 2 * e + 1);
     h1[e] = fc1.describe(p);
-    h2[e] = fc2.describe(p + fc2_offset(format));
+    h2[e] = fc2.describe(p + shape.fc2_offset());
   }
-  return cudaMemcpy(d1.p, h1.data(), sizeof(h1[0]) * kExperts, cudaMemcpyHostToDevice) ==
+  return cudaMemcpy(d1.p, h1.data(), sizeof(h1[0]) * shape.experts, cudaMemcpyHostToDevice) ==
              cudaSuccess &&
-         cudaMemcpy(d2.p, h2.data(), sizeof(h2[0]) * kExperts, cudaMemcpyHostToDevice) ==
+         cudaMemcpy(d2.p, h2.data(), sizeof(h2[0]) * shape.experts, cudaMemcpyHostToDevice) ==
              cudaSuccess;
 }
 
 constexpr qmoe_swiglu_fusion kInterleaved = QMOE_SWIGLU_INTERLEAVED;
-constexpr qmoe_weight_format kInt4 = QMOE_WEIGHT_FORMAT_INT4;
 
 // How a call's M tokens pick their experts (the rows' suffixes):
-//   kDisjoint (no suffix): set s routes token t to experts (8 (s + t * 3) + j) % 128: at M <= 8
-//     no two tokens share an expert, so a call reads 8 M experts;
-//   kShared ("/shared_experts"): every token of set s to experts 8 s + j: the fewest bytes, and
+//   kDisjoint (no suffix): set s routes token t to experts (k (s + t * 3) + j) % E: at M <= 8
+//     no two tokens share an expert (k = 8 of E = 128, and k = 4 of 32), so a call reads k M
+//     experts;
+//   kShared ("/shared_experts"): every token of set s to experts k s + j: the fewest bytes, and
 //     the most tokens per expert;
-//   kRandom ("/random_routing"): each token to 8 distinct experts drawn uniformly (a fixed
+//   kRandom ("/random_routing"): each token to k distinct experts drawn uniformly (a fixed
 //     seed), as a router with no preference spreads them: some tokens share experts.
-// Weights are 1/8.
+// Weights are 1/k.
 enum class Routing { kDisjoint, kShared, kRandom };
 
-std::vector<int32_t> routing_ids(uint32_t sets, uint32_t m, Routing routing = Routing::kDisjoint) {
+std::vector<int32_t> routing_ids(const MoeShape& shape, uint32_t sets, uint32_t m,
+                                 Routing routing = Routing::kDisjoint) {
+  const uint32_t kTopK = shape.top_k, kExperts = shape.experts;
   std::vector<int32_t> ids(size_t{sets} * m * kTopK);
   uint64_t state = 0x9E3779B97F4A7C15ull;
   const auto next = [&state]() {  // xorshift64*
@@ -403,59 +405,59 @@ std::vector<int32_t> routing_ids(uint32_t sets, uint32_t m, Routing routing = Ro
 // (int4_lean_layout holds for them); false runs the kernels that also hold the general walk, on
 // the same bytes (the "/general_walk" rows: what the lean policy gains, in one process). The
 // E2M1 formats have no lean walk: they run their own kernels, as a device set of them does.
-MoeLayerParams layer_params(qmoe_accuracy accuracy, uint32_t m, const DeviceMemory& d1,
-                            const DeviceMemory& d2, bool lean, qmoe_swiglu_fusion fusion,
-                            qmoe_weight_format format = QMOE_WEIGHT_FORMAT_INT4) {
+MoeLayerParams layer_params(const MoeShape& shape, qmoe_accuracy accuracy, uint32_t m,
+                            const DeviceMemory& d1, const DeviceMemory& d2, bool lean,
+                            qmoe_swiglu_fusion fusion) {
   MoeLayerParams p{};
-  p.num_experts = kExperts;
-  p.hidden = kHidden;
-  p.intermediate = kInter;
-  p.top_k = kTopK;
+  p.num_experts = shape.experts;
+  p.hidden = shape.hidden;
+  p.intermediate = shape.inter;
+  p.top_k = shape.top_k;
   p.m_capacity = m;
-  p.num_slots = kExperts;
+  p.num_slots = shape.experts;
   p.accuracy = accuracy;
   p.dtype = QMOE_DTYPE_BF16;
   p.fusion = fusion;
-  p.alpha = 1.0f;
-  p.beta = 0.0f;
-  p.limit = INFINITY;
-  p.format = format;
-  p.lean_walk = lean && has_lean_decode(format) &&
-                int4_lean_layout(fc1_layout(format).describe(nullptr)) &&
-                int4_lean_layout(fc2_layout(format).describe(nullptr));
+  p.alpha = shape.alpha;
+  p.beta = shape.beta;
+  p.limit = shape.limit;
+  p.format = shape.format;
+  p.lean_walk = lean && has_lean_decode(shape.format) &&
+                int4_lean_layout(shape.fc1().describe(nullptr)) &&
+                int4_lean_layout(shape.fc2().describe(nullptr));
   p.fc1 = d1.as<const DeviceQuantMatrix>();
   p.fc2 = d2.as<const DeviceQuantMatrix>();
-  p.ldx = kHidden;
-  p.ldy = kHidden;
+  p.ldx = shape.hidden;
+  p.ldy = shape.hidden;
+  p.workspace_bytes = shape.workspace_bytes(m);
   return p;
 }
 
 // Distinct experts of routing set s (the bytes a call must read).
-size_t distinct_experts(const std::vector<int32_t>& ids, uint32_t m, uint32_t s) {
-  std::vector<int32_t> e(ids.begin() + size_t{s} * m * kTopK,
-                         ids.begin() + size_t{s + 1} * m * kTopK);
+size_t distinct_experts(const std::vector<int32_t>& ids, uint32_t m, uint32_t k, uint32_t s) {
+  std::vector<int32_t> e(ids.begin() + size_t{s} * m * k, ids.begin() + size_t{s + 1} * m * k);
   std::sort(e.begin(), e.end());
   return static_cast<size_t>(std::unique(e.begin(), e.end()) - e.begin());
 }
 
 // tokens_hint: MoeLayerParams::expected_tokens_per_expert (0: none).
-void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bool lean,
-                 qmoe_swiglu_fusion fusion, Routing routing, qmoe_weight_format format,
-                 float tokens_hint) {
+void BM_MoeLayer(benchmark::State& state, MoeShape shape, qmoe_accuracy accuracy, uint32_t m,
+                 bool lean, qmoe_swiglu_fusion fusion, Routing routing, float tokens_hint) {
   constexpr uint32_t kSets = 16;
-  DeviceMemory weights(kExperts * expert_stride(format)), d1(kExperts * sizeof(DeviceQuantMatrix)),
+  const uint32_t kExperts = shape.experts, kTopK = shape.top_k, kHidden = shape.hidden;
+  DeviceMemory weights(kExperts * shape.expert_stride()), d1(kExperts * sizeof(DeviceQuantMatrix)),
       d2(kExperts * sizeof(DeviceQuantMatrix)), ids(size_t{kSets} * m * kTopK * 4),
       wts(size_t{m} * kTopK * 4), residency(kExperts * 4), count(4), x(size_t{m} * kHidden * 2),
-      y(size_t{m} * kHidden * 2), ws(moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter));
+      y(size_t{m} * kHidden * 2), ws(shape.workspace_bytes(m));
   if (weights.p == nullptr || ws.p == nullptr || ids.p == nullptr) {
     state.SkipWithError("device allocation failed");
     return;
   }
-  if (!describe_layer(weights.as<unsigned char>(), d1, d2, 17, format)) {
+  if (!describe_layer(shape, weights.as<unsigned char>(), d1, d2, 17)) {
     state.SkipWithError("copy of the descriptions failed");
     return;
   }
-  const std::vector<int32_t> h_ids = routing_ids(kSets, m, routing);
+  const std::vector<int32_t> h_ids = routing_ids(shape, kSets, m, routing);
   const std::vector<float> h_w(size_t{m} * kTopK, 1.0f / kTopK);
   std::vector<int32_t> h_res(kExperts);
   for (uint32_t e = 0; e < kExperts; ++e) h_res[e] = static_cast<int32_t>(e);
@@ -466,7 +468,7 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
   BENCH_CUDA(cudaMemcpy(count.p, &m, 4, cudaMemcpyHostToDevice), state);
   fill_f16_value<<<64, 256>>>(x.as<uint16_t>(), size_t{m} * kHidden, 0x3F80);  // BF16 1.0
   BENCH_CUDA(cudaDeviceSynchronize(), state);
-  MoeLayerParams p = layer_params(accuracy, m, d1, d2, lean, fusion, format);
+  MoeLayerParams p = layer_params(shape, accuracy, m, d1, d2, lean, fusion);
   p.expected_tokens_per_expert = tokens_hint;
   p.m = count.as<const uint32_t>();
   p.x = x.p;
@@ -474,10 +476,9 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
   p.weights = wts.as<const float>();
   p.residency = residency.as<const int32_t>();
   p.workspace = ws.p;
-  p.workspace_bytes = moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter);
   double bytes = 0;
   for (uint32_t s = 0; s < kSets; ++s) {
-    bytes += double(distinct_experts(h_ids, m, s)) * expert_weight_bytes(format);
+    bytes += double(distinct_experts(h_ids, m, kTopK, s)) * shape.expert_weight_bytes();
   }
   cudaEvent_t a, b;
   cudaEventCreate(&a);
@@ -507,7 +508,9 @@ void BM_MoeLayer(benchmark::State& state, qmoe_accuracy accuracy, uint32_t m, bo
 void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, bool lean,
                    qmoe_swiglu_fusion fusion) {
   constexpr uint32_t kLayers = 48, m = 1, kSets = 16;
-  const size_t layer_bytes = size_t{kExperts} * expert_stride();
+  const MoeShape& shape = kQwen3;
+  const uint32_t kExperts = shape.experts, kTopK = shape.top_k, kHidden = shape.hidden;
+  const size_t layer_bytes = size_t{kExperts} * shape.expert_stride();
   DeviceMemory weights(kLayers * layer_bytes);
   if (weights.p == nullptr) {
     state.SkipWithError("cannot allocate 48 layers x 128 experts of INT4 (about 16 GB)");
@@ -518,17 +521,17 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
     descs.push_back(std::make_unique<DeviceMemory>(kExperts * sizeof(DeviceQuantMatrix)));
   }
   for (uint32_t l = 0; l < kLayers; ++l) {
-    if (!describe_layer(weights.as<unsigned char>() + l * layer_bytes, *descs[2 * l],
+    if (!describe_layer(shape, weights.as<unsigned char>() + l * layer_bytes, *descs[2 * l],
                         *descs[2 * l + 1], 1000 * l + 3)) {
       state.SkipWithError("copy of the descriptions failed");
       return;
     }
   }
   // Per layer its routing buffer; replay r copies set (r + l) % kSets into it first.
-  const std::vector<int32_t> h_ids = routing_ids(kSets, m);
+  const std::vector<int32_t> h_ids = routing_ids(shape, kSets, m);
   DeviceMemory all_ids(h_ids.size() * 4), ids(size_t{kLayers} * kTopK * 4), wts(kTopK * 4),
       residency(kExperts * 4), count(4), acts(size_t{kLayers + 1} * kHidden * 2),
-      ws(moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter));
+      ws(shape.workspace_bytes(m));
   const std::vector<float> h_w(kTopK, 1.0f / kTopK);
   std::vector<int32_t> h_res(kExperts);
   for (uint32_t e = 0; e < kExperts; ++e) h_res[e] = static_cast<int32_t>(e);
@@ -547,7 +550,8 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
   BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), state);
   cudaError_t launched = cudaSuccess;
   for (uint32_t l = 0; l < kLayers && launched == cudaSuccess; ++l) {
-    MoeLayerParams p = layer_params(accuracy, m, *descs[2 * l], *descs[2 * l + 1], lean, fusion);
+    MoeLayerParams p =
+        layer_params(shape, accuracy, m, *descs[2 * l], *descs[2 * l + 1], lean, fusion);
     p.m = count.as<const uint32_t>();
     p.x = acts.as<uint16_t>() + size_t{l} * kHidden;
     p.y = acts.as<uint16_t>() + size_t{l + 1} * kHidden;
@@ -555,14 +559,13 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
     p.weights = wts.as<const float>();
     p.residency = residency.as<const int32_t>();
     p.workspace = ws.p;
-    p.workspace_bytes = moe_layer_workspace_size(m, kTopK, kExperts, kHidden, kInter);
     p.inputs_ready_early = early;  // the routing is written before the graph launch
     launched = launch_moe_layer(p, stream);
   }
   BENCH_CUDA(cudaStreamEndCapture(stream, &graph), state);
   BENCH_CUDA(launched, state);
   BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0), state);
-  const double bytes = double(kLayers) * kTopK * expert_weight_bytes();
+  const double bytes = double(kLayers) * kTopK * shape.expert_weight_bytes();
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
@@ -657,39 +660,34 @@ void register_all() {
       }
     }
   }
+  const auto layer_row = [](const std::string& name, const MoeShape& shape, qmoe_accuracy a,
+                            uint32_t m, bool lean, qmoe_swiglu_fusion fusion, Routing routing,
+                            float tokens_hint) {
+    benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, shape, a, m, lean, fusion, routing,
+                                 tokens_hint)
+        ->UseManualTime()
+        ->MinTime(0.2);
+  };
   for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
     for (uint32_t m : {1u, 2u, 4u, 8u, 16u, 64u, 512u}) {
       const std::string name =
           std::string("gpu/moe_layer/qwen3/") + level(a) + "/m:" + std::to_string(m);
       if (m > 1) {
-        benchmark::RegisterBenchmark((name + "/shared_experts").c_str(), BM_MoeLayer, a, m, true,
-                                     kInterleaved, Routing::kShared, kInt4, 0.0f)
-            ->UseManualTime()
-            ->MinTime(0.2);
+        layer_row(name + "/shared_experts", kQwen3, a, m, true, kInterleaved, Routing::kShared,
+                  0.0f);
         // The same calls with the caller's hint that every routed expert holds all M tokens.
-        benchmark::RegisterBenchmark((name + "/shared_experts/hinted").c_str(), BM_MoeLayer, a, m,
-                                     true, kInterleaved, Routing::kShared, kInt4, float(m))
-            ->UseManualTime()
-            ->MinTime(0.2);
-        benchmark::RegisterBenchmark((name + "/random_routing").c_str(), BM_MoeLayer, a, m, true,
-                                     kInterleaved, Routing::kRandom, kInt4, 0.0f)
-            ->UseManualTime()
-            ->MinTime(0.2);
+        layer_row(name + "/shared_experts/hinted", kQwen3, a, m, true, kInterleaved,
+                  Routing::kShared, float(m));
+        layer_row(name + "/random_routing", kQwen3, a, m, true, kInterleaved, Routing::kRandom,
+                  0.0f);
       }
-      if (m > 8) continue;  // past decode sizes: the two routings above only
-      benchmark::RegisterBenchmark(name.c_str(), BM_MoeLayer, a, m, true, kInterleaved,
-                                   Routing::kDisjoint, kInt4, 0.0f)
-          ->UseManualTime()
-          ->MinTime(0.2);
-      benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeLayer, a, m, false,
-                                   kInterleaved, Routing::kDisjoint, kInt4, 0.0f)
-          ->UseManualTime()
-          ->MinTime(0.2);
+      if (m > 8) continue;  // past decode sizes: the routings above only
+      layer_row(name, kQwen3, a, m, true, kInterleaved, Routing::kDisjoint, 0.0f);
+      layer_row(name + "/general_walk", kQwen3, a, m, false, kInterleaved, Routing::kDisjoint,
+                0.0f);
       if (m == 1 || m == 4) {
-        benchmark::RegisterBenchmark((name + "/concatenated").c_str(), BM_MoeLayer, a, m, true,
-                                     QMOE_SWIGLU_CONCATENATED, Routing::kDisjoint, kInt4, 0.0f)
-            ->UseManualTime()
-            ->MinTime(0.2);
+        layer_row(name + "/concatenated", kQwen3, a, m, true, QMOE_SWIGLU_CONCATENATED,
+                  Routing::kDisjoint, 0.0f);
       }
     }
   }
@@ -698,12 +696,20 @@ void register_all() {
     for (uint32_t m : {1u, 4u}) {
       const std::string name =
           std::string("gpu/moe_layer/qwen3_int3/") + level(a) + "/m:" + std::to_string(m);
-      for (bool lean : {true, false}) {
-        benchmark::RegisterBenchmark((lean ? name : name + "/general_walk").c_str(), BM_MoeLayer, a,
-                                     m, lean, kInterleaved, Routing::kDisjoint,
-                                     QMOE_WEIGHT_FORMAT_INT3, 0.0f)
-            ->UseManualTime()
-            ->MinTime(0.2);
+      layer_row(name, kQwen3Int3, a, m, true, kInterleaved, Routing::kDisjoint, 0.0f);
+      layer_row(name + "/general_walk", kQwen3Int3, a, m, false, kInterleaved, Routing::kDisjoint,
+                0.0f);
+    }
+  }
+  // gpt-oss-20b's layer in its own format (MXFP4): decode sizes, and the routings at M = 8 and 64.
+  for (qmoe_accuracy a : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
+    for (uint32_t m : {1u, 4u, 8u, 64u}) {
+      const std::string name =
+          std::string("gpu/moe_layer/gptoss20b/") + level(a) + "/m:" + std::to_string(m);
+      if (m <= 8) layer_row(name, kGptOss20b, a, m, false, kInterleaved, Routing::kDisjoint, 0.0f);
+      if (m >= 8) {
+        layer_row(name + "/random_routing", kGptOss20b, a, m, false, kInterleaved, Routing::kRandom,
+                  0.0f);
       }
     }
   }
