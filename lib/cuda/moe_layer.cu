@@ -405,18 +405,27 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
 // Warp w takes work items w, w + 8, ...: it stages the item's routes' activations once into its
 // own shared area (FP32 records, or int8 records quantized per 32 as the CPU quantizes FC2's
 // input), then computes each of the block's groups for those routes and keeps the results per
-// (route, group). After a barrier the block combines every token's slots in slot order.
+// (route, group). kByRound, for calls of one token and top-k below 8 (gpt-oss's top-4, say),
+// whose items leave warps idle: the rounds are dealt over the warps as well, (item, round) pair
+// p = w, w + 8, ... being item p % items, round p / items, so no warp walks several rounds while
+// another has none. Either way one warp computes each (route, group), in the same order, so the
+// bits do not depend on the deal. A kernel of its own, so that the other kernels' registers are
+// not the two loops' (at the 80-register cap either loop beside the other spilled more). After a
+// barrier the block combines every token's slots in slot order.
 
+// Rounds [gr_begin, gr_end) of the block's groups for item wi. stage_first: the warp's staging
+// area does not hold the item's activations yet (with one tile a warp stages them once an item).
 template <class F, Level L, int MC>
 __device__ __forceinline__ void fc2_item(const MoeKernelParams& kp, const DeviceQuantMatrix& w,
                                          const WorkItem& wi, unsigned char* xs, float* y2s,
-                                         float* y2g) {
+                                         float* y2g, uint32_t gr_begin, uint32_t gr_end,
+                                         bool stage_first) {
   constexpr int U = F::batch_quads(L, MC, false);
   const uint32_t lane = threadIdx.x % 32, r = lane % kGroupRows, sub = lane / kGroupRows;
   const unsigned char* act = static_cast<const unsigned char*>(kp.p.workspace) + kp.act_offset +
                              size_t(wi.first_route) * kp.act_route_bytes;
   const uint32_t tc = kp.tc2, tiles = (w.chunks + tc - 1) / tc;
-  for (uint32_t gr = 0; gr < kp.fc2_rounds; ++gr) {
+  for (uint32_t gr = gr_begin; gr < gr_end; ++gr) {
     const uint32_t g = blockIdx.x + gr * gridDim.x;
     if (g >= kp.fc2_groups) break;
     float acc[MC];
@@ -436,7 +445,7 @@ __device__ __forceinline__ void fc2_item(const MoeKernelParams& kp, const Device
       const typename F::Walk wm = F::walk(w);
       typename F::template Batch<U> a{}, b{};
       F::template prime<U>(a, b, wm, lr, qw, q0);  // the loads fly while the activations are staged
-      if (tiles > 1 || (gr == 0 && t == 0)) {
+      if (tiles > 1 || (gr == gr_begin && t == 0 && stage_first)) {
         __syncwarp();  // every lane is done with the last tile
         stage_f32_warp<L, MC>(xs, act, kp.act_route_bytes, wi.count, qw.tile_c0, tc, w.k, lane);
         __syncwarp();
@@ -461,7 +470,7 @@ __device__ __forceinline__ void fc2_item(const MoeKernelParams& kp, const Device
   }
 }
 
-template <class F, Level L, int T>
+template <class F, Level L, int T, bool kByRound = false>
 __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     moe_fc2_kernel(const __grid_constant__ MoeKernelParams kp) {
   QMOE_DECODE_DYNAMIC_SMEM(smem);
@@ -503,13 +512,27 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   float* y2s = reinterpret_cast<float*>(xs_all + kWarps * warp_stage);
   float* y2g = reinterpret_cast<float*>(static_cast<unsigned char*>(p.workspace) + kp.y2_offset);
   unsigned char* xs = xs_all + warp * warp_stage;
-  for (uint32_t item = warp; item < items; item += kWarps) {
-    const WorkItem wi = find_item(p, tab, item, T);
-    copy_matrix(&mats[warp], p.fc2 + tab.residency[wi.expert], lane, 32);
-    __syncwarp();
-    const DeviceQuantMatrix& w = mats[warp];
-    fc2_item<F, L, T>(kp, w, wi, xs, y2s, y2g);
-    __syncwarp();  // mats[warp] and the staging area are rewritten by the next item
+  if constexpr (!kByRound) {
+    for (uint32_t item = warp; item < items; item += kWarps) {
+      const WorkItem wi = find_item(p, tab, item, T);
+      copy_matrix(&mats[warp], p.fc2 + tab.residency[wi.expert], lane, 32);
+      __syncwarp();
+      fc2_item<F, L, T>(kp, mats[warp], wi, xs, y2s, y2g, 0, kp.fc2_rounds, true);
+      __syncwarp();  // mats[warp] and the staging area are rewritten by the next item
+    }
+  } else {
+    uint32_t held = items;  // the item whose matrix and activations the warp holds: none yet
+    for (uint32_t pair = warp; pair < items * kp.fc2_rounds; pair += kWarps) {
+      const uint32_t item = pair % items, gr = pair / items;
+      const WorkItem wi = find_item(p, tab, item, T);
+      if (item != held) {
+        copy_matrix(&mats[warp], p.fc2 + tab.residency[wi.expert], lane, 32);
+        __syncwarp();
+      }
+      fc2_item<F, L, T>(kp, mats[warp], wi, xs, y2s, y2g, gr, gr + 1, item != held);
+      held = item;
+      __syncwarp();  // as above
+    }
   }
   __syncthreads();
 
@@ -614,8 +637,8 @@ KernelFn pick_fc1(uint32_t T, bool spread, bool early) {
 }
 
 template <class F, Level L>
-KernelFn pick_fc2(uint32_t T) {
-  if (T == 1) return moe_fc2_kernel<F, L, 1>;
+KernelFn pick_fc2(uint32_t T, bool by_round) {
+  if (T == 1) return by_round ? moe_fc2_kernel<F, L, 1, true> : moe_fc2_kernel<F, L, 1>;
   if (T == 2) return moe_fc2_kernel<F, L, 2>;
   if (T == kLargestT<L>) return moe_fc2_kernel<F, L, kLargestT<L>>;
   return nullptr;
@@ -640,7 +663,9 @@ LeanKernels lean_kernels_for(const MoeLayerParams& p, uint32_t T) {
 
 // The two kernels for the call's format (lean INT4 and INT3: lean_kernels_for), level and T;
 // false for a format without decode kernels or a T the level does not run.
-bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* fc2) {
+// fc2_by_round (T = 1 only): FC2's rounds dealt over the warps too (moe_fc2_kernel's kByRound).
+bool pick_kernels(const MoeLayerParams& p, uint32_t T, bool fc2_by_round, KernelFn* fc1,
+                  KernelFn* fc2) {
   const bool exact = p.accuracy == QMOE_ACCURACY_EXACT;
   const bool spread = p.fusion == QMOE_SWIGLU_CONCATENATED;  // tasks of two or three groups
   const bool early = p.inputs_ready_early;
@@ -648,7 +673,8 @@ bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* 
     using F = decltype(f);
     *fc1 = exact ? pick_fc1<F, Level::kExact>(T, spread, early)
                  : pick_fc1<F, Level::kFast>(T, spread, early);
-    *fc2 = exact ? pick_fc2<F, Level::kExact>(T) : pick_fc2<F, Level::kFast>(T);
+    *fc2 = exact ? pick_fc2<F, Level::kExact>(T, fc2_by_round)
+                 : pick_fc2<F, Level::kFast>(T, fc2_by_round);
   };
   if (!with_decode_format(p.format, pick)) return false;
   const LeanKernels lean = lean_kernels_for(p, T);
@@ -659,9 +685,14 @@ bool pick_kernels(const MoeLayerParams& p, uint32_t T, KernelFn* fc1, KernelFn* 
                    : pick_fc1_one<Lean, Level::kFast>(spread, early);
     }
     if (lean.fc2) {  // fast level: T = 1 or 4
-      *fc2 = exact ? pick_fc2<Lean, Level::kExact>(T)
-                   : (T == 1 ? moe_fc2_kernel<Lean, Level::kFast, 1>
-                             : moe_fc2_kernel<Lean, Level::kFast, 4>);
+      if (exact) {
+        *fc2 = pick_fc2<Lean, Level::kExact>(T, fc2_by_round);
+      } else if (T == 1) {
+        *fc2 = fc2_by_round ? moe_fc2_kernel<Lean, Level::kFast, 1, true>
+                            : moe_fc2_kernel<Lean, Level::kFast, 1>;
+      } else {
+        *fc2 = moe_fc2_kernel<Lean, Level::kFast, 4>;
+      }
     }
   };
   if (lean.fc1 || lean.fc2) {
@@ -767,7 +798,9 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
     return cudaErrorInvalidValue;
   }
   KernelFn fc1 = nullptr, fc2 = nullptr;
-  if (!pick_kernels(p, T, &fc1, &fc2)) return cudaErrorInvalidValue;
+  // One token with fewer than 8 slots: fewer FC2 items than warps.
+  const bool fc2_by_round = T == 1 && kp.slots_cap < kWarps && kp.fc2_rounds > 1;
+  if (!pick_kernels(p, T, fc2_by_round, &fc1, &fc2)) return cudaErrorInvalidValue;
   const bool pdl = pdl_for_compute_capability(major);
   e = launch_decode_kernel(fc1, dim3(static_cast<unsigned>(fc1_grid > 0 ? fc1_grid : 1)),
                            dim3(kThreads), smem1, pdl, kp, stream);

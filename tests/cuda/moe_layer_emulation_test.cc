@@ -647,6 +647,48 @@ TEST_F(EmulatedDevice, MoeLayerRefusesABadTokensPerExpertHint) {
   }
 }
 
+// One token on fewer than 8 slots: FC2's rounds are dealt over a block's warps (the kByRound
+// kernel) where a block has several rounds, and the item deal runs where every block has one
+// (as many multiprocessors as FC2 has groups). Both give the same bits, within the reference's
+// bounds, at both levels and on every device size.
+TEST_F(EmulatedDevice, MoeLayerFc2RoundDealKeepsTheBits) {
+  MoeOptions o = shape_c();  // H = 96: 12 groups of FC2 rows
+  use_gpt_oss_swiglu(&o);
+  const int groups = static_cast<int>(o.hidden / 8);
+  for (qmoe_accuracy acc : {QMOE_ACCURACY_EXACT, QMOE_ACCURACY_FAST}) {
+    for (uint32_t k : {3u, 4u}) {  // 3 items do not divide the 8 warps: each pair restages
+      const MoeCase c{acc, QMOE_DTYPE_F32, false, false, false, k == 3, false, 1, 1, k};
+      MoeFixture f(o, c.partial, rng_);
+      const std::vector<float> x = random_activations(1, o.hidden, rng_);
+      std::vector<int32_t> ids;
+      std::vector<float> weights;
+      random_routing(1, o.experts, k, rng_, &ids, &weights);
+      const MoeReference ref =
+          reference_moe(f.model(), acc, x, 1, ids, weights, k, f.mask().data(), {});
+      std::vector<unsigned char> first;
+      for (int sms : {groups, 1, 5}) {  // one round a block (items dealt), 12, 3
+        const std::string what = describe_moe(c, o, sms);
+        const MoeRun r = f.run(c, x, ids, weights, {}, {}, 1, sms);
+        EXPECT_EQ(r.error, 0u) << what;
+        size_t bad = 0;
+        check_layer_values(
+            c.dtype, 1, o.hidden,
+            [&](uint32_t t, uint32_t n) {
+              return element(c.dtype, r.y.data(), size_t{t} * (o.hidden + 5) + n);
+            },
+            ref, {}, 1.0, 1.01, what, &bad);
+        EXPECT_EQ(bad, 0u) << what;
+        if (first.empty()) {
+          first = r.y;
+        } else {
+          EXPECT_TRUE(first == r.y) << "the rounds' deal changed the bits; " << what;
+        }
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 // ---- INT3 experts ------------------------------------------------------------------------------
 
 // INT3 experts (FC1 and FC2: a set holds one format) in the INT4 tests' layer shapes (blocks 16
