@@ -119,9 +119,9 @@ class MoeFixture {
   void set_lean_walk(bool on) { lean_walk_ = on; }
   // The calls' expected_tokens_per_expert (0: none), and the T the last call's launcher chose.
   void set_tokens_hint(float hint) { tokens_hint_ = hint; }
+  uint32_t last_tokens_per_item() const { return last_tokens_per_item_; }
   // The calls must be refused by the launcher (cudaErrorInvalidValue, nothing launched).
   void expect_refusal(bool on) { expect_refusal_ = on; }
-  uint32_t last_tokens_per_item() const { return last_tokens_per_item_; }
   const MoeModel& model() const { return *model_; }
   std::vector<int32_t>& residency() { return residency_; }
   std::vector<emu::DeviceQuantMatrix>& fc2() { return fc2_; }
@@ -576,8 +576,7 @@ TEST_F(EmulatedDevice, MoeLayerQwen3Shape) {
 // expected_tokens_per_expert changes the tokens per work item, never the bits: a call whose
 // tokens all route to the same experts (the hint's case) and one routed at random, each run
 // without the hint and with it, must give the same bytes, within the reference's bounds; the
-// hint must have moved T (else the comparison proves nothing). A hint outside 0 or
-// [1, m_capacity] is refused by the launcher.
+// hint must have moved T (else the comparison proves nothing).
 TEST_F(EmulatedDevice, MoeLayerTokensPerExpertHintKeepsTheBits) {
   // 32 experts, top-2: uniform routing's estimate at capacity 8 is 1.24 tokens a routed expert
   // (T = 2 fast, 1 exact); the hint of 8 takes T = 4 and 8.
@@ -622,6 +621,8 @@ TEST_F(EmulatedDevice, MoeLayerTokensPerExpertHintKeepsTheBits) {
   }
 }
 
+// A hint outside 0 or [1, m_capacity] is refused by the launcher, which writes nothing; hints
+// inside it run the same call.
 TEST_F(EmulatedDevice, MoeLayerRefusesABadTokensPerExpertHint) {
   MoeOptions o = shape_c();
   use_qwen3_swiglu(&o);
