@@ -1,7 +1,6 @@
 #include "lib/cuda_moe_params.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstring>
 
