@@ -62,7 +62,13 @@ else
     cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQMOE_CUDA=OFF \
       -DQMOE_BUILD_TESTS=OFF -DQMOE_BUILD_BENCHMARKS=OFF >&2
   fi
-  cmake --build "$build" -j"$jobs" --target qmoe >&2
+  # Installing needs every target the build folder installs: the library, and the qmoe tool
+  # where that folder builds tools.
+  targets=(qmoe)
+  if cmake --build "$build" --target help 2>/dev/null | grep -qw qmoe_cli; then
+    targets+=(qmoe_cli)
+  fi
+  cmake --build "$build" -j"$jobs" --target "${targets[@]}" >&2
   prefix=$cache/qmoe-install
   cmake --install "$build" --prefix "$prefix" >/dev/null
 fi
