@@ -3,13 +3,18 @@
 // the kernel sources (with `qmoe` renamed, so their symbols do not clash with the library's).
 //
 // The model, as the CUDA programming guide defines it for what these kernels use:
-//  - a block is blockDim.x host threads, started together; blocks run one after another (so a
-//    `__shared__` variable, compiled here as a function-local static, is the block's own, and
-//    the dynamic shared memory is one buffer, poisoned before every block);
+//  - a block is blockDim.x cooperative fibers on the launching thread (host_fibers.h says how
+//    they are scheduled); blocks run one after another (so a `__shared__` variable, compiled
+//    here as a function-local static, is the block's own, and the dynamic shared memory is one
+//    buffer, poisoned before every block). A warp runs ahead of the others until it waits at
+//    __syncthreads; even blocks start with warp 0, odd blocks with the last warp, so that a
+//    read of another warp's shared-memory writes with no barrier between them sees stale data
+//    in one of the two orders;
 //  - __syncthreads() / __syncthreads_or() wait for every thread of the block that has not
 //    exited; warp operations (__syncwarp, shuffles, __match_any_sync) wait for all 32 lanes of
 //    the warp, each lane publishing its value before any reads (a lane that never arrives, a
-//    divergent warp operation, shows up as a deadlock: the emulator aborts after a timeout);
+//    divergent warp operation, leaves no thread able to run: the emulator reports it and
+//    aborts);
 //  - global memory is host memory (device pointers are host pointers), atomics are host
 //    atomics, __ldg/__ldcg plain loads, the FP32 intrinsics their IEEE host equivalents (this
 //    file's user compiles with -ffp-contract=off), griddepcontrol and prefetches nothing;
@@ -25,21 +30,17 @@
 #include <vector_types.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
-#include "tests/cuda/host_barrier.h"
+#include "tests/cuda/host_fibers.h"
 
 #define QMOE_CUDA_HOST_EMULATION 1
 #undef __shared__
@@ -53,7 +54,7 @@ namespace qmoe_emu {
 
 // A reusable barrier whose count drops when a participant exits (as __syncthreads counts only
 // threads that have not exited).
-using Barrier = qmoe::testing::HostBarrier;
+using Barrier = qmoe::testing::FiberBarrier;
 
 struct Warp {
   Barrier barrier;
@@ -65,7 +66,6 @@ struct Block {
   std::vector<std::unique_ptr<Warp>> warps;
   int or_value = 0;
   int count_value = 0;
-  std::mutex or_mutex;
 };
 
 inline thread_local Block* tl_block = nullptr;
@@ -137,10 +137,7 @@ inline void __syncthreads() {
 inline int __syncthreads_or(int predicate) {
   qmoe_emu::Block& b = *qmoe_emu::tl_block;
   b.barrier.wait();  // the last round's readers are done
-  {
-    std::lock_guard<std::mutex> lock(b.or_mutex);
-    b.or_value |= predicate != 0;
-  }
+  b.or_value |= predicate != 0;
   b.barrier.wait();
   const int result = b.or_value;
   b.barrier.wait();
@@ -153,10 +150,7 @@ inline int __syncthreads_or(int predicate) {
 inline int __syncthreads_count(int predicate) {
   qmoe_emu::Block& b = *qmoe_emu::tl_block;
   b.barrier.wait();  // the last round's readers are done
-  {
-    std::lock_guard<std::mutex> lock(b.or_mutex);
-    b.count_value += predicate != 0 ? 1 : 0;
-  }
+  b.count_value += predicate != 0 ? 1 : 0;
   b.barrier.wait();
   const int result = b.count_value;
   b.barrier.wait();
@@ -300,7 +294,7 @@ inline cudaError_t qmoe_emu_device_get_attribute(int* value, cudaDeviceAttr attr
 #define cudaGetDevice qmoe_emu_get_device
 #define cudaDeviceGetAttribute qmoe_emu_device_get_attribute
 
-// Runs fn(params) over the grid: per block, blockDim.x fresh host threads (one block at a time).
+// Runs fn(params) over the grid: per block, blockDim.x fibers (one block at a time).
 template <class Params>
 cudaError_t qmoe_host_emulator_launch(void (*fn)(Params), dim3 grid, dim3 block, size_t smem,
                                       const Params& params) {
@@ -319,23 +313,31 @@ cudaError_t qmoe_host_emulator_launch(void (*fn)(Params), dim3 grid, dim3 block,
       state.warps.push_back(std::make_unique<qmoe_emu::Warp>());
       state.warps.back()->barrier.reset(32);
     }
-    std::vector<std::thread> threads;
-    threads.reserve(block.x);
-    for (uint32_t t = 0; t < block.x; ++t) {
-      threads.emplace_back([&, t] {
-        qmoe_emu::tl_block = &state;
-        qmoe_emu::tl_lane = t % 32;
-        qmoe_emu::tl_warp = t / 32;
-        threadIdx = make_uint3(t, 0, 0);
-        blockIdx = make_uint3(b, 0, 0);
-        blockDim = block;
-        gridDim = grid;
-        fn(params);  // a copy per thread, as the kernel's parameters
-        qmoe_emu::warp().barrier.leave();
-        state.barrier.leave();
-      });
-    }
-    for (auto& th : threads) th.join();
+    struct Run {
+      qmoe_emu::Block* state;
+      void (*fn)(Params);
+      const Params* params;
+      uint3 block_index;
+      dim3 block_dim, grid_dim;
+    } run{&state, fn, &params, make_uint3(b, 0, 0), block, grid};
+    // Each resumed fiber finds its own built-in variables (they are per OS thread).
+    auto switch_in = [](void* p, uint32_t t) {
+      const Run& r = *static_cast<const Run*>(p);
+      qmoe_emu::tl_block = r.state;
+      qmoe_emu::tl_lane = t % 32;
+      qmoe_emu::tl_warp = t / 32;
+      threadIdx = make_uint3(t, 0, 0);
+      blockIdx = r.block_index;
+      blockDim = r.block_dim;
+      gridDim = r.grid_dim;
+    };
+    auto body = [](void* p, uint32_t) {
+      const Run& r = *static_cast<const Run*>(p);
+      r.fn(*r.params);  // a copy per thread, as the kernel's parameters
+      qmoe_emu::warp().barrier.leave();
+      r.state->barrier.leave();
+    };
+    qmoe::testing::FiberBlock::run(block.x, /*highest_first=*/b % 2 == 1, body, switch_in, &run);
   }
   return cudaSuccess;
 }

@@ -1,5 +1,6 @@
-// A reusable barrier for host threads that stand in for GPU threads, shared by the CUDA host
-// emulations (cuda_host_emulator.h, int4_gemm_tc_emulation_test.cu): it releases when every
+// A reusable barrier for host threads that stand in for GPU threads, in the tensor-core GEMM's
+// host emulation (int4_gemm_tc_emulation_test.cu; the decode kernels' emulation runs its
+// threads as fibers, host_fibers.h, whose barrier has the same rules): it releases when every
 // expected participant has arrived, and a participant that exits (leave) no longer counts, as
 // __syncthreads and barrier.cluster count only threads that have not exited. A wait that never
 // completes is a kernel bug: it aborts after 120 s instead of hanging the test run.

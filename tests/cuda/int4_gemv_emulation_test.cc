@@ -1,4 +1,4 @@
-// The decode GEMV's own code (lib/cuda/int4_gemv.cu) run on host threads by
+// The decode GEMV's own code (lib/cuda/int4_gemv.cu) run on the host by
 // tests/cuda/cuda_host_emulator.h, so that CI, which has no GPU, executes it: the launcher's
 // split and grid, the round-major persistent loop, the staging, the walks with two batches in
 // flight and the cross-warp sums, on emulated devices of 1 to 3 multiprocessors (many rounds per

@@ -1,4 +1,4 @@
-// The MoE layer's own code (lib/cuda/moe_layer.cu) run on host threads by
+// The MoE layer's own code (lib/cuda/moe_layer.cu) run on the host by
 // tests/cuda/cuda_host_emulator.h, so that CI, which has no GPU, executes it: the launcher's
 // grids and shared-memory carving, the routing every block builds, FC1's task ranges, segments
 // and in-warp SwiGLU, FC2's per-warp staging (the fast level quantizing FC1's FP32 output), its

@@ -1,0 +1,213 @@
+// Cooperative fibers that stand in for the threads of one CUDA block in the host emulation of
+// the decode kernels (cuda_host_emulator.h). Every thread of the block is a ucontext fiber on
+// the launching OS thread; a fiber runs until it waits at a FiberBarrier that is not complete
+// (or returns), and then the next runnable fiber runs. Switching costs a user-space context
+// switch, where one OS thread per CUDA thread cost a futex wake-up and a scheduler decision at
+// every barrier and shuffle (the emulated layer tests spent most of their time in the kernel).
+//
+// The schedule is one legal CUDA schedule among many, chosen to expose missing barriers: the
+// scheduler always resumes the lowest-numbered runnable fiber (or, for highest_first, the
+// highest-numbered). So a warp runs ahead of the others through its warp operations until every
+// lane waits at __syncthreads (or returns), and only then does the next warp start: a warp that
+// reads another warp's shared-memory writes with no block barrier between them reads them
+// before they happen under one of the two orders. FiberBlock::run takes the order, so a caller
+// can run both across its blocks.
+//
+// A wait that can never complete (a lane that skips a warp operation, a thread that skips a
+// __syncthreads that others reach) leaves no fiber runnable while some have not returned: run
+// reports the block's state and aborts at once, where the thread-based barrier needed a timeout.
+//
+// Not for sanitizer builds: ASan and TSan need fiber annotations for stack switches, and the
+// sanitizer suites build without CUDA, so no emulation test is built there.
+#ifndef QMOE_TESTS_CUDA_HOST_FIBERS_H_
+#define QMOE_TESTS_CUDA_HOST_FIBERS_H_
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#error \
+    "host_fibers.h switches stacks without sanitizer annotations; build the emulation tests without sanitizers"
+#endif
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace qmoe::testing {
+
+class FiberBlock;
+inline thread_local FiberBlock* tl_fiber_block = nullptr;
+
+// A barrier among some fibers of the running FiberBlock: it releases when every expected
+// participant has arrived, and a participant that exits (leave) no longer counts, as
+// __syncthreads counts only threads that have not exited.
+class FiberBarrier {
+ public:
+  void reset(uint32_t count) {
+    expected_ = count;
+    arrived_ = 0;
+    waiters_.clear();
+  }
+  inline void wait();
+  inline void leave();
+
+ private:
+  inline void release();
+  uint32_t expected_ = 0, arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<uint32_t> waiters_;  // fibers blocked in this generation
+};
+
+// One block's fibers, run to completion on the calling OS thread.
+class FiberBlock {
+ public:
+  using Body = void (*)(void* state, uint32_t thread);
+
+  // Runs body(state, t) for every t in [0, threads), each on a fiber of its own, until every
+  // one has returned. switch_in(state, t) runs on the OS thread's own stack each time before
+  // fiber t starts or resumes (the emulator sets the thread's built-in variables there).
+  // highest_first: resume runnable fibers from the highest thread index down.
+  static void run(uint32_t threads, bool highest_first, Body body, Body switch_in, void* state) {
+    FiberBlock block(threads, body, state);
+    FiberBlock* const outer = tl_fiber_block;
+    tl_fiber_block = &block;
+    for (;;) {
+      const int f = highest_first ? block.highest_runnable() : block.lowest_runnable();
+      if (f < 0) {
+        if (block.live_ == 0) break;
+        block.report_deadlock();
+      }
+      switch_in(state, static_cast<uint32_t>(f));
+      block.current_ = static_cast<uint32_t>(f);
+      swapcontext(&block.scheduler_, &block.fibers_[f].context);
+    }
+    tl_fiber_block = outer;
+  }
+
+  // The running fiber waits until make_runnable is called for it and the scheduler resumes it.
+  void block_current() {
+    set_runnable(current_, false);
+    swapcontext(&fibers_[current_].context, &scheduler_);
+  }
+  void make_runnable(uint32_t fiber) { set_runnable(fiber, true); }
+  uint32_t current() const { return current_; }
+
+ private:
+  static constexpr size_t kStackBytes = 512 * 1024;
+
+  // A fiber's stack: kStackBytes above one inaccessible guard page (an overflow faults), mapped
+  // once per OS thread and reused by every later block (only the touched pages are backed).
+  struct Stack {
+    unsigned char* base = nullptr;  // the guard page
+    unsigned char* usable() const { return base + page_size(); }
+  };
+  static size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+  static std::vector<Stack>& stacks(size_t count) {
+    static thread_local std::vector<Stack> pool;
+    while (pool.size() < count) {
+      void* p = mmap(nullptr, kStackBytes + page_size(), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED || mprotect(p, page_size(), PROT_NONE) != 0) {
+        std::fprintf(stderr, "host fibers: cannot map a %zu-byte stack\n", kStackBytes);
+        std::abort();
+      }
+      pool.push_back(Stack{static_cast<unsigned char*>(p)});
+    }
+    return pool;
+  }
+
+  struct Fiber {
+    ucontext_t context;
+  };
+
+  void set_runnable(uint32_t f, bool on) {
+    const uint64_t bit = uint64_t{1} << (f % 64);
+    runnable_[f / 64] = on ? runnable_[f / 64] | bit : runnable_[f / 64] & ~bit;
+  }
+  int lowest_runnable() const {
+    for (size_t w = 0; w < runnable_.size(); ++w) {
+      if (runnable_[w] != 0) return static_cast<int>(64 * w + __builtin_ctzll(runnable_[w]));
+    }
+    return -1;
+  }
+  int highest_runnable() const {
+    for (size_t w = runnable_.size(); w-- > 0;) {
+      if (runnable_[w] != 0) return static_cast<int>(64 * w + 63 - __builtin_clzll(runnable_[w]));
+    }
+    return -1;
+  }
+
+  FiberBlock(uint32_t threads, Body body, void* state)
+      : fibers_(threads),
+        runnable_((threads + 63) / 64),
+        live_(threads),
+        body_(body),
+        state_(state) {
+    for (uint32_t f = 0; f < threads; ++f) set_runnable(f, true);
+    std::vector<Stack>& pool = stacks(threads);
+    for (uint32_t f = 0; f < threads; ++f) {
+      Fiber& fiber = fibers_[f];
+      getcontext(&fiber.context);
+      fiber.context.uc_stack.ss_sp = pool[f].usable();
+      fiber.context.uc_stack.ss_size = kStackBytes;
+      fiber.context.uc_link = &scheduler_;  // a returning fiber resumes the scheduler
+      makecontext(&fiber.context, &FiberBlock::entry, 0);
+    }
+  }
+
+  static void entry() {
+    FiberBlock& block = *tl_fiber_block;
+    const uint32_t f = block.current_;
+    block.body_(block.state_, f);
+    block.set_runnable(f, false);
+    --block.live_;
+  }
+
+  [[noreturn]] void report_deadlock() const {
+    std::fprintf(stderr,
+                 "host fibers: deadlock: %u of %zu threads wait at barriers that the others will "
+                 "never reach (a divergent __syncthreads or warp operation)\n",
+                 live_, fibers_.size());
+    std::abort();
+  }
+
+  std::vector<Fiber> fibers_;
+  std::vector<uint64_t> runnable_;  // bit f: fiber f may resume
+  uint32_t live_;                   // fibers that have not returned
+  Body body_;
+  void* state_;
+  ucontext_t scheduler_;
+  uint32_t current_ = 0;
+};
+
+void FiberBarrier::wait() {
+  FiberBlock& block = *tl_fiber_block;
+  const uint64_t generation = generation_;
+  if (++arrived_ >= expected_) {
+    release();
+    return;
+  }
+  waiters_.push_back(block.current());
+  while (generation_ == generation) block.block_current();
+}
+
+void FiberBarrier::leave() {
+  --expected_;
+  if (arrived_ > 0 && arrived_ >= expected_) release();
+}
+
+void FiberBarrier::release() {
+  arrived_ = 0;
+  ++generation_;
+  FiberBlock& block = *tl_fiber_block;
+  for (uint32_t f : waiters_) block.make_runnable(f);
+  waiters_.clear();
+}
+
+}  // namespace qmoe::testing
+
+#endif  // QMOE_TESTS_CUDA_HOST_FIBERS_H_
