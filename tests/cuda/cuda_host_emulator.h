@@ -7,9 +7,10 @@
 //    they are scheduled); blocks run one after another (so a `__shared__` variable, compiled
 //    here as a function-local static, is the block's own, and the dynamic shared memory is one
 //    buffer, poisoned before every block). A warp runs ahead of the others until it waits at
-//    __syncthreads; even blocks start with warp 0, odd blocks with the last warp, so that a
-//    read of another warp's shared-memory writes with no barrier between them sees stale data
-//    in one of the two orders;
+//    __syncthreads; blocks start with warp 0 and with the last warp in turn (alternating
+//    from launch to launch too, so that a one-block grid runs both), so that a read of another
+//    warp's shared-memory writes with no barrier between them sees stale data in one of the
+//    two orders;
 //  - __syncthreads() / __syncthreads_or() wait for every thread of the block that has not
 //    exited; warp operations (__syncwarp, shuffles, __match_any_sync) wait for all 32 lanes of
 //    the warp, each lane publishing its value before any reads (a lane that never arrives, a
@@ -302,7 +303,7 @@ cudaError_t qmoe_host_emulator_launch(void (*fn)(Params), dim3 grid, dim3 block,
       grid.z != 1 || grid.x == 0) {
     return cudaErrorInvalidConfiguration;
   }
-  ++qmoe_emu::device().launches;
+  const uint64_t launch = qmoe_emu::device().launches++;
   auto& buffer = qmoe_emu::smem_buffer();
   buffer.assign(smem + 16, 0xA5);  // shared memory starts out with garbage
   for (uint32_t b = 0; b < grid.x; ++b) {
@@ -337,7 +338,8 @@ cudaError_t qmoe_host_emulator_launch(void (*fn)(Params), dim3 grid, dim3 block,
       qmoe_emu::warp().barrier.leave();
       r.state->barrier.leave();
     };
-    qmoe::testing::FiberBlock::run(block.x, /*highest_first=*/b % 2 == 1, body, switch_in, &run);
+    const bool highest_first = (launch + b) % 2 == 1;
+    qmoe::testing::FiberBlock::run(block.x, highest_first, body, switch_in, &run);
   }
   return cudaSuccess;
 }
