@@ -1,9 +1,11 @@
-// Cooperative fibers that stand in for the threads of one CUDA block in the host emulation of
-// the decode kernels (cuda_host_emulator.h). Every thread of the block is a ucontext fiber on
-// the launching OS thread; a fiber runs until it waits at a FiberBarrier that is not complete
-// (or returns), and then the next runnable fiber runs. Switching costs a user-space context
-// switch, where one OS thread per CUDA thread cost a futex wake-up and a scheduler decision at
-// every barrier and shuffle (the emulated layer tests spent most of their time in the kernel).
+// Cooperative fibers that stand in for the threads of one CUDA block (or one cluster's blocks)
+// in the host emulations of the kernels (cuda_host_emulator.h for the decode kernels,
+// int4_gemm_tc_emulation_test.cu for the tensor-core GEMM). Every thread is a ucontext fiber on
+// the launching OS thread; a fiber runs until it waits at a FiberBarrier that is not complete,
+// polls (yield), or returns, and then the next runnable fiber runs. Switching costs a user-space
+// context switch, where one OS thread per CUDA thread cost a futex wake-up and a scheduler
+// decision at every barrier and shuffle (the emulated layer tests spent most of their time in
+// the kernel).
 //
 // The schedule is one legal CUDA schedule among many, chosen to expose missing barriers: the
 // scheduler always resumes the lowest-numbered runnable fiber (or, for highest_first, the
@@ -47,6 +49,7 @@ inline thread_local FiberBlock* tl_fiber_block = nullptr;
 // __syncthreads counts only threads that have not exited.
 class FiberBarrier {
  public:
+  explicit FiberBarrier(uint32_t count = 0) : expected_(count) {}
   void reset(uint32_t count) {
     expected_ = count;
     arrived_ = 0;
@@ -76,7 +79,11 @@ class FiberBlock {
     FiberBlock* const outer = tl_fiber_block;
     tl_fiber_block = &block;
     for (;;) {
-      const int f = highest_first ? block.highest_runnable() : block.lowest_runnable();
+      int f = highest_first ? block.highest_runnable() : block.lowest_runnable();
+      if (f < 0 && block.spinning_) {
+        block.wake_spinning();  // every fiber that could run has; the spinners poll again
+        f = highest_first ? block.highest_runnable() : block.lowest_runnable();
+      }
       if (f < 0) {
         if (block.live_ == 0) break;
         block.report_deadlock();
@@ -94,6 +101,15 @@ class FiberBlock {
     swapcontext(&fibers_[current_].context, &scheduler_);
   }
   void make_runnable(uint32_t fiber) { set_runnable(fiber, true); }
+  // For a fiber that polls a condition (an mbarrier's try_wait): it resumes only after every
+  // other fiber that can run has run to its next wait, so the poll cannot starve the fibers
+  // that will satisfy it. A poll that is never satisfied keeps polling; the caller bounds it.
+  void yield() {
+    set_runnable(current_, false);
+    spinners_.push_back(current_);
+    spinning_ = true;
+    swapcontext(&fibers_[current_].context, &scheduler_);
+  }
   uint32_t current() const { return current_; }
 
  private:
@@ -127,6 +143,11 @@ class FiberBlock {
   void set_runnable(uint32_t f, bool on) {
     const uint64_t bit = uint64_t{1} << (f % 64);
     runnable_[f / 64] = on ? runnable_[f / 64] | bit : runnable_[f / 64] & ~bit;
+  }
+  void wake_spinning() {
+    for (uint32_t f : spinners_) set_runnable(f, true);
+    spinners_.clear();
+    spinning_ = false;
   }
   int lowest_runnable() const {
     for (size_t w = 0; w < runnable_.size(); ++w) {
@@ -178,6 +199,8 @@ class FiberBlock {
   std::vector<Fiber> fibers_;
   std::vector<uint64_t> runnable_;  // bit f: fiber f may resume
   uint32_t live_;                   // fibers that have not returned
+  std::vector<uint32_t> spinners_;  // fibers in yield(), resumed when no other fiber can run
+  bool spinning_ = false;
   Body body_;
   void* state_;
   ucontext_t scheduler_;

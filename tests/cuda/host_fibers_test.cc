@@ -1,7 +1,8 @@
-// The fibers of the decode kernels' host emulation (host_fibers.h): barriers release only when
-// every participant has arrived or left, the schedule lets a warp run ahead to the block
-// barrier in the order asked for, a wait that cannot complete aborts at once, and a block of
-// 256 fibers with deep stacks runs again and again on the reused stacks.
+// The fibers of the kernels' host emulations (host_fibers.h): barriers release only when every
+// participant has arrived or left, the schedule lets a warp run ahead to the block barrier in
+// the order asked for, a polling fiber lets the others run first, a wait that cannot complete
+// aborts at once, and a block of 256 fibers with deep stacks runs again and again on the reused
+// stacks.
 #include "tests/cuda/host_fibers.h"
 
 #include <gtest/gtest.h>
@@ -93,6 +94,40 @@ void run_order(bool highest_first) {
 TEST(HostFibers, AWarpRunsAheadToTheBlockBarrierInTheOrderAskedFor) {
   run_order(false);
   run_order(true);
+}
+
+// A fiber that polls (an mbarrier's try_wait) lets the others run to their next wait before it
+// polls again: fiber 0 runs first and polls a flag that fiber 3 sets only after fibers 1-3 meet
+// at a barrier.
+struct PollState {
+  FiberBarrier barrier{3};
+  bool flag = false;
+  uint32_t polls = 0;
+};
+
+TEST(HostFibers, APollingFiberLetsTheOthersRunFirst) {
+  for (bool highest_first : {false, true}) {
+    PollState s;
+    FiberBlock::run(
+        4, highest_first,
+        [](void* p, uint32_t t) {
+          auto& st = *static_cast<PollState*>(p);
+          if (t == 0) {
+            while (!st.flag && st.polls < 1000) {
+              ++st.polls;
+              tl_fiber_block->yield();
+            }
+            return;
+          }
+          st.barrier.wait();
+          if (t == 3) st.flag = true;
+          st.barrier.leave();
+        },
+        [](void*, uint32_t) {}, &s);
+    // Lowest first, fiber 0 polls once, then everyone else runs; highest first, it starts last.
+    EXPECT_TRUE(s.flag);
+    EXPECT_EQ(s.polls, highest_first ? 0u : 1u) << (highest_first ? "highest" : "lowest");
+  }
 }
 
 TEST(HostFibersDeathTest, AWaitThatCannotCompleteAbortsAtOnce) {

@@ -1,6 +1,7 @@
 // The tensor-core GEMM's own kernel code (run_cta, lib/cuda/int4_gemm_tc_kernel.cuh) run on the
-// host, so that CI, which has no GPU, executes it: every CTA of the grid on as many host
-// threads as the CTA has, the warp- and CTA-wide instructions emulated as the PTX ISA defines
+// host, so that CI, which has no GPU, executes it: every CTA of the grid on as many fibers
+// (tests/cuda/host_fibers.h) as the CTA has threads, the warp- and CTA-wide instructions
+// emulated as the PTX ISA defines
 // them (ldmatrix: lanes 8i..8i+7 address matrix i's rows and lane L gets elements 2 (L % 4), +1
 // of row L / 4; mma.m16n8k16: the A, B, C fragment layouts; wgmma m64n128k16: the register A
 // and descriptor B layouts, results landing at the wait that retires their group; bar.sync, the
@@ -33,13 +34,12 @@
 #include <mutex>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "lib/cuda/int4_gemm_tc_kernel.cuh"
 #include "lib/cuda/int4_gemm_wgmma_kernel.cuh"
 #include "tests/activation_dtype_util.h"
-#include "tests/cuda/host_barrier.h"
+#include "tests/cuda/host_fibers.h"
 #include "tests/cuda/int4_gemm_tc_test_util.h"
 #include "tests/gemm/int4_reference.h"
 
@@ -51,7 +51,7 @@ using qmoe::testing::Int4Options;
 using qmoe::testing::Reference;
 using qmoe::testing::ScaleOrder;
 
-using Barrier = qmoe::testing::HostBarrier;
+using Barrier = qmoe::testing::FiberBarrier;
 
 // One CTA: its shared memory, its barrier and, per warp and per warpgroup, the threads'
 // operands of the collective instruction in progress.
@@ -242,8 +242,9 @@ class ThreadEmulator : public ptx::HostEmulator {
         return true;
       }
     }
-    // Not yet: another thread still has to arrive or issue the copy. A phase that never
-    // completes is a kernel bug; fail rather than hang.
+    // Not yet: another thread still has to arrive or issue the copy (the other fibers run
+    // before this one polls again). A phase that never completes is a kernel bug; fail rather
+    // than hang.
     const auto now = std::chrono::steady_clock::now();
     if (!wait_started_) {
       wait_started_ = true;
@@ -252,7 +253,7 @@ class ThreadEmulator : public ptx::HostEmulator {
       ADD_FAILURE() << "mbarrier phase never completed";
       std::abort();
     }
-    std::this_thread::yield();
+    qmoe::testing::tl_fiber_block->yield();
     return false;
   }
   // cp.async.mbarrier.arrive.noinc: one of the barrier's arrivals, made when every cp.async this
@@ -473,33 +474,47 @@ class ThreadEmulator : public ptx::HostEmulator {
 };
 
 // Runs every cluster of the grid, one after the other, its grid.z CTAs (the cluster along z of
-// a split over K) at once, each on `threads` host threads running
-// run_one(shared memory, bx, by, bz, tid). When a CTA's last thread exits, its shared memory is
-// poisoned (0xFF bytes, NaN floats), so that a read of it after that gives a wrong result.
+// a split over K) at once, each on `threads` fibers running
+// run_one(shared memory, bx, by, bz, tid); clusters start with the first thread of the first
+// CTA and with the last thread of the last CTA in turn (host_fibers.h: the schedule). When a
+// CTA's last thread exits, its shared memory is poisoned (0xFF bytes, NaN floats), so that a
+// read of it after that gives a wrong result.
 template <class RunCta>
 void emulate_grid(uint32_t threads_per_cta, size_t shared_bytes, dim3 grid, Copies copies,
                   const RunCta& run_one) {
   for (uint32_t by = 0; by < grid.y; ++by) {
     for (uint32_t bx = 0; bx < grid.x; ++bx) {
       Cluster cluster(grid.z, threads_per_cta, shared_bytes);
-      std::vector<std::thread> threads;
-      for (uint32_t bz = 0; bz < grid.z; ++bz) {
-        for (uint32_t tid = 0; tid < threads_per_cta; ++tid) {
-          threads.emplace_back([&, bz, tid] {
-            Cta& cta = *cluster.members[bz];
-            {
-              ThreadEmulator emulator(&cluster, bz, tid, copies);
-              ptx::host_emulator = &emulator;
-              run_one(cta.shared.data(), bx, by, bz, tid);
-              ptx::host_emulator = nullptr;
-            }
-            std::lock_guard<std::mutex> lock(cta.named_mutex);
-            if (--cta.running == 0) std::fill(cta.shared.begin(), cta.shared.end(), 0xFF);
-            cluster.barrier.leave();
-          });
+      // Fiber f is thread f % threads_per_cta of CTA f / threads_per_cta; each resumed fiber
+      // finds its own emulator (ptx::host_emulator is per OS thread).
+      std::vector<ThreadEmulator*> emulators(size_t{grid.z} * threads_per_cta, nullptr);
+      struct Run {
+        Cluster* cluster;
+        std::vector<ThreadEmulator*>* emulators;
+        const RunCta* run_one;
+        uint32_t threads_per_cta, bx, by;
+        Copies copies;
+      } run{&cluster, &emulators, &run_one, threads_per_cta, bx, by, copies};
+      auto switch_in = [](void* p, uint32_t f) {
+        ptx::host_emulator = (*static_cast<Run*>(p)->emulators)[f];
+      };
+      auto body = [](void* p, uint32_t f) {
+        Run& r = *static_cast<Run*>(p);
+        const uint32_t bz = f / r.threads_per_cta, tid = f % r.threads_per_cta;
+        Cta& cta = *r.cluster->members[bz];
+        {
+          ThreadEmulator emulator(r.cluster, bz, tid, r.copies);
+          (*r.emulators)[f] = &emulator;
+          ptx::host_emulator = &emulator;
+          (*r.run_one)(cta.shared.data(), r.bx, r.by, bz, tid);
+          ptx::host_emulator = nullptr;
+          (*r.emulators)[f] = nullptr;
         }
-      }
-      for (auto& t : threads) t.join();
+        if (--cta.running == 0) std::fill(cta.shared.begin(), cta.shared.end(), 0xFF);
+        r.cluster->barrier.leave();
+      };
+      qmoe::testing::FiberBlock::run(grid.z * threads_per_cta, /*highest_first=*/(bx + by) % 2 == 1,
+                                     body, switch_in, &run);
     }
   }
 }
