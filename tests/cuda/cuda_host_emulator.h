@@ -1,5 +1,5 @@
-// Runs the decode kernels' own CUDA C++ (lib/cuda/int4_gemv.cu, moe_layer.cu) on host threads,
-// so that a machine without a GPU executes every line of them: a test includes this header, then
+// Runs the decode kernels' own CUDA C++ (lib/cuda/int4_gemv.cu, moe_layer.cu) on the host, so
+// that a machine without a GPU executes every line of them: a test includes this header, then
 // the kernel sources (with `qmoe` renamed, so their symbols do not clash with the library's).
 //
 // The model, as the CUDA programming guide defines it for what these kernels use:

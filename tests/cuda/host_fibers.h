@@ -75,8 +75,11 @@ class FiberBlock {
   // fiber t starts or resumes (the emulator sets the thread's built-in variables there).
   // highest_first: resume runnable fibers from the highest thread index down.
   static void run(uint32_t threads, bool highest_first, Body body, Body switch_in, void* state) {
+    if (tl_fiber_block != nullptr) {  // the stacks of the running block would be reused
+      std::fprintf(stderr, "host fibers: run called from a fiber (a kernel launching one)\n");
+      std::abort();
+    }
     FiberBlock block(threads, body, state);
-    FiberBlock* const outer = tl_fiber_block;
     tl_fiber_block = &block;
     for (;;) {
       int f = highest_first ? block.highest_runnable() : block.lowest_runnable();
@@ -92,7 +95,7 @@ class FiberBlock {
       block.current_ = static_cast<uint32_t>(f);
       swapcontext(&block.scheduler_, &block.fibers_[f].context);
     }
-    tl_fiber_block = outer;
+    tl_fiber_block = nullptr;
   }
 
   // The running fiber waits until make_runnable is called for it and the scheduler resumes it.

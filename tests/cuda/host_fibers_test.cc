@@ -1,8 +1,8 @@
 // The fibers of the kernels' host emulations (host_fibers.h): barriers release only when every
 // participant has arrived or left, the schedule lets a warp run ahead to the block barrier in
 // the order asked for, a polling fiber lets the others run first, a wait that cannot complete
-// aborts at once, and a block of 256 fibers with deep stacks runs again and again on the reused
-// stacks.
+// and a run from inside a fiber abort at once, and a block of 256 fibers with deep stacks runs
+// again and again on the reused stacks.
 #include "tests/cuda/host_fibers.h"
 
 #include <gtest/gtest.h>
@@ -148,6 +148,17 @@ TEST(HostFibersDeathTest, AWaitThatCannotCompleteAbortsAtOnce) {
             [](void*, uint32_t) {}, &c);
       },
       "deadlock: 2 of 2 threads wait");
+}
+
+TEST(HostFibersDeathTest, ARunFromInsideAFiberAborts) {
+  EXPECT_DEATH(FiberBlock::run(
+                   2, false,
+                   [](void*, uint32_t) {
+                     FiberBlock::run(
+                         1, false, [](void*, uint32_t) {}, [](void*, uint32_t) {}, nullptr);
+                   },
+                   [](void*, uint32_t) {}, nullptr),
+               "run called from a fiber");
 }
 
 // 256 fibers, each with 128 KB of live stack across a barrier (the kernels' locals are far
