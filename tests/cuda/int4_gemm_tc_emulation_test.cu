@@ -476,12 +476,15 @@ class ThreadEmulator : public ptx::HostEmulator {
 // Runs every cluster of the grid, one after the other, its grid.z CTAs (the cluster along z of
 // a split over K) at once, each on `threads` fibers running
 // run_one(shared memory, bx, by, bz, tid); clusters start with the first thread of the first
-// CTA and with the last thread of the last CTA in turn (host_fibers.h: the schedule). When a
+// CTA and with the last thread of the last CTA in turn, alternating from grid to grid too (so
+// a one-cluster grid runs both orders; host_fibers.h: the schedule). When a
 // CTA's last thread exits, its shared memory is poisoned (0xFF bytes, NaN floats), so that a
 // read of it after that gives a wrong result.
 template <class RunCta>
 void emulate_grid(uint32_t threads_per_cta, size_t shared_bytes, dim3 grid, Copies copies,
                   const RunCta& run_one) {
+  static uint64_t grids = 0;  // emulated so far: the parity of the first cluster's order
+  uint64_t cluster_index = grids++;
   for (uint32_t by = 0; by < grid.y; ++by) {
     for (uint32_t bx = 0; bx < grid.x; ++bx) {
       Cluster cluster(grid.z, threads_per_cta, shared_bytes);
@@ -513,8 +516,9 @@ void emulate_grid(uint32_t threads_per_cta, size_t shared_bytes, dim3 grid, Copi
         if (--cta.running == 0) std::fill(cta.shared.begin(), cta.shared.end(), 0xFF);
         r.cluster->barrier.leave();
       };
-      qmoe::testing::FiberBlock::run(grid.z * threads_per_cta, /*highest_first=*/(bx + by) % 2 == 1,
-                                     body, switch_in, &run);
+      qmoe::testing::FiberBlock::run(grid.z * threads_per_cta,
+                                     /*highest_first=*/cluster_index++ % 2 == 1, body, switch_in,
+                                     &run);
     }
   }
 }
