@@ -636,9 +636,15 @@ KernelFn pick_fc1(uint32_t T, bool spread, bool early) {
   return nullptr;
 }
 
+// The T = 1 instance. by_round: FC2's rounds dealt over the warps too (kByRound).
+template <class F, Level L>
+KernelFn pick_fc2_one(bool by_round) {
+  return by_round ? moe_fc2_kernel<F, L, 1, true> : moe_fc2_kernel<F, L, 1>;
+}
+
 template <class F, Level L>
 KernelFn pick_fc2(uint32_t T, bool by_round) {
-  if (T == 1) return by_round ? moe_fc2_kernel<F, L, 1, true> : moe_fc2_kernel<F, L, 1>;
+  if (T == 1) return pick_fc2_one<F, L>(by_round);
   if (T == 2) return moe_fc2_kernel<F, L, 2>;
   if (T == kLargestT<L>) return moe_fc2_kernel<F, L, kLargestT<L>>;
   return nullptr;
@@ -685,14 +691,9 @@ bool pick_kernels(const MoeLayerParams& p, uint32_t T, bool fc2_by_round, Kernel
                    : pick_fc1_one<Lean, Level::kFast>(spread, early);
     }
     if (lean.fc2) {  // fast level: T = 1 or 4
-      if (exact) {
-        *fc2 = pick_fc2<Lean, Level::kExact>(T, fc2_by_round);
-      } else if (T == 1) {
-        *fc2 = fc2_by_round ? moe_fc2_kernel<Lean, Level::kFast, 1, true>
-                            : moe_fc2_kernel<Lean, Level::kFast, 1>;
-      } else {
-        *fc2 = moe_fc2_kernel<Lean, Level::kFast, 4>;
-      }
+      *fc2 = exact ? pick_fc2<Lean, Level::kExact>(T, fc2_by_round)
+                   : (T == 1 ? pick_fc2_one<Lean, Level::kFast>(fc2_by_round)
+                             : moe_fc2_kernel<Lean, Level::kFast, 4>);
     }
   };
   if (lean.fc1 || lean.fc2) {
