@@ -24,14 +24,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -101,11 +99,9 @@ struct Cta {
   Barrier barrier;
   std::vector<Warp> warps;
   std::vector<WarpGroup> warp_groups;
-  std::mutex mbarrier_mutex;
   std::map<uint32_t, MBarrier> mbarriers;  // by shared address
   // bar.sync id, threads for ids other than 0, made at first use.
   Barrier& named_barrier(uint32_t id, uint32_t threads) {
-    std::lock_guard<std::mutex> lock(named_mutex);
     auto it = named.find(id);
     if (it == named.end()) {
       it =
@@ -114,9 +110,8 @@ struct Cta {
     EXPECT_EQ(it->second->first, threads) << "barrier " << id << " used with two thread counts";
     return it->second->second;
   }
-  std::mutex named_mutex;
   std::map<uint32_t, std::unique_ptr<std::pair<uint32_t, Barrier>>> named;
-  std::atomic<uint32_t> running{0};  // threads that have not exited
+  uint32_t running = 0;  // threads that have not exited
 };
 
 // The CTAs of one cluster (one CTA without a split over K) and the cluster's barrier.
@@ -172,7 +167,7 @@ class ThreadEmulator : public ptx::HostEmulator {
       return;
     }
     const Cta& target = *cluster_->members[rank];
-    EXPECT_GT(target.running.load(), 0u) << "read of an exited CTA's shared memory";
+    EXPECT_GT(target.running, 0u) << "read of an exited CTA's shared memory";
     EXPECT_LE(address + 8, target.shared.size());
     std::memcpy(v, target.shared.data() + address, 8);
   }
@@ -214,7 +209,6 @@ class ThreadEmulator : public ptx::HostEmulator {
   void mbarrier_init(uint32_t bar, uint32_t count) override {
     EXPECT_EQ(bar % 8, 0u) << "mbarrier not 8-byte aligned";
     EXPECT_LE(bar + 8, cta_->shared.size());
-    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
     Cta::MBarrier& b = cta_->mbarriers[bar];
     b = Cta::MBarrier{};
     b.count = b.pending = count;
@@ -225,22 +219,19 @@ class ThreadEmulator : public ptx::HostEmulator {
   // the phase they complete (the current one) and every arrival is in; a wait for the other
   // parity (a phase already complete) lands nothing.
   bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity) override {
-    {
-      std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
-      Cta::MBarrier& b = known_mbarrier(bar);
-      if ((b.phase & 1u) == parity && b.pending == b.deferred &&
-          (!b.copies.empty() || b.deferred != 0)) {
-        for (const Cta::MBarrier::Copy& c : b.copies) b.land(c, cta_->shared);
-        b.copies.clear();
-        b.pending -= b.deferred;  // the deferred arrivals, now that their copies have landed
-        b.deferred = 0;
-        EXPECT_GE(b.tx, 0) << "more bytes landed than the phase expected";
-        b.complete_if_done();
-      }
-      if ((b.phase & 1u) != parity) {
-        wait_started_ = false;
-        return true;
-      }
+    Cta::MBarrier& b = known_mbarrier(bar);
+    if ((b.phase & 1u) == parity && b.pending == b.deferred &&
+        (!b.copies.empty() || b.deferred != 0)) {
+      for (const Cta::MBarrier::Copy& c : b.copies) b.land(c, cta_->shared);
+      b.copies.clear();
+      b.pending -= b.deferred;  // the deferred arrivals, now that their copies have landed
+      b.deferred = 0;
+      EXPECT_GE(b.tx, 0) << "more bytes landed than the phase expected";
+      b.complete_if_done();
+    }
+    if ((b.phase & 1u) != parity) {
+      wait_started_ = false;
+      return true;
     }
     // Not yet: another thread still has to arrive or issue the copy (the other fibers run
     // before this one polls again). A phase that never completes is a kernel bug; fail rather
@@ -267,7 +258,6 @@ class ThreadEmulator : public ptx::HostEmulator {
       for (Copy& c : group) held.push_back(std::move(c));
     }
     groups_.clear();
-    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
     Cta::MBarrier& b = known_mbarrier(bar);
     EXPECT_GT(b.pending, b.deferred) << "arrival on a barrier with none pending";
     if (copies_ == Copies::kAtOnce) {
@@ -308,7 +298,6 @@ class ThreadEmulator : public ptx::HostEmulator {
         std::memcpy(c.bytes.data() + (address - dst), &v, 2);
       }
     }
-    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
     Cta::MBarrier& b = known_mbarrier(bar);
     if (copies_ == Copies::kAtOnce) {
       b.land(c, cta_->shared);
@@ -431,14 +420,13 @@ class ThreadEmulator : public ptx::HostEmulator {
   };
   // One arrival on the barrier at `bar`, adding `bytes` to its phase's transaction bytes first.
   void arrive(uint32_t bar, uint32_t bytes) {
-    std::lock_guard<std::mutex> lock(cta_->mbarrier_mutex);
     Cta::MBarrier& b = known_mbarrier(bar);
     EXPECT_GT(b.pending, b.deferred) << "arrival on a barrier with none pending";
     b.tx += bytes;
     --b.pending;
     b.complete_if_done();
   }
-  // The barrier at `bar`, which must have been initialised (the caller holds the mutex).
+  // The barrier at `bar`, which must have been initialised.
   Cta::MBarrier& known_mbarrier(uint32_t bar) {
     auto it = cta_->mbarriers.find(bar);
     if (it == cta_->mbarriers.end()) {
