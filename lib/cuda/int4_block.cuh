@@ -50,14 +50,7 @@ __device__ __forceinline__ void run_groups(const DeviceQuantMatrix& w, uint32_t 
 
     for (uint32_t t = 0; t < tiles; ++t) {
       const uint32_t c0 = t * tc;  // a multiple of 4: tiles start on quad boundaries
-      QuadWalk qw;
-      qw.rows = rows;
-      qw.sub = sub;
-      qw.step = kw;
-      qw.c_end = min(c0 + tc, w.chunks);
-      qw.q_end = (qw.c_end + kQuadChunks - 1) / kQuadChunks;
-      qw.tile_c0 = c0;
-      qw.tc = tc;
+      const QuadWalk qw = tile_walk(rows, sub, kw, c0, tc, w.chunks);
       const uint32_t q0 = c0 / kQuadChunks + ks;
       typename F::template Batch<U> a{}, b{};
       if (active) F::template prime<U>(a, b, wm, lr, qw, q0);

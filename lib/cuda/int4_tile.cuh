@@ -490,6 +490,21 @@ struct QuadWalk {
   uint32_t tc;       // records per activation row in the tile
 };
 
+// The walk over the tile of chunks [c0, c0 + tc) of a K of `chunks` chunks (c0 a multiple of 4:
+// tiles start on quad boundaries), for a lane of chunk slot sub taking every step-th quad.
+__device__ __forceinline__ QuadWalk tile_walk(uint32_t rows, uint32_t sub, uint32_t step,
+                                              uint32_t c0, uint32_t tc, uint32_t chunks) {
+  QuadWalk qw;
+  qw.rows = rows;
+  qw.sub = sub;
+  qw.step = step;
+  qw.tile_c0 = c0;
+  qw.c_end = min(c0 + tc, chunks);
+  qw.q_end = (qw.c_end + kQuadChunks - 1) / kQuadChunks;
+  qw.tc = tc;
+  return qw;
+}
+
 // Adds the batch of quads q_first, q_first + step, ... to acc[m] (m < qw.rows). xs: the staged
 // tile's records of row 0. Exact: per chunk the two half sums times their block's scale (one
 // block per chunk from block size 32 up: (lo + hi) * scale).

@@ -244,14 +244,7 @@ __device__ __forceinline__ void fc1_segment(const MoeKernelParams& kp, const Dev
 #pragma unroll
       for (int m = 0; m < MC; ++m) acc[m] = 0.0f;
       for (uint32_t t = 0; t < tiles; ++t) {
-        QuadWalk qw;
-        qw.rows = wi.count;
-        qw.sub = sub;
-        qw.step = 1;
-        qw.tile_c0 = t * tc;
-        qw.c_end = min(qw.tile_c0 + tc, w.chunks);
-        qw.q_end = (qw.c_end + kQuadChunks - 1) / kQuadChunks;
-        qw.tc = tc;
+        const QuadWalk qw = tile_walk(wi.count, sub, 1, t * tc, tc, w.chunks);
         const uint32_t q0 = qw.tile_c0 / kQuadChunks;
         const typename F::Row lr = F::row(w, g, r);
         const typename F::Walk wm = F::walk(w);
@@ -432,14 +425,7 @@ __device__ __forceinline__ void fc2_item(const MoeKernelParams& kp, const Device
 #pragma unroll
     for (int m = 0; m < MC; ++m) acc[m] = 0.0f;
     for (uint32_t t = 0; t < tiles; ++t) {
-      QuadWalk qw;
-      qw.rows = wi.count;
-      qw.sub = sub;
-      qw.step = 1;
-      qw.tile_c0 = t * tc;
-      qw.c_end = min(qw.tile_c0 + tc, w.chunks);
-      qw.q_end = (qw.c_end + kQuadChunks - 1) / kQuadChunks;
-      qw.tc = tc;
+      const QuadWalk qw = tile_walk(wi.count, sub, 1, t * tc, tc, w.chunks);
       const uint32_t q0 = qw.tile_c0 / kQuadChunks;
       const typename F::Row lr = F::row(w, g, r);
       const typename F::Walk wm = F::walk(w);
