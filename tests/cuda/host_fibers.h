@@ -83,7 +83,7 @@ class FiberBlock {
     tl_fiber_block = &block;
     for (;;) {
       int f = highest_first ? block.highest_runnable() : block.lowest_runnable();
-      if (f < 0 && block.spinning_) {
+      if (f < 0 && !block.spinners_.empty()) {
         block.wake_spinning();  // every fiber that could run has; the spinners poll again
         f = highest_first ? block.highest_runnable() : block.lowest_runnable();
       }
@@ -110,7 +110,6 @@ class FiberBlock {
   void yield() {
     set_runnable(current_, false);
     spinners_.push_back(current_);
-    spinning_ = true;
     swapcontext(&fibers_[current_].context, &scheduler_);
   }
   uint32_t current() const { return current_; }
@@ -150,7 +149,6 @@ class FiberBlock {
   void wake_spinning() {
     for (uint32_t f : spinners_) set_runnable(f, true);
     spinners_.clear();
-    spinning_ = false;
   }
   int lowest_runnable() const {
     for (size_t w = 0; w < runnable_.size(); ++w) {
@@ -203,7 +201,6 @@ class FiberBlock {
   std::vector<uint64_t> runnable_;  // bit f: fiber f may resume
   uint32_t live_;                   // fibers that have not returned
   std::vector<uint32_t> spinners_;  // fibers in yield(), resumed when no other fiber can run
-  bool spinning_ = false;
   Body body_;
   void* state_;
   ucontext_t scheduler_;

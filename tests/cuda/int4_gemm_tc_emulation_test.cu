@@ -104,13 +104,12 @@ struct Cta {
   Barrier& named_barrier(uint32_t id, uint32_t threads) {
     auto it = named.find(id);
     if (it == named.end()) {
-      it =
-          named.emplace(id, std::make_unique<std::pair<uint32_t, Barrier>>(threads, threads)).first;
+      it = named.emplace(id, std::make_pair(threads, Barrier(threads))).first;
     }
-    EXPECT_EQ(it->second->first, threads) << "barrier " << id << " used with two thread counts";
-    return it->second->second;
+    EXPECT_EQ(it->second.first, threads) << "barrier " << id << " used with two thread counts";
+    return it->second.second;  // map nodes do not move: the reference stays valid
   }
-  std::map<uint32_t, std::unique_ptr<std::pair<uint32_t, Barrier>>> named;
+  std::map<uint32_t, std::pair<uint32_t, Barrier>> named;
   uint32_t running = 0;  // threads that have not exited
 };
 
