@@ -18,6 +18,11 @@
 // A wait that can never complete (a lane that skips a warp operation, a thread that skips a
 // __syncthreads that others reach) leaves no fiber runnable while some have not returned: run
 // reports the block's state and aborts at once, where the thread-based barrier needed a timeout.
+// A poll that can never succeed (an mbarrier phase that no thread will complete) is caught the
+// same way: a round in which every runnable fiber ran to its next wait and none changed state a
+// poll reads leaves the next round the same, so run aborts rather than poll forever. That needs
+// the polls' state to announce its changes (note_progress); a barrier arrival or a fiber's return
+// counts by itself.
 //
 // Not for sanitizer builds: ASan and TSan need fiber annotations for stack switches, and the
 // sanitizer suites build without CUDA, so no emulation test is built there.
@@ -84,7 +89,11 @@ class FiberBlock {
     for (;;) {
       int f = highest_first ? block.highest_runnable() : block.lowest_runnable();
       if (f < 0 && !block.spinners_.empty()) {
-        block.wake_spinning();  // every fiber that could run has; the spinners poll again
+        // Every fiber that could run has; the spinners poll again, unless nothing they read has
+        // changed since they last did.
+        if (block.progress_ == block.progress_at_wake_) block.report_stuck_polls();
+        block.progress_at_wake_ = block.progress_;
+        block.wake_spinning();
         f = highest_first ? block.highest_runnable() : block.lowest_runnable();
       }
       if (f < 0) {
@@ -104,15 +113,18 @@ class FiberBlock {
     swapcontext(&fibers_[current_].context, &scheduler_);
   }
   void make_runnable(uint32_t fiber) { set_runnable(fiber, true); }
-  // For a fiber that polls a condition (an mbarrier's try_wait): it resumes only after every
-  // other fiber that can run has run to its next wait, so the poll cannot starve the fibers
-  // that will satisfy it. A poll that is never satisfied keeps polling; the caller bounds it.
+  // For a fiber whose poll failed (an mbarrier's try_wait): it resumes only after every other
+  // fiber that can run has run to its next wait, so the poll cannot starve the fibers that will
+  // satisfy it. The state the poll reads must call note_progress when it changes, unless the
+  // fiber that changes it then reaches a barrier or returns before it next yields.
   void yield() {
     set_runnable(current_, false);
     spinners_.push_back(current_);
     swapcontext(&fibers_[current_].context, &scheduler_);
   }
   uint32_t current() const { return current_; }
+  // Some state a poll reads has changed: the spinners' next round may differ from their last.
+  void note_progress() { ++progress_; }
 
  private:
   static constexpr size_t kStackBytes = 512 * 1024;
@@ -187,6 +199,7 @@ class FiberBlock {
     block.body_(block.state_, f);
     block.set_runnable(f, false);
     --block.live_;
+    block.note_progress();  // a return leaves barriers and may end what a poll waited for
   }
 
   [[noreturn]] void report_deadlock() const {
@@ -196,11 +209,21 @@ class FiberBlock {
                  live_, fibers_.size());
     std::abort();
   }
+  [[noreturn]] void report_stuck_polls() const {
+    std::fprintf(stderr,
+                 "host fibers: deadlock: %zu of %zu threads poll for a condition that no thread "
+                 "will make true (an mbarrier phase that never completes); %zu others wait\n",
+                 spinners_.size(), fibers_.size(), live_ - spinners_.size());
+    std::abort();
+  }
 
   std::vector<Fiber> fibers_;
   std::vector<uint64_t> runnable_;  // bit f: fiber f may resume
   uint32_t live_;                   // fibers that have not returned
   std::vector<uint32_t> spinners_;  // fibers in yield(), resumed when no other fiber can run
+  // note_progress calls so far, and their count when the spinners were last resumed (zero: the
+  // first round counts from the block's start, when every poll read the initial state).
+  uint64_t progress_ = 0, progress_at_wake_ = 0;
   Body body_;
   void* state_;
   ucontext_t scheduler_;
@@ -210,6 +233,7 @@ class FiberBlock {
 void FiberBarrier::wait() {
   FiberBlock& block = *tl_fiber_block;
   const uint64_t generation = generation_;
+  block.note_progress();
   if (++arrived_ >= expected_) {
     release();
     return;
@@ -219,6 +243,7 @@ void FiberBarrier::wait() {
 }
 
 void FiberBarrier::leave() {
+  tl_fiber_block->note_progress();
   --expected_;
   if (arrived_ > 0 && arrived_ >= expected_) release();
 }

@@ -150,6 +150,53 @@ TEST(HostFibersDeathTest, AWaitThatCannotCompleteAbortsAtOnce) {
       "deadlock: 2 of 2 threads wait");
 }
 
+TEST(HostFibersDeathTest, APollThatCannotSucceedAbortsAtOnce) {
+  for (bool highest_first : {false, true}) {
+    EXPECT_DEATH(
+        {
+          bool flag = false;  // no fiber sets it
+          FiberBlock::run(
+              2, highest_first,
+              [](void* p, uint32_t t) {
+                if (t == 1) return;
+                while (!*static_cast<bool*>(p)) tl_fiber_block->yield();
+              },
+              [](void*, uint32_t) {}, &flag);
+        },
+        "deadlock: 1 of 2 threads poll for a condition that no thread will make true");
+  }
+}
+
+// Polls go on for as many rounds as another fiber announces a change: here fiber 1 raises a
+// count by one a round (it yields in between, as a poller would) and fiber 0 waits for 5.
+struct CountState {
+  uint32_t count = 0, polls = 0;
+};
+
+TEST(HostFibers, PollsGoOnWhileAFiberAnnouncesProgress) {
+  CountState s;
+  FiberBlock::run(
+      2, false,
+      [](void* p, uint32_t t) {
+        auto& st = *static_cast<CountState*>(p);
+        if (t == 1) {
+          for (uint32_t i = 0; i < 5; ++i) {
+            ++st.count;
+            tl_fiber_block->note_progress();
+            tl_fiber_block->yield();
+          }
+          return;
+        }
+        while (st.count < 5) {
+          ++st.polls;
+          tl_fiber_block->yield();
+        }
+      },
+      [](void*, uint32_t) {}, &s);
+  EXPECT_EQ(s.count, 5u);
+  EXPECT_EQ(s.polls, 5u);  // fiber 0 polls once a round, before fiber 1's raise
+}
+
 TEST(HostFibersDeathTest, ARunFromInsideAFiberAborts) {
   EXPECT_DEATH(FiberBlock::run(
                    2, false,
