@@ -43,6 +43,10 @@ constexpr uint32_t kWarpStageBudgetBytes = 7 * 1024;  // (b)'s activation tile p
 constexpr uint32_t kSmemY2MaxEntries = 1024;          // (b) keeps (route, group) outputs in smem
 constexpr uint32_t kFc1BlocksPerSm = 2;               // (a) blocks per SM, beside one of (b)
 constexpr uint32_t kFc2BlocksPerSm = 1;
+// At one token with fewer slots than warps: (a) alone on the SMs, as many blocks as the register
+// cap lets one SM hold, then (b) two blocks per SM (see launch_moe_layer).
+constexpr uint32_t kFewSlotsFc1BlocksPerSm = kDecodeMinBlocksPerSm;
+constexpr uint32_t kFewSlotsFc2BlocksPerSm = 2;
 constexpr uint32_t kFc2PrefetchItemsPerWarp = 2;  // items whose FC2 rows a warp prefetches
 constexpr uint32_t kFc2PrefetchRounds = 2;        // of the block's groups
 
@@ -762,9 +766,17 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
   if (e != cudaSuccess) return e;
   if (sms < 1) sms = 1;
 
-  // Grids: (b) one block per SM, its groups of H dealt round-robin over its blocks; (a) two
-  // blocks per SM beside it (one when their shared memory would not fit).
-  const uint32_t fc2_grid = std::min<uint32_t>(kp.fc2_groups, kFc2BlocksPerSm * sms);
+  // Grids. (b)'s groups of H are dealt round-robin over its blocks. By default (b) has one block
+  // per SM, launched early (PDL) to wait beside (a)'s two (one when their shared memory would not
+  // fit): the three blocks the register cap (kDecodeMinBlocksPerSm) lets an SM hold. At one token
+  // with fewer slots than warps (gpt-oss's top-4, Mixtral's top-2) the items are few and long:
+  // there (a) takes all three blocks of every SM, so its tasks run in fewer waves (gpt-oss-20b:
+  // 2880 on 3168 warps, not 2112), and (b) two blocks per SM, which start as (a)'s exit and give
+  // its groups fewer rounds (gpt-oss-20b: 360 groups in two, not three). Measured:
+  // docs/results/2026-12-05-h100-moe-few-slots-grid.md.
+  const bool few_slots = T == 1 && kp.slots_cap < kWarps;
+  const uint32_t fc2_per_sm = few_slots ? kFewSlotsFc2BlocksPerSm : kFc2BlocksPerSm;
+  const uint32_t fc2_grid = std::min<uint32_t>(kp.fc2_groups, fc2_per_sm * sms);
   kp.fc2_rounds = (kp.fc2_groups + fc2_grid - 1) / fc2_grid;
   kp.y2_in_smem = uint64_t{kp.slots_cap} * kp.fc2_rounds <= kSmemY2MaxEntries;
   // (a)'s classify-publish block keeps its offload::ClassifyShared there too.
@@ -773,21 +785,30 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
   const size_t smem2 = kp.tables_bytes + size_t{kWarps} * T * kp.tc2 * record +
                        (kp.y2_in_smem ? size_t{kp.slots_cap} * kp.fc2_rounds * kGroupRows * 4 : 0);
   constexpr size_t kStaticAndReserved = 6 * 1024 + 1024;  // static smem bound + per-block reserve
-  const uint32_t fc1_per_sm = kFc1BlocksPerSm * (smem1 + kStaticAndReserved) +
-                                          kFc2BlocksPerSm * (smem2 + kStaticAndReserved) <=
-                                      static_cast<size_t>(smem_sm)
-                                  ? kFc1BlocksPerSm
-                                  : 1u;
+  const auto fits = [&](uint32_t fc1_blocks, uint32_t fc2_blocks) {
+    return fc1_blocks * (smem1 + kStaticAndReserved) + fc2_blocks * (smem2 + kStaticAndReserved) <=
+           static_cast<size_t>(smem_sm);
+  };
+  uint32_t fc1_per_sm = 1;
+  if (few_slots && fits(kFewSlotsFc1BlocksPerSm, 0)) {
+    fc1_per_sm = kFewSlotsFc1BlocksPerSm;
+  } else if (fits(kFc1BlocksPerSm, kFc2BlocksPerSm)) {
+    fc1_per_sm = kFc1BlocksPerSm;
+  }
   const uint64_t fc1_work = uint64_t{max_items(kp.slots_cap, p.num_experts, T)} * kp.fc1_tasks;
-  const uint64_t fc1_grid = std::min<uint64_t>(fc1_work, uint64_t{fc1_per_sm} * sms) +
-                            (p.offload.enabled ? 1 : 0);  // + the classify-publish block
+  // The classify-publish block takes one of the places the register cap leaves the SMs when (a)
+  // fills them all, so that no computing block waits for a place.
+  const uint32_t publish = p.offload.enabled ? 1 : 0;
+  const uint64_t places = uint64_t{kDecodeMinBlocksPerSm} * sms;
+  const uint64_t fc1_grid =
+      std::min({fc1_work, uint64_t{fc1_per_sm} * sms, places - publish}) + publish;
   // Static shared memory of either kernel stays under 6 KiB.
   if (smem1 + 6 * 1024 > size_t(smem_max) || smem2 + 6 * 1024 > size_t(smem_max)) {
     return cudaErrorInvalidValue;
   }
   KernelFn fc1 = nullptr, fc2 = nullptr;
   // One token with fewer than 8 slots: fewer FC2 items than warps.
-  const bool fc2_by_round = T == 1 && kp.slots_cap < kWarps && kp.fc2_rounds > 1;
+  const bool fc2_by_round = few_slots && kp.fc2_rounds > 1;
   if (!pick_kernels(p, T, fc2_by_round, &fc1, &fc2)) return cudaErrorInvalidValue;
   const bool pdl = pdl_for_compute_capability(major);
   e = launch_decode_kernel(fc1, dim3(static_cast<unsigned>(fc1_grid > 0 ? fc1_grid : 1)),
