@@ -405,11 +405,11 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
 // (route, group). kByRound, for calls of one token and top-k below 8 (gpt-oss's top-4, say),
 // whose items leave warps idle: the rounds are dealt over the warps as well, (item, round) pair
 // p = w, w + 8, ... being item p % items, round p / items, so no warp walks several rounds while
-// another has none (gpt-oss's one-token layer: 6% faster at the fast level, 12% at the exact,
-// docs/results/2026-12-05-h100-fc2-round-deal.md). Either way one warp computes each (route,
-// group), in the same order, so the bits do not depend on the deal. A kernel of its own, so that
-// the other kernels' registers are not the two loops' (at the 80-register cap either loop beside
-// the other spilled more). After a barrier the block combines every token's slots in slot order.
+// another has none (measured: docs/results/2026-12-05-h100-fc2-round-deal.md). Either way one
+// warp computes each (route, group), in the same order, so the bits do not depend on the deal. A
+// kernel of its own, so that the other kernels' registers are not the two loops' (at the
+// 80-register cap either loop beside the other spilled more). After a barrier the block combines
+// every token's slots in slot order.
 
 // Rounds [gr_begin, gr_end) of the block's groups for item wi. stage_first: the warp's staging
 // area does not hold the item's activations yet (with one tile a warp stages them once an item).
