@@ -43,10 +43,10 @@ constexpr uint32_t kWarpStageBudgetBytes = 7 * 1024;  // (b)'s activation tile p
 constexpr uint32_t kSmemY2MaxEntries = 1024;          // (b) keeps (route, group) outputs in smem
 constexpr uint32_t kFc1BlocksPerSm = 2;               // (a) blocks per SM, beside one of (b)
 constexpr uint32_t kFc2BlocksPerSm = 1;
-// At one token with fewer slots than warps: (a) alone on the SMs, as many blocks as the register
-// cap lets one SM hold, then (b) two blocks per SM (see launch_moe_layer).
-constexpr uint32_t kFewSlotsFc1BlocksPerSm = kDecodeMinBlocksPerSm;
-constexpr uint32_t kFewSlotsFc2BlocksPerSm = 2;
+// At one token with more (a) tasks than one wave of kFc1BlocksPerSm: (a) alone on the SMs, as
+// many blocks as the register cap lets one SM hold, then (b) two blocks per SM (launch_moe_layer).
+constexpr uint32_t kFillFc1BlocksPerSm = kDecodeMinBlocksPerSm;
+constexpr uint32_t kFillFc2BlocksPerSm = 2;
 constexpr uint32_t kFc2PrefetchItemsPerWarp = 2;  // items whose FC2 rows a warp prefetches
 constexpr uint32_t kFc2PrefetchRounds = 2;        // of the block's groups
 
@@ -769,13 +769,16 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
   // Grids. (b)'s groups of H are dealt round-robin over its blocks. By default (b) has one block
   // per SM, launched early (PDL) to wait beside (a)'s two (one when their shared memory would not
   // fit): the three blocks the register cap (kDecodeMinBlocksPerSm) lets an SM hold. At one token
-  // with fewer slots than warps (gpt-oss's top-4, Mixtral's top-2) the items are few and long:
-  // there (a) takes all three blocks of every SM, so its tasks run in fewer waves (gpt-oss-20b:
-  // 2880 on 3168 warps, not 2112), and (b) two blocks per SM, which start as (a)'s exit and give
-  // its groups fewer rounds (gpt-oss-20b: 360 groups in two, not three). Measured:
-  // docs/results/2026-12-05-h100-moe-few-slots-grid.md.
+  // whose (a) tasks outnumber the warps of two blocks per SM (gpt-oss-20b's top-4 at M = 1: 2880
+  // tasks on 2112 warps; Qwen3's exact M = 4: 6144), (a) takes all three places of every SM, so
+  // its tasks run in fewer waves, and (b) two blocks per SM, which start as (a)'s exit and give its
+  // groups fewer rounds. Where (a)'s tasks fit one wave anyway (Qwen3 at M = 1), (b)'s early
+  // start is worth more. Measured: docs/results/2026-12-05-h100-moe-few-slots-grid.md and
+  // docs/results/2026-12-05-h100-fc1-waves-k-shares.md.
   const bool few_slots = T == 1 && kp.slots_cap < kWarps;
-  const uint32_t fc2_per_sm = few_slots ? kFewSlotsFc2BlocksPerSm : kFc2BlocksPerSm;
+  const uint64_t fc1_work = uint64_t{max_items(kp.slots_cap, p.num_experts, T)} * kp.fc1_tasks;
+  const bool fill_sms = T == 1 && fc1_work > uint64_t{kFc1BlocksPerSm} * kWarps * sms;
+  const uint32_t fc2_per_sm = fill_sms ? kFillFc2BlocksPerSm : kFc2BlocksPerSm;
   const uint32_t fc2_grid = std::min<uint32_t>(kp.fc2_groups, fc2_per_sm * sms);
   kp.fc2_rounds = (kp.fc2_groups + fc2_grid - 1) / fc2_grid;
   kp.y2_in_smem = uint64_t{kp.slots_cap} * kp.fc2_rounds <= kSmemY2MaxEntries;
@@ -790,12 +793,11 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
            static_cast<size_t>(smem_sm);
   };
   uint32_t fc1_per_sm = 1;
-  if (few_slots && fits(kFewSlotsFc1BlocksPerSm, 0)) {
-    fc1_per_sm = kFewSlotsFc1BlocksPerSm;
+  if (fill_sms && fits(kFillFc1BlocksPerSm, 0)) {
+    fc1_per_sm = kFillFc1BlocksPerSm;
   } else if (fits(kFc1BlocksPerSm, kFc2BlocksPerSm)) {
     fc1_per_sm = kFc1BlocksPerSm;
   }
-  const uint64_t fc1_work = uint64_t{max_items(kp.slots_cap, p.num_experts, T)} * kp.fc1_tasks;
   // The classify-publish block takes one of the places the register cap leaves the SMs when (a)
   // fills them all, so that no computing block waits for a place.
   const uint32_t publish = p.offload.enabled ? 1 : 0;

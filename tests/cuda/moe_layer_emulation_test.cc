@@ -667,7 +667,7 @@ TEST_F(EmulatedDevice, MoeLayerFc2RoundDealKeepsTheBits) {
       const MoeReference ref =
           reference_moe(f.model(), acc, x, 1, ids, weights, k, f.mask().data(), {});
       std::vector<unsigned char> first;
-      for (int sms : {groups, 1, 5}) {  // FC2 blocks: 2 an SM, one round each (items dealt), 6, 2
+      for (int sms : {groups, 1, 5}) {  // from one FC2 round a block (items dealt) to several
         const std::string what = describe_moe(c, o, sms);
         const MoeRun r = f.run(c, x, ids, weights, {}, {}, 1, sms);
         EXPECT_EQ(r.error, 0u) << what;
