@@ -563,8 +563,11 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
 // later walks mostly hit the L2). The choice follows rho, the tokens per routed expert that
 // uniform routing gives at capacity M: rho = M k / (E (1 - (1 - k / E)^M)), about 1.0 to 1.6 at
 // M = 2 to 16 for Qwen3-30B-A3B's E = 128, k = 8:
-//   fast level: T = 2 below rho = 2.5, else 4. It has no T = 8 kernel: that one was slower than
-//     T = 4 even with every item full.
+//   fast level: T = 1 below rho = 2 (since T = 1 calls fill the SMs when FC1's tasks outnumber
+//     two blocks' warps an SM, its random-routing calls at M = 2 to 16 ran faster there than at
+//     T = 2: docs/results/2026-12-05-h100-fast-level-one-token-items.md), T = 2 below rho = 2.5
+//     (not measured at T = 1), else 4. It has no T = 8 kernel: that one was slower than T = 4
+//     even with every item full.
 //   exact level: T = 1 below rho = 2.5 (its T = 2 and 4 kernels were much slower than T = 1
 //     where experts hold a token or two), T = 2 below rho = 8, else 8.
 // Where a call's tokens share their experts, rho is larger than that, and a larger T wins
@@ -578,7 +581,12 @@ uint32_t tokens_per_item(const MoeLayerParams& p) {
   const double rho =
       p.expected_tokens_per_expert > 0.0f ? p.expected_tokens_per_expert : m * p.top_k / routed;
   const bool fast = p.accuracy == QMOE_ACCURACY_FAST;
-  const uint32_t t = fast ? (rho < 2.5 ? 2 : 4) : (rho < 2.5 ? 1 : rho < 8.0 ? 2 : 8);
+  uint32_t t = 0;
+  if (fast) {
+    t = rho < 2.0 ? 1 : rho < 2.5 ? 2 : 4;
+  } else {
+    t = rho < 2.5 ? 1 : rho < 8.0 ? 2 : 8;
+  }
   const uint32_t m_pow2 = m <= 2 ? 2 : m <= 4 ? 4 : 8;  // no more than M needs
   return t < m_pow2 ? t : m_pow2;
 }

@@ -579,7 +579,7 @@ TEST_F(EmulatedDevice, MoeLayerQwen3Shape) {
 // hint must have moved T (else the comparison proves nothing).
 TEST_F(EmulatedDevice, MoeLayerTokensPerExpertHintKeepsTheBits) {
   // 32 experts, top-2: uniform routing's estimate at capacity 8 is 1.24 tokens a routed expert
-  // (T = 2 fast, 1 exact); the hint of 8 takes T = 4 and 8.
+  // (T = 1 at both levels); the hint of 8 takes T = 4 and 8.
   MoeOptions o = shape_c();
   o.experts = 32;
   use_qwen3_swiglu(&o);
