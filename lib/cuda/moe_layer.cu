@@ -783,7 +783,6 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
   // groups fewer rounds. Where (a)'s tasks fit one wave anyway (Qwen3 at M = 1), (b)'s early
   // start is worth more. Measured: docs/results/2026-12-05-h100-moe-few-slots-grid.md and
   // docs/results/2026-12-05-h100-fc1-waves-k-shares.md.
-  const bool few_slots = T == 1 && kp.slots_cap < kWarps;
   const uint64_t fc1_work = uint64_t{max_items(kp.slots_cap, p.num_experts, T)} * kp.fc1_tasks;
   const bool fill_sms = T == 1 && fc1_work > uint64_t{kFc1BlocksPerSm} * kWarps * sms;
   const uint32_t fc2_per_sm = fill_sms ? kFillFc2BlocksPerSm : kFc2BlocksPerSm;
@@ -818,7 +817,7 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
   }
   KernelFn fc1 = nullptr, fc2 = nullptr;
   // One token with fewer than 8 slots: fewer FC2 items than warps.
-  const bool fc2_by_round = few_slots && kp.fc2_rounds > 1;
+  const bool fc2_by_round = T == 1 && kp.slots_cap < kWarps && kp.fc2_rounds > 1;
   if (!pick_kernels(p, T, fc2_by_round, &fc1, &fc2)) return cudaErrorInvalidValue;
   const bool pdl = pdl_for_compute_capability(major);
   e = launch_decode_kernel(fc1, dim3(static_cast<unsigned>(fc1_grid > 0 ? fc1_grid : 1)),
