@@ -43,8 +43,8 @@ constexpr uint32_t kWarpStageBudgetBytes = 7 * 1024;  // (b)'s activation tile p
 constexpr uint32_t kSmemY2MaxEntries = 1024;          // (b) keeps (route, group) outputs in smem
 constexpr uint32_t kFc1BlocksPerSm = 2;               // (a) blocks per SM, beside one of (b)
 constexpr uint32_t kFc2BlocksPerSm = 1;
-// At one token with more (a) tasks than one wave of kFc1BlocksPerSm: (a) alone on the SMs, as
-// many blocks as the register cap lets one SM hold, then (b) two blocks per SM (launch_moe_layer).
+// With more (a) tasks than one wave of kFc1BlocksPerSm: (a) alone on the SMs, as many blocks as
+// the register cap lets one SM hold, then (b) two blocks per SM (launch_moe_layer).
 constexpr uint32_t kFillFc1BlocksPerSm = kDecodeMinBlocksPerSm;
 constexpr uint32_t kFillFc2BlocksPerSm = 2;
 constexpr uint32_t kFc2PrefetchItemsPerWarp = 2;  // items whose FC2 rows a warp prefetches
@@ -556,6 +556,18 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
 
 // ---- Host side ---------------------------------------------------------------------------------
 
+// rho: the caller's expected_tokens_per_expert, else the uniform estimate. At least 1 (the hint
+// is checked to lie in [1, M]; M k tokens on at most M k experts).
+double tokens_per_routed_expert(const MoeLayerParams& p) {
+  const uint32_t m = p.m_capacity;
+  if (p.expected_tokens_per_expert > 0.0f) return p.expected_tokens_per_expert;
+  if (m <= 1) return 1.0;
+  const double share = double(p.top_k) / p.num_experts;  // top_k <= num_experts: checked
+  const double routed = p.num_experts * (1.0 - std::pow(1.0 - share, double(m)));
+  const double rho = m * p.top_k / routed;
+  return rho > 1.0 ? rho : 1.0;
+}
+
 // Tokens per work item (T: 1, 2, 4 or 8), the kernels' template argument: fixed when a graph is
 // captured, while the tokens that each expert receives change call to call. A larger T decodes an
 // expert's weights once for up to T tokens; a smaller one runs more items, each with fewer
@@ -576,10 +588,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
 uint32_t tokens_per_item(const MoeLayerParams& p) {
   const uint32_t m = p.m_capacity;
   if (m <= 1) return 1;
-  const double share = double(p.top_k) / p.num_experts;  // top_k <= num_experts: checked
-  const double routed = p.num_experts * (1.0 - std::pow(1.0 - share, double(m)));
-  const double rho =
-      p.expected_tokens_per_expert > 0.0f ? p.expected_tokens_per_expert : m * p.top_k / routed;
+  const double rho = tokens_per_routed_expert(p);
   const bool fast = p.accuracy == QMOE_ACCURACY_FAST;
   uint32_t t = 0;
   if (fast) {
@@ -776,15 +785,22 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
 
   // Grids. (b)'s groups of H are dealt round-robin over its blocks. By default (b) has one block
   // per SM, launched early (PDL) to wait beside (a)'s two (one when their shared memory would not
-  // fit): the three blocks the register cap (kDecodeMinBlocksPerSm) lets an SM hold. At one token
-  // whose (a) tasks outnumber the warps of two blocks per SM (gpt-oss-20b's top-4 at M = 1: 2880
-  // tasks on 2112 warps; Qwen3's exact M = 4: 6144), (a) takes all three places of every SM, so
-  // its tasks run in fewer waves, and (b) two blocks per SM, which start as (a)'s exit and give its
-  // groups fewer rounds. Where (a)'s tasks fit one wave anyway (Qwen3 at M = 1), (b)'s early
-  // start is worth more. Measured: docs/results/2026-12-05-h100-moe-few-slots-grid.md and
-  // docs/results/2026-12-05-h100-fc1-waves-k-shares.md.
+  // fit): the three blocks the register cap (kDecodeMinBlocksPerSm) lets an SM hold. Where (a)'s
+  // expected tasks outnumber the warps of two blocks per SM (gpt-oss-20b's top-4 at M = 1: 2880
+  // tasks on 2112 warps; Qwen3's exact M = 4: 6144; Qwen3 at M = 64: 24,576 or more), (a) takes
+  // all three places of every SM, so its tasks run in fewer waves, and (b) two blocks per SM,
+  // which start as (a)'s exit and give its groups fewer rounds. Where (a)'s tasks fit one wave
+  // anyway (Qwen3 at M = 1; M tokens all on the same k experts at M <= T), (b)'s early start is
+  // worth more. The expected work items are S / min(rho, T) for S slots: one a slot at T = 1;
+  // above, one a routed expert (S / rho of them) or one per T of its tokens, whichever is more.
+  // (The bound max_items assumes every expert's last item holds one token; it would fill the SMs
+  // for T tokens on each of k experts too.) Measured:
+  // docs/results/2026-12-05-h100-moe-few-slots-grid.md,
+  // docs/results/2026-12-05-h100-fc1-waves-k-shares.md and
+  // docs/results/2026-12-05-moe-fill-by-expected-tasks.md.
+  const double fc1_items = double(kp.slots_cap) / std::min(tokens_per_routed_expert(p), double(T));
+  const bool fill_sms = fc1_items * kp.fc1_tasks > double(kFc1BlocksPerSm) * kWarps * sms;
   const uint64_t fc1_work = uint64_t{max_items(kp.slots_cap, p.num_experts, T)} * kp.fc1_tasks;
-  const bool fill_sms = T == 1 && fc1_work > uint64_t{kFc1BlocksPerSm} * kWarps * sms;
   const uint32_t fc2_per_sm = fill_sms ? kFillFc2BlocksPerSm : kFc2BlocksPerSm;
   const uint32_t fc2_grid = std::min<uint32_t>(kp.fc2_groups, fc2_per_sm * sms);
   kp.fc2_rounds = (kp.fc2_groups + fc2_grid - 1) / fc2_grid;

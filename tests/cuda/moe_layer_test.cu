@@ -381,6 +381,10 @@ TEST_F(CudaMoeLayer, Qwen3ShapeMatchesReferenceAndCpuRunToRun) {
   // shared memory, so the launch needs the raised limit (launch_decode_kernel); it failed with
   // cudaErrorInvalidValue when only launches over 48 KiB raised it.
   check(QMOE_ACCURACY_EXACT, QMOE_DTYPE_BF16, QMOE_SWIGLU_INTERLEAVED, 48, 3);
+  // The same capacity at the fast level: four tokens a work item. At either level a capacity of
+  // 48 is expected to give FC1 more tasks than one wave, so FC1 takes every place of the SMs and
+  // FC2 two blocks an SM (launch_moe_layer), here with T above 1.
+  check(QMOE_ACCURACY_FAST, QMOE_DTYPE_BF16, QMOE_SWIGLU_INTERLEAVED, 48, 3);
 }
 
 // A captured graph replayed with new routing, token counts (0 included), residency and X
