@@ -44,7 +44,8 @@ constexpr uint32_t kSmemY2MaxEntries = 1024;          // (b) keeps (route, group
 constexpr uint32_t kFc1BlocksPerSm = 2;               // (a) blocks per SM, beside one of (b)
 constexpr uint32_t kFc2BlocksPerSm = 1;
 // With more (a) tasks than one wave of kFc1BlocksPerSm: (a) alone on the SMs, as many blocks as
-// the register cap lets one SM hold, then (b) two blocks per SM (launch_moe_layer).
+// the register cap lets one SM hold, then (b) two blocks per SM; (b) two blocks per SM at eight
+// tokens an item too (launch_moe_layer).
 constexpr uint32_t kFillFc1BlocksPerSm = kDecodeMinBlocksPerSm;
 constexpr uint32_t kFillFc2BlocksPerSm = 2;
 constexpr uint32_t kFc2PrefetchItemsPerWarp = 2;  // items whose FC2 rows a warp prefetches
@@ -801,7 +802,12 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
   const double fc1_items = double(kp.slots_cap) / std::min(tokens_per_routed_expert(p), double(T));
   const bool fill_sms = fc1_items * kp.fc1_tasks > double(kFc1BlocksPerSm) * kWarps * sms;
   const uint64_t fc1_work = uint64_t{max_items(kp.slots_cap, p.num_experts, T)} * kp.fc1_tasks;
-  const uint32_t fc2_per_sm = fill_sms ? kFillFc2BlocksPerSm : kFc2BlocksPerSm;
+  // (b) takes two blocks per SM at T = 8 too, its second block starting as one of (a)'s exits:
+  // a round of groups costs a warp eight tokens there, so halving the rounds is worth more than
+  // the early start of the second half (the exact level's eight tokens on each of k experts,
+  // FC1 one wave: 18% faster on an H100; at T = 2 and 4 the same grid was 6% slower and even:
+  // docs/results/2026-12-05-h100-fc2-two-blocks-at-eight-tokens.md).
+  const uint32_t fc2_per_sm = fill_sms || T >= 8 ? kFillFc2BlocksPerSm : kFc2BlocksPerSm;
   const uint32_t fc2_grid = std::min<uint32_t>(kp.fc2_groups, fc2_per_sm * sms);
   kp.fc2_rounds = (kp.fc2_groups + fc2_grid - 1) / fc2_grid;
   kp.y2_in_smem = uint64_t{kp.slots_cap} * kp.fc2_rounds <= kSmemY2MaxEntries;
