@@ -715,6 +715,112 @@ bool pick_kernels(const MoeLayerParams& p, uint32_t T, bool fc2_by_round, Kernel
   return *fc1 != nullptr && *fc2 != nullptr;
 }
 
+// The device's limits that the grids follow.
+struct DeviceLimits {
+  uint32_t sms;
+  size_t smem_per_sm;     // cudaDevAttrMaxSharedMemoryPerMultiprocessor
+  size_t smem_per_block;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+};
+
+// What one call launches: the kernels' parameters, both grids and their dynamic shared memory.
+struct MoeLaunchPlan {
+  MoeKernelParams kp;
+  uint32_t fc1_grid;
+  uint32_t fc2_grid;
+  size_t smem1;
+  size_t smem2;
+  uint32_t fc1_blocks_per_sm;  // the places (a) takes on each SM
+  uint32_t fc2_blocks_per_sm;
+  bool fc2_by_round;  // (b)'s rounds dealt over its warps (kByRound)
+};
+
+// The plan for a checked call on a device with limits d; false where a block's shared memory
+// does not fit the device. No CUDA call: the choices are a function of the call's sizes, its
+// tokens-per-expert estimate and d.
+bool plan_moe_launch(const MoeLayerParams& p, const DeviceLimits& d, MoeLaunchPlan* plan) {
+  const bool exact = p.accuracy == QMOE_ACCURACY_EXACT;
+  const uint32_t record = exact ? kExactRecordBytes : kFastRecordBytes;
+  const bool interleaved = p.fusion == QMOE_SWIGLU_INTERLEAVED;
+  MoeKernelParams& kp = plan->kp;
+  kp = MoeKernelParams{};
+  kp.p = p;
+  kp.tokens_per_item = tokens_per_item(p);
+  kp.slots_cap = p.m_capacity * p.top_k;
+  kp.inter_chunks = (p.intermediate + 31) / 32;
+  kp.fc1_tasks = interleaved ? (2 * p.intermediate + kGroupRows - 1) / kGroupRows
+                             : (p.intermediate + kGroupRows - 1) / kGroupRows;
+  kp.fc1_task_groups = interleaved ? 1 : (p.intermediate % kGroupRows == 0 ? 2 : 3);
+  kp.fc2_groups = (p.hidden + kGroupRows - 1) / kGroupRows;
+  kp.act_offset = kHeaderBytes;
+  kp.act_route_bytes = size_t{kp.inter_chunks} * 128;
+  kp.y2_offset = kHeaderBytes + round_up(size_t{kp.slots_cap} * kp.inter_chunks * 128, 256);
+  kp.tables_bytes = static_cast<uint32_t>(route_table_bytes(kp.slots_cap, p.num_experts));
+  const uint32_t T = kp.tokens_per_item;
+  kp.tc1 = tile_chunks((p.hidden + 31) / 32, kStageBudgetBytes, T, record);
+  kp.tc2 = tile_chunks(kp.inter_chunks, kWarpStageBudgetBytes, T, record);
+
+  // Grids. (b)'s groups of H are dealt round-robin over its blocks. By default (b) has one block
+  // per SM, launched early (PDL) to wait beside (a)'s two (one when their shared memory would not
+  // fit): the three blocks the register cap (kDecodeMinBlocksPerSm) lets an SM hold. Where (a)'s
+  // expected tasks outnumber the warps of two blocks per SM (gpt-oss-20b's top-4 at M = 1: 2880
+  // tasks on 2112 warps; Qwen3's exact M = 4: 6144; Qwen3 at M = 64: 24,576 or more), (a) takes
+  // all three places of every SM, so its tasks run in fewer waves, and (b) two blocks per SM,
+  // which start as (a)'s exit and give its groups fewer rounds. Where (a)'s tasks fit one wave
+  // anyway (Qwen3 at M = 1; M tokens all on the same k experts at M <= T), (b)'s early start is
+  // worth more. The expected work items are S / min(rho, T) for S slots: one a slot at T = 1;
+  // above, one a routed expert (S / rho of them) or one per T of its tokens, whichever is more.
+  // (The bound max_items assumes every expert's last item holds one token; it would fill the SMs
+  // for T tokens on each of k experts too.) Measured:
+  // docs/results/2026-12-05-h100-moe-few-slots-grid.md,
+  // docs/results/2026-12-05-h100-fc1-waves-k-shares.md and
+  // docs/results/2026-12-05-moe-fill-by-expected-tasks.md.
+  const double fc1_items = double(kp.slots_cap) / std::min(tokens_per_routed_expert(p), double(T));
+  const bool fill_sms = fc1_items * kp.fc1_tasks > double(kFc1BlocksPerSm) * kWarps * d.sms;
+  const uint64_t fc1_work = uint64_t{max_items(kp.slots_cap, p.num_experts, T)} * kp.fc1_tasks;
+  // (b) takes two blocks per SM at T = 8 too, its second block starting as one of (a)'s exits:
+  // a round of groups costs a warp eight tokens there, so halving the rounds is worth more than
+  // the early start of the second half (the exact level's eight tokens on each of k experts,
+  // FC1 one wave: 18% faster on an H100; at T = 2 and 4 the same grid was 6% slower and even:
+  // docs/results/2026-12-05-h100-fc2-two-blocks-at-eight-tokens.md).
+  const uint32_t fc2_per_sm = fill_sms || T >= 8 ? kFillFc2BlocksPerSm : kFc2BlocksPerSm;
+  const uint32_t fc2_grid = std::min<uint32_t>(kp.fc2_groups, fc2_per_sm * d.sms);
+  kp.fc2_rounds = (kp.fc2_groups + fc2_grid - 1) / fc2_grid;
+  kp.y2_in_smem = uint64_t{kp.slots_cap} * kp.fc2_rounds <= kSmemY2MaxEntries;
+  // (a)'s classify-publish block keeps its offload::ClassifyShared there too.
+  const size_t smem1 =
+      std::max(kp.tables_bytes + size_t{T} * kp.tc1 * record, sizeof(offload::ClassifyShared));
+  const size_t smem2 = kp.tables_bytes + size_t{kWarps} * T * kp.tc2 * record +
+                       (kp.y2_in_smem ? size_t{kp.slots_cap} * kp.fc2_rounds * kGroupRows * 4 : 0);
+  constexpr size_t kStaticAndReserved = 6 * 1024 + 1024;  // static smem bound + per-block reserve
+  const auto fits = [&](uint32_t fc1_blocks, uint32_t fc2_blocks) {
+    return fc1_blocks * (smem1 + kStaticAndReserved) + fc2_blocks * (smem2 + kStaticAndReserved) <=
+           d.smem_per_sm;
+  };
+  uint32_t fc1_per_sm = 1;
+  if (fill_sms && fits(kFillFc1BlocksPerSm, 0)) {
+    fc1_per_sm = kFillFc1BlocksPerSm;
+  } else if (fits(kFc1BlocksPerSm, kFc2BlocksPerSm)) {
+    fc1_per_sm = kFc1BlocksPerSm;
+  }
+  // The classify-publish block takes one of the places the register cap leaves the SMs when (a)
+  // fills them all, so that no computing block waits for a place.
+  const uint32_t publish = p.offload.enabled ? 1 : 0;
+  const uint64_t places = uint64_t{kDecodeMinBlocksPerSm} * d.sms;
+  const uint64_t fc1_grid =
+      std::min({fc1_work, uint64_t{fc1_per_sm} * d.sms, places - publish}) + publish;
+  // Static shared memory of either kernel stays under 6 KiB.
+  if (smem1 + 6 * 1024 > d.smem_per_block || smem2 + 6 * 1024 > d.smem_per_block) return false;
+  plan->fc1_grid = static_cast<uint32_t>(fc1_grid > 0 ? fc1_grid : 1);
+  plan->fc2_grid = fc2_grid;
+  plan->smem1 = smem1;
+  plan->smem2 = smem2;
+  plan->fc1_blocks_per_sm = fc1_per_sm;
+  plan->fc2_blocks_per_sm = fc2_per_sm;
+  // One token with fewer than 8 slots: fewer FC2 items than warps.
+  plan->fc2_by_round = T == 1 && kp.slots_cap < kWarps && kp.fc2_rounds > 1;
+  return true;
+}
+
 }  // namespace
 
 size_t moe_layer_workspace_size(uint32_t m_capacity, uint32_t top_k, uint32_t num_experts,
@@ -749,26 +855,6 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
       uint64_t{p.hidden} * 2 > 0x7FFFFFFFu || uint64_t{p.intermediate} * 2 > 0x7FFFFFFFu) {
     return cudaErrorInvalidValue;
   }
-  const bool exact = p.accuracy == QMOE_ACCURACY_EXACT;
-  const uint32_t record = exact ? kExactRecordBytes : kFastRecordBytes;
-  const bool interleaved = p.fusion == QMOE_SWIGLU_INTERLEAVED;
-  MoeKernelParams kp{};
-  kp.p = p;
-  kp.tokens_per_item = tokens_per_item(p);
-  kp.slots_cap = p.m_capacity * p.top_k;
-  kp.inter_chunks = (p.intermediate + 31) / 32;
-  kp.fc1_tasks = interleaved ? (2 * p.intermediate + kGroupRows - 1) / kGroupRows
-                             : (p.intermediate + kGroupRows - 1) / kGroupRows;
-  kp.fc1_task_groups = interleaved ? 1 : (p.intermediate % kGroupRows == 0 ? 2 : 3);
-  kp.fc2_groups = (p.hidden + kGroupRows - 1) / kGroupRows;
-  kp.act_offset = kHeaderBytes;
-  kp.act_route_bytes = size_t{kp.inter_chunks} * 128;
-  kp.y2_offset = kHeaderBytes + round_up(size_t{kp.slots_cap} * kp.inter_chunks * 128, 256);
-  kp.tables_bytes = static_cast<uint32_t>(route_table_bytes(kp.slots_cap, p.num_experts));
-  const uint32_t T = kp.tokens_per_item;
-  kp.tc1 = tile_chunks((p.hidden + 31) / 32, kStageBudgetBytes, T, record);
-  kp.tc2 = tile_chunks(kp.inter_chunks, kWarpStageBudgetBytes, T, record);
-
   int device = 0, major = 0, smem_max = 0, sms = 0, smem_sm = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) {
@@ -783,70 +869,23 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
   }
   if (e != cudaSuccess) return e;
   if (sms < 1) sms = 1;
-
-  // Grids. (b)'s groups of H are dealt round-robin over its blocks. By default (b) has one block
-  // per SM, launched early (PDL) to wait beside (a)'s two (one when their shared memory would not
-  // fit): the three blocks the register cap (kDecodeMinBlocksPerSm) lets an SM hold. Where (a)'s
-  // expected tasks outnumber the warps of two blocks per SM (gpt-oss-20b's top-4 at M = 1: 2880
-  // tasks on 2112 warps; Qwen3's exact M = 4: 6144; Qwen3 at M = 64: 24,576 or more), (a) takes
-  // all three places of every SM, so its tasks run in fewer waves, and (b) two blocks per SM,
-  // which start as (a)'s exit and give its groups fewer rounds. Where (a)'s tasks fit one wave
-  // anyway (Qwen3 at M = 1; M tokens all on the same k experts at M <= T), (b)'s early start is
-  // worth more. The expected work items are S / min(rho, T) for S slots: one a slot at T = 1;
-  // above, one a routed expert (S / rho of them) or one per T of its tokens, whichever is more.
-  // (The bound max_items assumes every expert's last item holds one token; it would fill the SMs
-  // for T tokens on each of k experts too.) Measured:
-  // docs/results/2026-12-05-h100-moe-few-slots-grid.md,
-  // docs/results/2026-12-05-h100-fc1-waves-k-shares.md and
-  // docs/results/2026-12-05-moe-fill-by-expected-tasks.md.
-  const double fc1_items = double(kp.slots_cap) / std::min(tokens_per_routed_expert(p), double(T));
-  const bool fill_sms = fc1_items * kp.fc1_tasks > double(kFc1BlocksPerSm) * kWarps * sms;
-  const uint64_t fc1_work = uint64_t{max_items(kp.slots_cap, p.num_experts, T)} * kp.fc1_tasks;
-  // (b) takes two blocks per SM at T = 8 too, its second block starting as one of (a)'s exits:
-  // a round of groups costs a warp eight tokens there, so halving the rounds is worth more than
-  // the early start of the second half (the exact level's eight tokens on each of k experts,
-  // FC1 one wave: 18% faster on an H100; at T = 2 and 4 the same grid was 6% slower and even:
-  // docs/results/2026-12-05-h100-fc2-two-blocks-at-eight-tokens.md).
-  const uint32_t fc2_per_sm = fill_sms || T >= 8 ? kFillFc2BlocksPerSm : kFc2BlocksPerSm;
-  const uint32_t fc2_grid = std::min<uint32_t>(kp.fc2_groups, fc2_per_sm * sms);
-  kp.fc2_rounds = (kp.fc2_groups + fc2_grid - 1) / fc2_grid;
-  kp.y2_in_smem = uint64_t{kp.slots_cap} * kp.fc2_rounds <= kSmemY2MaxEntries;
-  // (a)'s classify-publish block keeps its offload::ClassifyShared there too.
-  const size_t smem1 =
-      std::max(kp.tables_bytes + size_t{T} * kp.tc1 * record, sizeof(offload::ClassifyShared));
-  const size_t smem2 = kp.tables_bytes + size_t{kWarps} * T * kp.tc2 * record +
-                       (kp.y2_in_smem ? size_t{kp.slots_cap} * kp.fc2_rounds * kGroupRows * 4 : 0);
-  constexpr size_t kStaticAndReserved = 6 * 1024 + 1024;  // static smem bound + per-block reserve
-  const auto fits = [&](uint32_t fc1_blocks, uint32_t fc2_blocks) {
-    return fc1_blocks * (smem1 + kStaticAndReserved) + fc2_blocks * (smem2 + kStaticAndReserved) <=
-           static_cast<size_t>(smem_sm);
-  };
-  uint32_t fc1_per_sm = 1;
-  if (fill_sms && fits(kFillFc1BlocksPerSm, 0)) {
-    fc1_per_sm = kFillFc1BlocksPerSm;
-  } else if (fits(kFc1BlocksPerSm, kFc2BlocksPerSm)) {
-    fc1_per_sm = kFc1BlocksPerSm;
-  }
-  // The classify-publish block takes one of the places the register cap leaves the SMs when (a)
-  // fills them all, so that no computing block waits for a place.
-  const uint32_t publish = p.offload.enabled ? 1 : 0;
-  const uint64_t places = uint64_t{kDecodeMinBlocksPerSm} * sms;
-  const uint64_t fc1_grid =
-      std::min({fc1_work, uint64_t{fc1_per_sm} * sms, places - publish}) + publish;
-  // Static shared memory of either kernel stays under 6 KiB.
-  if (smem1 + 6 * 1024 > size_t(smem_max) || smem2 + 6 * 1024 > size_t(smem_max)) {
+  MoeLaunchPlan plan;
+  if (!plan_moe_launch(p,
+                       DeviceLimits{static_cast<uint32_t>(sms), static_cast<size_t>(smem_sm),
+                                    static_cast<size_t>(smem_max)},
+                       &plan)) {
     return cudaErrorInvalidValue;
   }
+  const MoeKernelParams& kp = plan.kp;
   KernelFn fc1 = nullptr, fc2 = nullptr;
-  // One token with fewer than 8 slots: fewer FC2 items than warps.
-  const bool fc2_by_round = T == 1 && kp.slots_cap < kWarps && kp.fc2_rounds > 1;
-  if (!pick_kernels(p, T, fc2_by_round, &fc1, &fc2)) return cudaErrorInvalidValue;
+  if (!pick_kernels(p, kp.tokens_per_item, plan.fc2_by_round, &fc1, &fc2)) {
+    return cudaErrorInvalidValue;
+  }
   const bool pdl = pdl_for_compute_capability(major);
-  e = launch_decode_kernel(fc1, dim3(static_cast<unsigned>(fc1_grid > 0 ? fc1_grid : 1)),
-                           dim3(kThreads), smem1, pdl, kp, stream);
+  e = launch_decode_kernel(fc1, dim3(plan.fc1_grid), dim3(kThreads), plan.smem1, pdl, kp, stream);
   if (e != cudaSuccess) return e;
   if (kernels_launched != nullptr) *kernels_launched = 1;
-  e = launch_decode_kernel(fc2, dim3(fc2_grid), dim3(kThreads), smem2, pdl, kp, stream);
+  e = launch_decode_kernel(fc2, dim3(plan.fc2_grid), dim3(kThreads), plan.smem2, pdl, kp, stream);
   if (e == cudaSuccess && kernels_launched != nullptr) *kernels_launched = 2;
   return e;
 }

@@ -893,5 +893,144 @@ TEST_F(EmulatedDevice, MoeLayerFp4SlotOfAnotherFormatIsMalformed) {
   EXPECT_EQ(ok.error, 0u);
 }
 
+// ---- Launch plans at the model shapes --------------------------------------------------------
+//
+// The launcher's grids on a device with an H100's or H200's limits (132 SMs, 228 KiB of shared
+// memory an SM, 227 KiB a block), as docs/results/2026-12-05-moe-fill-by-expected-tasks.md and
+// 2026-12-05-h100-fc2-two-blocks-at-eight-tokens.md measured them: FC1 takes every place of the
+// SMs (three blocks) where its expected tasks pass the warps of two blocks an SM, and FC2 then
+// takes two blocks an SM, as it does at eight tokens an item; elsewhere FC1 two blocks and FC2
+// one. Plans only: nothing is launched.
+
+struct PlanCase {
+  const char* what;
+  uint32_t experts, hidden, intermediate, top_k, m;
+  qmoe_accuracy acc;
+  float hint;
+  uint32_t want_t, want_fc1_per_sm, want_fc2_per_sm;
+};
+
+emu::MoeLayerParams plan_params(const PlanCase& c) {
+  emu::MoeLayerParams p{};
+  p.num_experts = c.experts;
+  p.hidden = c.hidden;
+  p.intermediate = c.intermediate;
+  p.top_k = c.top_k;
+  p.m_capacity = c.m;
+  p.num_slots = c.experts;
+  p.accuracy = c.acc;
+  p.dtype = QMOE_DTYPE_BF16;
+  p.fusion = QMOE_SWIGLU_INTERLEAVED;
+  p.format = QMOE_WEIGHT_FORMAT_INT4;
+  p.expected_tokens_per_expert = c.hint;
+  return p;
+}
+
+constexpr emu::DeviceLimits kHopperLimits{132, 228 * 1024, 227 * 1024};
+
+// Every plan: grids within the device and the call, FC2's rounds cover its groups, the blocks
+// that share an SM fit its shared memory.
+void expect_consistent_plan(const emu::MoeLaunchPlan& plan, const emu::DeviceLimits& d,
+                            bool publish, const std::string& what) {
+  const emu::MoeKernelParams& kp = plan.kp;
+  EXPECT_GE(plan.fc1_grid, 1u) << what;
+  EXPECT_LE(plan.fc1_grid, emu::kDecodeMinBlocksPerSm * d.sms) << what;
+  EXPECT_LE(plan.fc1_grid, plan.fc1_blocks_per_sm * d.sms + (publish ? 1 : 0)) << what;
+  EXPECT_LE(plan.fc2_grid, kp.fc2_groups) << what;
+  EXPECT_LE(plan.fc2_grid, plan.fc2_blocks_per_sm * d.sms) << what;
+  EXPECT_GE(uint64_t{kp.fc2_rounds} * plan.fc2_grid, kp.fc2_groups) << what;
+  EXPECT_LT(uint64_t{kp.fc2_rounds - 1} * plan.fc2_grid, kp.fc2_groups) << what;
+  const size_t per_block = 7 * 1024;  // the launcher's static bound and reserve
+  const size_t fc2_beside = plan.fc1_blocks_per_sm == emu::kFillFc1BlocksPerSm ? 0 : 1;
+  EXPECT_LE(
+      plan.fc1_blocks_per_sm * (plan.smem1 + per_block) + fc2_beside * (plan.smem2 + per_block),
+      d.smem_per_sm)
+      << what;
+}
+
+TEST_F(EmulatedDevice, MoeLayerLaunchPlansAtTheModelShapes) {
+  constexpr uint32_t kQ[4] = {128, 2048, 768, 8};  // Qwen3-30B-A3B: E, H, I, k
+  constexpr uint32_t kG[4] = {32, 2880, 2880, 4};  // gpt-oss-20b
+  constexpr qmoe_accuracy kFast = QMOE_ACCURACY_FAST, kExact = QMOE_ACCURACY_EXACT;
+  const PlanCase cases[] = {
+      // FC1's 1536 tasks fit one wave of 2112 warps: FC2 starts early beside it.
+      {"qwen3 fast m1", kQ[0], kQ[1], kQ[2], kQ[3], 1, kFast, 0, 1, 2, 1},
+      {"qwen3 exact m1", kQ[0], kQ[1], kQ[2], kQ[3], 1, kExact, 0, 1, 2, 1},
+      // 2880 tasks (gpt-oss M = 1), 6144 (Qwen3 M = 4): filled.
+      {"gpt-oss fast m1", kG[0], kG[1], kG[2], kG[3], 1, kFast, 0, 1, 3, 2},
+      {"qwen3 fast m4", kQ[0], kQ[1], kQ[2], kQ[3], 4, kFast, 0, 1, 3, 2},
+      {"qwen3 exact m4", kQ[0], kQ[1], kQ[2], kQ[3], 4, kExact, 0, 1, 3, 2},
+      // Every token on the same 8 experts (the hint): 8 items at fast M = 2 and 4, one wave.
+      {"qwen3 fast m2 hint 2", kQ[0], kQ[1], kQ[2], kQ[3], 2, kFast, 2, 2, 2, 1},
+      {"qwen3 fast m4 hint 4", kQ[0], kQ[1], kQ[2], kQ[3], 4, kFast, 4, 4, 2, 1},
+      // 16 items at T = 4 and T = 2: two waves' worth, filled.
+      {"qwen3 fast m8 hint 8", kQ[0], kQ[1], kQ[2], kQ[3], 8, kFast, 8, 4, 3, 2},
+      {"qwen3 exact m4 hint 4", kQ[0], kQ[1], kQ[2], kQ[3], 4, kExact, 4, 2, 3, 2},
+      // T = 8 with 8 items: FC1 one wave beside FC2's first block, FC2 two blocks an SM.
+      {"qwen3 exact m8 hint 8", kQ[0], kQ[1], kQ[2], kQ[3], 8, kExact, 8, 8, 2, 2},
+      // Uniform routing at M = 64: T = 4 (fast) and 2 (exact), filled.
+      {"qwen3 fast m64", kQ[0], kQ[1], kQ[2], kQ[3], 64, kFast, 0, 4, 3, 2},
+      {"qwen3 exact m64", kQ[0], kQ[1], kQ[2], kQ[3], 64, kExact, 0, 2, 3, 2},
+      {"gpt-oss exact m64", kG[0], kG[1], kG[2], kG[3], 64, kExact, 0, 8, 3, 2},
+  };
+  for (const PlanCase& c : cases) {
+    emu::MoeLaunchPlan plan{};
+    ASSERT_TRUE(emu::plan_moe_launch(plan_params(c), kHopperLimits, &plan)) << c.what;
+    EXPECT_EQ(plan.kp.tokens_per_item, c.want_t) << c.what;
+    EXPECT_EQ(plan.fc1_blocks_per_sm, c.want_fc1_per_sm) << c.what;
+    EXPECT_EQ(plan.fc2_blocks_per_sm, c.want_fc2_per_sm) << c.what;
+    expect_consistent_plan(plan, kHopperLimits, false, c.what);
+  }
+  // gpt-oss's top-4 at M = 1: 4 slots and two rounds of FC2's 360 groups on 264 blocks, dealt
+  // over the warps.
+  emu::MoeLaunchPlan plan{};
+  ASSERT_TRUE(emu::plan_moe_launch(plan_params(cases[2]), kHopperLimits, &plan));
+  EXPECT_EQ(plan.fc2_grid, 264u);
+  EXPECT_EQ(plan.kp.fc2_rounds, 2u);
+  EXPECT_TRUE(plan.fc2_by_round);
+  ASSERT_TRUE(emu::plan_moe_launch(plan_params(cases[0]), kHopperLimits, &plan));
+  EXPECT_EQ(plan.fc1_grid, 264u);
+  EXPECT_EQ(plan.fc2_grid, 132u);
+  EXPECT_FALSE(plan.fc2_by_round);  // 8 slots: an item for each warp
+}
+
+TEST_F(EmulatedDevice, MoeLayerLaunchPlanFollowsTheDevice) {
+  const PlanCase qwen3_m1{"qwen3 fast m1", 128, 2048, 768, 8, 1, QMOE_ACCURACY_FAST, 0, 1, 2, 1};
+  const PlanCase qwen3_m4{"qwen3 exact m4", 128, 2048, 768, 8, 4, QMOE_ACCURACY_EXACT, 0, 1, 3, 2};
+  emu::MoeLaunchPlan plan{};
+  // A 16-SM device: Qwen3's 1536 tasks at M = 1 pass its 256 warps of two blocks an SM.
+  const emu::DeviceLimits small{16, 228 * 1024, 227 * 1024};
+  ASSERT_TRUE(emu::plan_moe_launch(plan_params(qwen3_m1), small, &plan));
+  EXPECT_EQ(plan.fc1_blocks_per_sm, emu::kFillFc1BlocksPerSm);
+  EXPECT_EQ(plan.fc1_grid, 48u);
+  EXPECT_EQ(plan.fc2_grid, 32u);
+  expect_consistent_plan(plan, small, false, "16 SMs");
+
+  // The offload's classify-publish block takes one place: a filled FC1 keeps the others.
+  emu::MoeLayerParams p = plan_params(qwen3_m4);
+  p.offload.enabled = true;
+  ASSERT_TRUE(emu::plan_moe_launch(p, kHopperLimits, &plan));
+  EXPECT_EQ(plan.fc1_grid, 396u);
+  expect_consistent_plan(plan, kHopperLimits, true, "offload, filled");
+  p = plan_params(qwen3_m1);
+  p.offload.enabled = true;
+  ASSERT_TRUE(emu::plan_moe_launch(p, kHopperLimits, &plan));
+  EXPECT_EQ(plan.fc1_grid, 265u);
+  expect_consistent_plan(plan, kHopperLimits, true, "offload, one wave");
+
+  // Shared memory for fewer than three FC1 blocks an SM: FC1 takes the places that fit (with
+  // FC2's block beside them); FC2 still takes two blocks an SM after it.
+  ASSERT_TRUE(emu::plan_moe_launch(plan_params(qwen3_m4), kHopperLimits, &plan));
+  const emu::DeviceLimits tight{132, 3 * (plan.smem1 + 7 * 1024) - 1, 227 * 1024};
+  ASSERT_TRUE(emu::plan_moe_launch(plan_params(qwen3_m4), tight, &plan));
+  EXPECT_LT(plan.fc1_blocks_per_sm, emu::kFillFc1BlocksPerSm);
+  EXPECT_EQ(plan.fc2_blocks_per_sm, 2u);
+  expect_consistent_plan(plan, tight, false, "tight shared memory");
+
+  // A block's shared memory over the device's: no plan (the launcher's cudaErrorInvalidValue).
+  const emu::DeviceLimits tiny{132, 228 * 1024, plan.smem1 + 6 * 1024 - 1};
+  EXPECT_FALSE(emu::plan_moe_launch(plan_params(qwen3_m4), tiny, &plan));
+}
+
 }  // namespace
 }  // namespace qmoe::testing
