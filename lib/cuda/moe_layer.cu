@@ -41,7 +41,11 @@ constexpr size_t kHeaderBytes = 256;                  // the error word's line
 constexpr uint32_t kStageBudgetBytes = 36 * 1024;     // (a)'s X tile
 constexpr uint32_t kWarpStageBudgetBytes = 7 * 1024;  // (b)'s activation tile per warp
 constexpr uint32_t kSmemY2MaxEntries = 1024;          // (b) keeps (route, group) outputs in smem
-constexpr uint32_t kFc1BlocksPerSm = 2;               // (a) blocks per SM, beside one of (b)
+// Shared memory a block needs beside its dynamic part: a bound on either kernel's static shared
+// memory, and the per-block reserve the SM keeps.
+constexpr size_t kStaticSmemBoundBytes = 6 * 1024;
+constexpr size_t kBlockSmemReserveBytes = 1024;
+constexpr uint32_t kFc1BlocksPerSm = 2;  // (a) blocks per SM, beside one of (b)
 constexpr uint32_t kFc2BlocksPerSm = 1;
 // With more (a) tasks than one wave of kFc1BlocksPerSm: (a) alone on the SMs, as many blocks as
 // the register cap lets one SM hold, then (b) two blocks per SM; (b) two blocks per SM at eight
@@ -791,7 +795,7 @@ bool plan_moe_launch(const MoeLayerParams& p, const DeviceLimits& d, MoeLaunchPl
       std::max(kp.tables_bytes + size_t{T} * kp.tc1 * record, sizeof(offload::ClassifyShared));
   const size_t smem2 = kp.tables_bytes + size_t{kWarps} * T * kp.tc2 * record +
                        (kp.y2_in_smem ? size_t{kp.slots_cap} * kp.fc2_rounds * kGroupRows * 4 : 0);
-  constexpr size_t kStaticAndReserved = 6 * 1024 + 1024;  // static smem bound + per-block reserve
+  constexpr size_t kStaticAndReserved = kStaticSmemBoundBytes + kBlockSmemReserveBytes;
   const auto fits = [&](uint32_t fc1_blocks, uint32_t fc2_blocks) {
     return fc1_blocks * (smem1 + kStaticAndReserved) + fc2_blocks * (smem2 + kStaticAndReserved) <=
            d.smem_per_sm;
@@ -808,8 +812,10 @@ bool plan_moe_launch(const MoeLayerParams& p, const DeviceLimits& d, MoeLaunchPl
   const uint64_t places = uint64_t{kDecodeMinBlocksPerSm} * d.sms;
   const uint64_t fc1_grid =
       std::min({fc1_work, uint64_t{fc1_per_sm} * d.sms, places - publish}) + publish;
-  // Static shared memory of either kernel stays under 6 KiB.
-  if (smem1 + 6 * 1024 > d.smem_per_block || smem2 + 6 * 1024 > d.smem_per_block) return false;
+  if (smem1 + kStaticSmemBoundBytes > d.smem_per_block ||
+      smem2 + kStaticSmemBoundBytes > d.smem_per_block) {
+    return false;
+  }
   plan->fc1_grid = static_cast<uint32_t>(fc1_grid > 0 ? fc1_grid : 1);
   plan->fc2_grid = fc2_grid;
   plan->smem1 = smem1;

@@ -940,7 +940,7 @@ void expect_consistent_plan(const emu::MoeLaunchPlan& plan, const emu::DeviceLim
   EXPECT_LE(plan.fc2_grid, plan.fc2_blocks_per_sm * d.sms) << what;
   EXPECT_GE(uint64_t{kp.fc2_rounds} * plan.fc2_grid, kp.fc2_groups) << what;
   EXPECT_LT(uint64_t{kp.fc2_rounds - 1} * plan.fc2_grid, kp.fc2_groups) << what;
-  const size_t per_block = 7 * 1024;  // the launcher's static bound and reserve
+  const size_t per_block = emu::kStaticSmemBoundBytes + emu::kBlockSmemReserveBytes;
   const size_t fc2_beside = plan.fc1_blocks_per_sm == emu::kFillFc1BlocksPerSm ? 0 : 1;
   EXPECT_LE(
       plan.fc1_blocks_per_sm * (plan.smem1 + per_block) + fc2_beside * (plan.smem2 + per_block),
@@ -999,7 +999,7 @@ TEST_F(EmulatedDevice, MoeLayerLaunchPlanFollowsTheDevice) {
   const PlanCase qwen3_m4{"qwen3 exact m4", 128, 2048, 768, 8, 4, QMOE_ACCURACY_EXACT, 0, 1, 3, 2};
   emu::MoeLaunchPlan plan{};
   // A 16-SM device: Qwen3's 1536 tasks at M = 1 pass its 256 warps of two blocks an SM.
-  const emu::DeviceLimits small{16, 228 * 1024, 227 * 1024};
+  const emu::DeviceLimits small{16, kHopperLimits.smem_per_sm, kHopperLimits.smem_per_block};
   ASSERT_TRUE(emu::plan_moe_launch(plan_params(qwen3_m1), small, &plan));
   EXPECT_EQ(plan.fc1_blocks_per_sm, emu::kFillFc1BlocksPerSm);
   EXPECT_EQ(plan.fc1_grid, 48u);
@@ -1021,14 +1021,16 @@ TEST_F(EmulatedDevice, MoeLayerLaunchPlanFollowsTheDevice) {
   // Shared memory for fewer than three FC1 blocks an SM: FC1 takes the places that fit (with
   // FC2's block beside them); FC2 still takes two blocks an SM after it.
   ASSERT_TRUE(emu::plan_moe_launch(plan_params(qwen3_m4), kHopperLimits, &plan));
-  const emu::DeviceLimits tight{132, 3 * (plan.smem1 + 7 * 1024) - 1, 227 * 1024};
+  const size_t fc1_block = plan.smem1 + emu::kStaticSmemBoundBytes + emu::kBlockSmemReserveBytes;
+  const emu::DeviceLimits tight{132, 3 * fc1_block - 1, kHopperLimits.smem_per_block};
   ASSERT_TRUE(emu::plan_moe_launch(plan_params(qwen3_m4), tight, &plan));
   EXPECT_LT(plan.fc1_blocks_per_sm, emu::kFillFc1BlocksPerSm);
   EXPECT_EQ(plan.fc2_blocks_per_sm, 2u);
   expect_consistent_plan(plan, tight, false, "tight shared memory");
 
   // A block's shared memory over the device's: no plan (the launcher's cudaErrorInvalidValue).
-  const emu::DeviceLimits tiny{132, 228 * 1024, plan.smem1 + 6 * 1024 - 1};
+  const emu::DeviceLimits tiny{132, kHopperLimits.smem_per_sm,
+                               plan.smem1 + emu::kStaticSmemBoundBytes - 1};
   EXPECT_FALSE(emu::plan_moe_launch(plan_params(qwen3_m4), tiny, &plan));
 }
 
