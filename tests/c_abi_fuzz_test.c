@@ -1,5 +1,6 @@
-/* The C ABI under bad and random arguments: every function of qmoe.h, qmoe_experimental.h and
- * qmoe_cuda.h (abi.fuzz_covers_every_function checks that this file names each one).
+/* The C ABI under bad and random arguments: every function of qmoe.h, qmoe_experimental.h,
+ * qmoe_cuda.h and qmoe_cache.h (abi.fuzz_covers_every_function checks that this file names each
+ * one).
  *
  * First the refusals the headers state, one call each with the exact status. Then a randomised
  * loop that calls the functions with arguments drawn from pools of good and bad values: NULL,
@@ -14,6 +15,7 @@
 #define _POSIX_C_SOURCE 200112L /* posix_memalign */
 #include <math.h>
 #include <qmoe/qmoe.h>
+#include <qmoe/qmoe_cache.h>
 #include <qmoe/qmoe_cuda.h>
 #include <qmoe/qmoe_experimental.h>
 #include <stdint.h>
@@ -137,6 +139,21 @@ static const qmoe_quant_matrix* fc2[kExperts];
 static const qmoe_quant_matrix* fc_bad[kExperts];
 static qmoe_expert_set* live_set;
 static qmoe_expert_set* dead_set;
+static qmoe_expert_cache* live_cache; /* 2 layers of 6 experts, 3 slots, LFRU */
+static qmoe_expert_cache* dead_cache;
+
+static qmoe_expert_cache* any_cache(void) {
+  switch (below(8)) {
+    case 0:
+      return NULL;
+    case 1:
+      return dead_cache;
+    case 2:
+      return (qmoe_expert_cache*)(void*)foreign;
+    default:
+      return live_cache;
+  }
+}
 
 static const qmoe_expert_set* any_set(void) {
   switch (below(5)) {
@@ -361,6 +378,43 @@ static void cuda_documented_refusals(void) {
                 QMOE_STATUS_INVALID_ARGUMENT);
 }
 
+/* The expert cache's refusals: bad shapes and policies at create, bad ids and layers after. */
+static void cache_documented_refusals(void) {
+  qmoe_expert_cache_desc d;
+  qmoe_expert_cache_stats st;
+  qmoe_expert_cache* out = (qmoe_expert_cache*)(void*)foreign;
+  const int32_t bad_ids[2] = {1, 6};
+  const uint32_t twice[2] = {2, 2};
+  uint32_t ids[6] = {9, 9, 9, 9, 9, 9};
+  uint32_t count = 77;
+  qmoe_expert_cache_desc_init(&d);
+  d.num_layers = 2;
+  d.num_experts = 6;
+  d.num_slots = 7;
+  EXPECT_STATUS(qmoe_expert_cache_create(&d, &out), QMOE_STATUS_INVALID_ARGUMENT);
+  CHECK(out == NULL);
+  d.num_slots = 3;
+  d.half_life_steps = NAN;
+  EXPECT_STATUS(qmoe_expert_cache_create(&d, &out), QMOE_STATUS_INVALID_ARGUMENT);
+  d.half_life_steps = 32.0f;
+  d.policy = (qmoe_cache_policy)0;
+  EXPECT_STATUS(qmoe_expert_cache_create(&d, &out), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(qmoe_expert_cache_observe(live_cache, 0, bad_ids, 2), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(qmoe_expert_cache_observe(live_cache, 2, bad_ids, 1), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(qmoe_expert_cache_set_residency(live_cache, 0, twice, 2),
+                QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(qmoe_expert_cache_get_residency(dead_cache, 0, ids, 6, &count),
+                QMOE_STATUS_INVALID_ARGUMENT);
+  CHECK(count == 77 && ids[0] == 9);
+  EXPECT_STATUS(qmoe_expert_cache_end_step(dead_cache), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(qmoe_expert_cache_destroy(dead_cache), QMOE_STATUS_INVALID_ARGUMENT);
+  st.struct_size = sizeof st + 1;
+  EXPECT_STATUS(qmoe_expert_cache_get_stats(live_cache, 0, &st), QMOE_STATUS_OK);
+  st.struct_size = sizeof st - 1;
+  EXPECT_STATUS(qmoe_expert_cache_get_stats(live_cache, QMOE_EXPERT_CACHE_ALL_LAYERS, &st),
+                QMOE_STATUS_INVALID_ARGUMENT);
+}
+
 static void documented_refusals(void) {
   qmoe_context* ctx = contexts[0];
   qmoe_context_options options;
@@ -575,11 +629,12 @@ static void documented_refusals(void) {
     if (s != QMOE_STATUS_OK) CHECK(devices == -1);
   }
   cuda_documented_refusals();
+  cache_documented_refusals();
 }
 
 /* ---- the randomised loop -------------------------------------------------------------------- */
 
-enum { kFunctions = 44 };
+enum { kFunctions = 50 };
 
 static uint32_t accepted[kFunctions]; /* calls that returned OK, per function */
 
@@ -1071,6 +1126,87 @@ static void fuzz_one(uint32_t f) {
       }
       break;
     }
+    case 44: {
+      /* create, from a drawn description; destroyed at once when accepted. */
+      static const uint32_t dims[] = {0, 1, 3, 6, 128, 0xFFFFFFFFu};
+      qmoe_expert_cache_desc d;
+      qmoe_expert_cache* cache = (qmoe_expert_cache*)(void*)foreign;
+      qmoe_expert_cache_desc_init(&d);
+      d.struct_size = any_struct_size(sizeof d);
+      if (d.struct_size > sizeof d) d.struct_size = sizeof d; /* the struct is this big */
+      d.num_layers = PICK(dims) % 64; /* never an allocation beyond 64 x 2^32 bytes */
+      d.num_experts = PICK(dims) % 4096;
+      d.num_slots = PICK(dims);
+      d.policy = (qmoe_cache_policy)PICK(kEnums);
+      d.half_life_steps = any_float();
+      d.max_promotions_per_step = PICK(dims);
+      current_call = "qmoe_expert_cache_create";
+      s = qmoe_expert_cache_create(below(8) ? &d : NULL, below(8) ? &cache : NULL);
+      if (s == QMOE_STATUS_OK) {
+        CHECK(qmoe_expert_cache_destroy(cache) == QMOE_STATUS_OK);
+      } else if (cache != (qmoe_expert_cache*)(void*)foreign) {
+        CHECK(cache == NULL);
+      }
+      break;
+    }
+    case 45: {
+      /* observe: ids mostly in range, some padding, now and then one outside [-1, 6). */
+      static const int32_t pool[] = {0, 1, 2, 3, 4, 5, -1, 2, 3, 6, -2, 0x7FFFFFFF};
+      int32_t ids[24];
+      const size_t n = below(25);
+      size_t i;
+      for (i = 0; i < n; ++i) ids[i] = below(4) ? (int32_t)below(6) : PICK(pool);
+      current_call = "qmoe_expert_cache_observe";
+      s = qmoe_expert_cache_observe(any_cache(), below(3), below(8) ? ids : NULL, n);
+      break;
+    }
+    case 46:
+      current_call = "qmoe_expert_cache_end_step";
+      s = qmoe_expert_cache_end_step(any_cache());
+      break;
+    case 47: {
+      uint32_t ids[8], count = 77;
+      const uint32_t capacity = below(8);
+      uint32_t* dst = below(4) ? ids : NULL;
+      memset(ids, 0x5A, sizeof ids);
+      out = ids;
+      out_bytes = sizeof ids;
+      snapshot(out, out_bytes);
+      current_call = "qmoe_expert_cache_get_residency";
+      s = qmoe_expert_cache_get_residency(any_cache(), below(3), dst, capacity,
+                                          below(8) ? &count : NULL);
+      if (s != QMOE_STATUS_OK) {
+        CHECK(count == 77);
+        CHECK(unchanged(out, out_bytes));
+      } else {
+        uint32_t i;
+        CHECK(count <= 3);
+        for (i = 1; dst != NULL && i < count; ++i) CHECK(ids[i - 1] < ids[i]);
+        if (dst == NULL) CHECK(unchanged(out, out_bytes));
+      }
+      out = NULL;
+      break;
+    }
+    case 48: {
+      uint32_t ids[5];
+      const uint32_t n = below(6);
+      uint32_t i;
+      for (i = 0; i < n; ++i) ids[i] = below(8) ? below(6) : PICK(kDims);
+      current_call = "qmoe_expert_cache_set_residency";
+      s = qmoe_expert_cache_set_residency(any_cache(), below(3), below(8) ? ids : NULL, n);
+      break;
+    }
+    case 49: {
+      qmoe_expert_cache_stats st;
+      static const uint32_t layers[] = {0, 1, 2, QMOE_EXPERT_CACHE_ALL_LAYERS, 0x7FFFFFFFu};
+      memset(&st, 0x5A, sizeof st);
+      st.struct_size = any_struct_size(sizeof st);
+      if (st.struct_size > sizeof st) st.struct_size = sizeof st;
+      current_call = "qmoe_expert_cache_get_stats";
+      s = qmoe_expert_cache_get_stats(any_cache(), PICK(layers), below(8) ? &st : NULL);
+      if (s == QMOE_STATUS_OK) CHECK(st.hits <= st.selections);
+      break;
+    }
     default:
       return;
   }
@@ -1123,6 +1259,16 @@ static void make_handles(void) {
   CHECK(qmoe_expert_set_create(&d, &live_set) == QMOE_STATUS_OK);
   CHECK(qmoe_expert_set_create(&d, &dead_set) == QMOE_STATUS_OK);
   CHECK(qmoe_expert_set_destroy(dead_set) == QMOE_STATUS_OK);
+  {
+    qmoe_expert_cache_desc cd;
+    qmoe_expert_cache_desc_init(&cd);
+    cd.num_layers = 2;
+    cd.num_experts = 6;
+    cd.num_slots = 3;
+    CHECK(qmoe_expert_cache_create(&cd, &live_cache) == QMOE_STATUS_OK);
+    CHECK(qmoe_expert_cache_create(&cd, &dead_cache) == QMOE_STATUS_OK);
+    CHECK(qmoe_expert_cache_destroy(dead_cache) == QMOE_STATUS_OK);
+  }
   {
     size_t bytes = 0;
     uint32_t c;
@@ -1185,7 +1331,8 @@ int main(void) {
   for (c = 0; c < kFunctions; ++c) printf(" %u:%u(%u)", c, calls[c], accepted[c]);
   printf("\n");
   if (iterations >= 2000) {
-    static const uint32_t must_work[] = {13, 14, 15, 16, 19, 20, 21, 23, 25, 29, 31, 34, 37};
+    static const uint32_t must_work[] = {13, 14, 15, 16, 19, 20, 21, 23, 25, 29,
+                                         31, 34, 37, 44, 45, 46, 47, 48, 49};
     for (c = 0; c < kFunctions; ++c) {
       if (calls[c] == 0) {
         fprintf(stderr, "c_abi_fuzz_test: function %u was never drawn\n", c);
@@ -1202,6 +1349,7 @@ int main(void) {
 
   for (c = 0; c < 3; ++c) qmoe_context_destroy(contexts[c]);
   qmoe_expert_set_destroy(live_set);
+  qmoe_expert_cache_destroy(live_cache);
   free(arena);
   free(weights);
   free(scratch_copy);

@@ -1,8 +1,9 @@
-/* The public headers (stable, experimental, CUDA) as strict C99 (-std=c99 -pedantic -Werror),
- * and the ABI called from C: versions, statuses, contexts, kernels, conversions, the GEMM, the
- * MoE layer, and their bad-input statuses. */
+/* The public headers (stable, experimental, CUDA, cache) as strict C99 (-std=c99 -pedantic
+ * -Werror), and the ABI called from C: versions, statuses, contexts, kernels, conversions, the
+ * GEMM, the MoE layer, and their bad-input statuses. */
 #include <math.h>
 #include <qmoe/qmoe.h>
+#include <qmoe/qmoe_cache.h>
 #include <qmoe/qmoe_cuda.h>
 #include <qmoe/qmoe_experimental.h>
 #include <stdio.h>
@@ -238,6 +239,34 @@ int main(void) {
     CHECK(qmoe_measure_read_bandwidth_over(context, memory, sizeof memory, 2, 1,
                                            &bytes_per_second) == QMOE_STATUS_OK);
     CHECK(bytes_per_second > 0.0);
+  }
+
+  /* The expert cache: two steps of LRU over one layer of four experts in two slots. */
+  {
+    qmoe_expert_cache_desc cache_desc;
+    qmoe_expert_cache* cache = NULL;
+    qmoe_expert_cache_stats stats;
+    const int32_t first[3] = {2, 3, -1}, second[2] = {0, 0};
+    uint32_t resident[4] = {0, 0, 0, 0}, count = 0;
+    qmoe_expert_cache_desc_init(&cache_desc);
+    cache_desc.num_layers = 1;
+    cache_desc.num_experts = 4;
+    cache_desc.num_slots = 2;
+    cache_desc.policy = QMOE_CACHE_POLICY_LRU;
+    CHECK(qmoe_expert_cache_create(&cache_desc, &cache) == QMOE_STATUS_OK);
+    CHECK(qmoe_expert_cache_observe(cache, 0, first, 3) == QMOE_STATUS_OK);
+    CHECK(qmoe_expert_cache_end_step(cache) == QMOE_STATUS_OK);
+    CHECK(qmoe_expert_cache_observe(cache, 0, second, 2) == QMOE_STATUS_OK);
+    CHECK(qmoe_expert_cache_end_step(cache) == QMOE_STATUS_OK);
+    CHECK(qmoe_expert_cache_get_residency(cache, 0, resident, 4, &count) == QMOE_STATUS_OK);
+    CHECK(count == 2 && resident[0] == 0 && resident[1] == 2); /* 3 (higher id) left for 0 */
+    stats.struct_size = sizeof stats;
+    CHECK(qmoe_expert_cache_get_stats(cache, QMOE_EXPERT_CACHE_ALL_LAYERS, &stats) ==
+          QMOE_STATUS_OK);
+    CHECK(stats.steps == 2 && stats.selections == 4 && stats.hits == 0);
+    CHECK(stats.promotions == 3 && stats.evictions == 1);
+    CHECK(qmoe_expert_cache_set_residency(cache, 0, resident, 3) == QMOE_STATUS_INVALID_ARGUMENT);
+    CHECK(qmoe_expert_cache_destroy(cache) == QMOE_STATUS_OK);
   }
 
   /* Bad input: statuses, never crashes. */

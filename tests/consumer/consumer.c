@@ -1,6 +1,7 @@
-/* Outside consumer of an installed libqmoe: the three headers are installed, header and library
+/* Outside consumer of an installed libqmoe: the four headers are installed, header and library
  * versions agree, and calls work. */
 #include <qmoe/qmoe.h>
+#include <qmoe/qmoe_cache.h>
 #include <qmoe/qmoe_cuda.h>
 #include <qmoe/qmoe_experimental.h>
 #include <stdio.h>
@@ -25,6 +26,20 @@ int main(void) {
     if (qmoe_context_get_kernel_count(context, &kernels) != QMOE_STATUS_OK || kernels == 0 ||
         (cuda != QMOE_STATUS_OK && cuda != QMOE_STATUS_CUDA_UNAVAILABLE &&
          cuda != QMOE_STATUS_CUDA_ERROR)) {
+      fprintf(stderr, "call failed: %s\n", qmoe_last_error_message());
+      return 1;
+    }
+  }
+  {
+    qmoe_expert_cache_desc desc;
+    qmoe_expert_cache* cache = NULL;
+    qmoe_expert_cache_desc_init(&desc);
+    desc.num_layers = 1;
+    desc.num_experts = 8;
+    desc.num_slots = 2;
+    if (qmoe_expert_cache_create(&desc, &cache) != QMOE_STATUS_OK ||
+        qmoe_expert_cache_end_step(cache) != QMOE_STATUS_OK ||
+        qmoe_expert_cache_destroy(cache) != QMOE_STATUS_OK) {
       fprintf(stderr, "call failed: %s\n", qmoe_last_error_message());
       return 1;
     }

@@ -17,6 +17,9 @@ void print_usage(std::FILE* out) {
                "  run [options]        MoE decode with a synthetic model of a known MoE's\n"
                "                       layer shape (Qwen3-30B-A3B by default; --model)\n"
                "                       (qmoe run --help for its options)\n"
+               "  cache [options]      replay a routing trace through the expert cache\n"
+               "                       policies (static, LRU, LFU, LFRU) and compare hit\n"
+               "                       rates and copies (qmoe cache --help for its options)\n"
                "  version              library version\n");
 }
 
@@ -28,6 +31,7 @@ int dispatch(int argc, char** argv) {
   const char* command = argv[1];
   if (std::strcmp(command, "info") == 0) return run_info_command(argc - 2, argv + 2);
   if (std::strcmp(command, "run") == 0) return run_run_command(argc - 2, argv + 2);
+  if (std::strcmp(command, "cache") == 0) return run_cache_command(argc - 2, argv + 2);
   if (std::strcmp(command, "version") == 0) {
     if (argc == 3 && (std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0)) {
       std::printf("usage: qmoe version\n");
@@ -66,8 +70,8 @@ int main(int argc, char** argv) {
     return status;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
-                 "qmoe: out of memory (an allocation failed); try fewer --layers or a "
-                 "smaller --batch\n");
+                 "qmoe: out of memory (an allocation failed); try fewer --layers, or a "
+                 "smaller --batch (run) or --steps and --tokens (cache)\n");
     return 1;
   }
 }

@@ -57,34 +57,16 @@ struct GraphExecDeleter {
 };
 using GraphExec = std::unique_ptr<CUgraphExec_st, GraphExecDeleter>;
 
-// Every step's routing, drawn on the host as `qmoe run` draws it on the CPU (unit noise plus the
-// layer's bias, qmoe_moe_route_topk with renormalize), laid out [step][layer][token][slot].
-struct Routing {
-  std::vector<int32_t> ids;
-  std::vector<float> weights;
-};
-
-int draw_routing(const RunOptions& o, uint32_t steps, Routing* r) {
-  const ModelShape& shape = o.shape;
-  const size_t per_layer = size_t{o.batch} * shape.top_k;
-  r->ids.resize(size_t{steps} * shape.layers * per_layer);
-  r->weights.resize(r->ids.size());
-  std::vector<std::vector<float>> bias;
-  for (uint32_t l = 0; l < shape.layers; ++l) {
-    bias.push_back(routing_bias(o.routing, popularity_order(shape.experts, o.seed, l)));
-  }
-  SplitMix64 rng(o.seed ^ 0x9E6C63D0676A9A99ull);
-  std::vector<float> logits(size_t{o.batch} * shape.experts);
-  for (uint32_t s = 0; s < steps; ++s) {
-    for (uint32_t l = 0; l < shape.layers; ++l) {
-      for (size_t i = 0; i < logits.size(); ++i) {
-        logits[i] = rng.normalish() + bias[l][i % shape.experts];
-      }
-      const size_t at = (size_t{s} * shape.layers + l) * per_layer;
-      QMOE_CHECK(qmoe_moe_route_topk(logits.data(), o.batch, shape.experts, shape.top_k, 1,
-                                     r->ids.data() + at, r->weights.data() + at));
-    }
-  }
+// Every step's routing, drawn on the host as `qmoe run` draws it on the CPU (run_routing.h).
+int draw_run_routing(const RunOptions& o, uint32_t steps, RoutingTrace* routing) {
+  RoutingDraw draw;
+  draw.kind = o.routing;
+  draw.layers = o.shape.layers;
+  draw.experts = o.shape.experts;
+  draw.top_k = o.shape.top_k;
+  draw.tokens = o.batch;
+  draw.seed = o.seed;
+  QMOE_CHECK(draw_routing(draw, steps, routing));
   return 0;
 }
 
@@ -132,7 +114,7 @@ qmoe_cuda_offload_telemetry read_telemetry(qmoe_cuda_offload* session, cudaStrea
 // goes to `ms`.
 int run_cpu_alone(const RunOptions& o, qmoe_context* context,
                   const std::vector<const qmoe_expert_set*>& host_layers,
-                  const std::vector<std::vector<uint8_t>>& is_resident, const Routing& routing,
+                  const std::vector<std::vector<uint8_t>>& is_resident, const RoutingTrace& routing,
                   const std::vector<float>& x, std::vector<double>* ms) {
   const ModelShape& shape = o.shape;
   const uint32_t L = shape.layers, E = shape.experts, K = shape.top_k, M = o.batch;
@@ -252,8 +234,8 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   QMOE_CHECK(qmoe_cuda_offload_create(&od, &raw_session));
   std::unique_ptr<qmoe_cuda_offload, SessionDeleter> session(raw_session);
 
-  Routing routing;
-  if (const int code = draw_routing(options, steps, &routing); code != 0) return code;
+  RoutingTrace routing;
+  if (const int code = draw_run_routing(options, steps, &routing); code != 0) return code;
   const size_t per_layer = size_t{M} * K, per_step = per_layer * L;
   // What each step reads, from the routing as drawn.
   std::vector<uint8_t> seen(E);

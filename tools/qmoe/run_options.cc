@@ -1,39 +1,16 @@
 #include "run_options.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
 
 #include "model_presets.h"
+#include "option_values.h"
 #include "tier_names.h"
 #include "weight_formats.h"
 
 namespace {
-
-// Decimal digits only: no sign, no spaces, no 0x or leading-0 octal (strtoull's base 0 read
-// "010" as 8 and " -1" as 2^64 - 1).
-bool parse_u64(const char* text, uint64_t* value) {
-  if (text == nullptr || *text == '\0') return false;
-  for (const char* c = text; *c != '\0'; ++c) {
-    if (*c < '0' || *c > '9') return false;
-  }
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long parsed = std::strtoull(text, &end, 10);
-  if (errno != 0 || *end != '\0') return false;
-  *value = parsed;
-  return true;
-}
-
-bool parse_u32(const char* text, uint32_t min, uint32_t max, uint32_t* value) {
-  uint64_t parsed = 0;
-  if (!parse_u64(text, &parsed) || parsed < min || parsed > max) return false;
-  *value = static_cast<uint32_t>(parsed);
-  return true;
-}
 
 // The option values below are null when the option is the last argument.
 
@@ -78,40 +55,12 @@ bool parse_format(const char* value, qmoe_weight_format* format, std::string* co
   return false;
 }
 
-// A fraction in [0, 1], written as a decimal (0.25, 1, .5): no sign, no exponent.
-bool parse_fraction(const char* text, double* value) {
-  if (text == nullptr || *text == '\0') return false;
-  int dots = 0, digits = 0;
-  for (const char* c = text; *c != '\0'; ++c) {
-    if (*c == '.') {
-      ++dots;
-    } else if (*c >= '0' && *c <= '9') {
-      ++digits;
-    } else {
-      return false;
-    }
-  }
-  if (dots > 1 || digits == 0) return false;
-  char* end = nullptr;
-  const double parsed = std::strtod(text, &end);
-  if (*end != '\0' || !(parsed >= 0.0 && parsed <= 1.0)) return false;
-  *value = parsed;
-  return true;
-}
-
 bool parse_routing(const char* value, RoutingKind* kind) {
   for (RoutingKind k : {RoutingKind::kUniform, RoutingKind::kZipf}) {
     if (value != nullptr && std::strcmp(value, routing_name(k)) == 0) {
       *kind = k;
       return true;
     }
-  }
-  return false;
-}
-
-bool asks_for_help(int argc, char** argv) {
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
   }
   return false;
 }

@@ -1,0 +1,419 @@
+// `qmoe cache`: replays one routing trace through the expert cache policies of
+// qmoe/qmoe_cache.h (cache_trace.h) and compares them, so that a runtime engineer can pick a
+// policy, a slot count and a copy budget before moving any bytes: hit rates, the copies each
+// policy asks for and what they weigh at the model's expert size, the selections left to the
+// CPU, and what the policy's own bookkeeping (end_step) costs. No weights and no GPU: the
+// cache is host code, and the trace is drawn as `qmoe run` draws its routing.
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cache_trace.h"
+#include "commands.h"
+#include "memory_limit.h"
+#include "model_presets.h"
+#include "option_values.h"
+#include "qmoe/qmoe.h"
+#include "run_routing.h"
+#include "synthetic_model.h"
+#include "weight_formats.h"
+
+namespace {
+
+// The warm-up is the first tenth of the steps: static-warmup's profile, and the cold start the
+// online policies' steady-state hit rate leaves out. Ten steps at least, so both parts have one.
+constexpr uint32_t kWarmupDivisor = 10;
+constexpr uint32_t kMinSteps = kWarmupDivisor;
+
+struct CacheOptions {
+  ModelShape shape;  // --model, --layers (default: the model's depth) and --format
+  uint32_t tokens = 1;
+  uint32_t steps = 2000;
+  double residency = 0.25;
+  RoutingKind routing = RoutingKind::kUniform;
+  uint32_t drift_period = 500;
+  std::vector<CacheRow> rows;  // --policy, in the report's order
+  float half_life = 32.0f;
+  uint32_t budget = 0;
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+// What the options come to.
+struct CachePlan {
+  uint32_t slots = 1;
+  uint32_t warmup_steps = 1;
+  size_t expert_bytes = 0;  // FC1 and FC2, codes and scales, in --format
+};
+
+void print_cache_usage(std::FILE* out) {
+  std::string models;
+  size_t count = 0;
+  const ModelPreset* presets = model_presets(&count);
+  for (size_t i = 0; i < count; ++i) {
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "                        %-16s %u MoE layers, %u of %u experts, %s\n",
+                  presets[i].name, presets[i].moe_layers, presets[i].top_k, presets[i].experts,
+                  run_format(presets[i].format).name);
+    models += line;
+  }
+  std::fprintf(
+      out,
+      "usage: qmoe cache [options]\n"
+      "\n"
+      "Replay one routing trace through the expert cache policies (qmoe/qmoe_cache.h) and\n"
+      "compare them. Each of --steps steps routes --tokens tokens through every layer; per\n"
+      "step, each layer's ids are observed, then the cache ends the step (admits and evicts).\n"
+      "Every policy sees the same trace. Rows:\n"
+      "  static-hindsight  each layer's most selected experts over the whole trace, placed\n"
+      "                    before step 0: the best static placement (no runtime has it)\n"
+      "  static-warmup     the most selected experts of the first 10%% of the steps, placed\n"
+      "                    once after them: profile, then freeze\n"
+      "  lru, lfu, lfru    online policies, starting empty\n"
+      "Steady state: the steps after the first 10%%.\n"
+      "\n"
+      "options:\n"
+      "  --model NAME          the MoE whose layers, experts and top-k to use\n"
+      "                        (default %s):\n"
+      "%s"
+      "  --layers N            MoE layers (default: the model's)\n"
+      "  --format %s  the experts' format, for the bytes a copy moves\n"
+      "                        (default: the model's)\n"
+      "  --tokens M            tokens per step (default 1)\n"
+      "  --steps S             steps, at least %u (default 2000)\n"
+      "  --residency F         slots per layer: round(F x experts), at least 1; F in (0, 1]\n"
+      "                        (default 0.25)\n"
+      "  --routing uniform|zipf|drift  every expert alike (default); each layer's experts\n"
+      "                        ranked, rank r's logit biased by -ln(1 + r); or that Zipf with\n"
+      "                        the ranking redrawn every --drift-period steps\n"
+      "  --drift-period P      with --routing drift: steps per ranking (default 500)\n"
+      "  --policy all|static|lru|lfu|lfru  rows to run (default all; static: both static rows)\n"
+      "  --half-life H         LFRU: steps after which a selection counts half (default 32)\n"
+      "  --budget B            experts an online policy may admit per layer per step\n"
+      "                        (default 0 = no limit)\n"
+      "  --seed S              seed of the routing (default 1)\n"
+      "  --json                JSON summary on stdout, the table on stderr\n"
+      "  --help                this text\n",
+      presets[0].name, models.c_str(), run_format_names("|").c_str(), kMinSteps);
+}
+
+bool parse_cache_routing(const char* value, RoutingKind* kind) {
+  for (RoutingKind k : {RoutingKind::kUniform, RoutingKind::kZipf, RoutingKind::kDrift}) {
+    if (value != nullptr && std::strcmp(value, routing_name(k)) == 0) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parse_policy(const char* value, std::vector<CacheRow>* rows) {
+  if (value == nullptr) return false;
+  if (std::strcmp(value, "all") == 0) {
+    *rows = {CacheRow::kStaticHindsight, CacheRow::kStaticWarmup, CacheRow::kLru, CacheRow::kLfu,
+             CacheRow::kLfru};
+  } else if (std::strcmp(value, "static") == 0) {
+    *rows = {CacheRow::kStaticHindsight, CacheRow::kStaticWarmup};
+  } else if (std::strcmp(value, "lru") == 0) {
+    *rows = {CacheRow::kLru};
+  } else if (std::strcmp(value, "lfu") == 0) {
+    *rows = {CacheRow::kLfu};
+  } else if (std::strcmp(value, "lfru") == 0) {
+    *rows = {CacheRow::kLfru};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool has_row(const CacheOptions& o, CacheRow row) {
+  for (CacheRow r : o.rows) {
+    if (r == row) return true;
+  }
+  return false;
+}
+
+// A half-life of finite, positive float steps.
+bool parse_half_life(const char* value, float* half_life) {
+  double parsed = 0.0;
+  if (!parse_decimal(value, &parsed)) return false;
+  const float steps = static_cast<float>(parsed);
+  if (!(std::isfinite(steps) && steps > 0.0f)) return false;
+  *half_life = steps;
+  return true;
+}
+
+// As `qmoe run`: --help anywhere wins; an option given twice is an error. Returns 0, or 2
+// after the complaint and the usage on stderr.
+int parse_cache_options(int argc, char** argv, CacheOptions* o, bool* help) {
+  if (asks_for_help(argc, argv)) {
+    *help = true;
+    return 0;
+  }
+  std::set<std::string> seen;
+  size_t model_count = 0;
+  const ModelPreset* model = model_presets(&model_count);  // the default: the first
+  parse_policy("all", &o->rows);
+  for (int i = 0; i < argc; ++i) {
+    const char* arg = argv[i];
+    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
+    auto bad = [&](const char* what) {
+      std::fprintf(stderr, "qmoe cache: %s %s\n\n", arg, what);
+      print_cache_usage(stderr);
+      return 2;
+    };
+    if (std::strncmp(arg, "--", 2) == 0 && !seen.insert(arg).second) return bad("is given twice");
+    if (std::strcmp(arg, "--json") == 0) {
+      o->json = true;
+      continue;
+    }
+    if (std::strcmp(arg, "--model") == 0) {
+      model = find_model_preset(value);
+      if (model == nullptr) {
+        const std::string names = "takes one of " + model_preset_names(", ");
+        return bad(names.c_str());
+      }
+    } else if (std::strcmp(arg, "--layers") == 0) {
+      if (!parse_u32(value, 1, 100000, &o->shape.layers))
+        return bad("takes a count in [1, 100000]");
+    } else if (std::strcmp(arg, "--format") == 0) {
+      const RunFormat* format = find_run_format(value);
+      if (format == nullptr) {
+        const std::string names = "takes " + run_format_names(", ");
+        return bad(names.c_str());
+      }
+      o->shape.format = format->format;
+    } else if (std::strcmp(arg, "--tokens") == 0) {
+      if (!parse_u32(value, 1, 65536, &o->tokens)) return bad("takes a count in [1, 65536]");
+    } else if (std::strcmp(arg, "--steps") == 0) {
+      if (!parse_u32(value, kMinSteps, 100000000, &o->steps)) {
+        return bad("takes a count in [10, 100000000] (the first tenth is the warm-up)");
+      }
+    } else if (std::strcmp(arg, "--residency") == 0) {
+      if (!parse_fraction(value, &o->residency) || o->residency <= 0.0) {
+        return bad("takes a fraction in (0, 1]");
+      }
+    } else if (std::strcmp(arg, "--routing") == 0) {
+      if (!parse_cache_routing(value, &o->routing)) return bad("takes uniform, zipf or drift");
+    } else if (std::strcmp(arg, "--drift-period") == 0) {
+      if (!parse_u32(value, 1, UINT32_MAX, &o->drift_period)) return bad("takes a count >= 1");
+    } else if (std::strcmp(arg, "--policy") == 0) {
+      if (!parse_policy(value, &o->rows)) return bad("takes all, static, lru, lfu or lfru");
+    } else if (std::strcmp(arg, "--half-life") == 0) {
+      if (!parse_half_life(value, &o->half_life)) return bad("takes a decimal number of steps > 0");
+    } else if (std::strcmp(arg, "--budget") == 0) {
+      if (!parse_u32(value, 0, UINT32_MAX, &o->budget)) return bad("takes a count (0: no limit)");
+    } else if (std::strcmp(arg, "--seed") == 0) {
+      if (!parse_u64(value, &o->seed)) return bad("takes an unsigned integer");
+    } else {
+      std::fprintf(stderr, "qmoe cache: unknown option '%s'\n\n", arg);
+      print_cache_usage(stderr);
+      return 2;
+    }
+    ++i;  // the option's value
+  }
+  // The model's shape and depth; its own format unless --format named one.
+  const qmoe_weight_format format = o->shape.format;
+  const uint32_t layers = o->shape.layers;
+  apply_model_preset(*model, &o->shape);
+  o->shape.format = seen.count("--format") != 0 ? format : model->format;
+  o->shape.layers = seen.count("--layers") != 0 ? layers : model->moe_layers;
+  // An option that would change nothing is refused, so that nobody reads a table believing it
+  // did.
+  auto refuse = [](const char* why) {
+    std::fprintf(stderr, "qmoe cache: %s\n\n", why);
+    print_cache_usage(stderr);
+    return 2;
+  };
+  if (seen.count("--drift-period") != 0 && o->routing != RoutingKind::kDrift) {
+    return refuse("--drift-period needs --routing drift");
+  }
+  if (seen.count("--half-life") != 0 && !has_row(*o, CacheRow::kLfru)) {
+    return refuse("--half-life is LFRU's: it needs --policy lfru or all");
+  }
+  if (seen.count("--budget") != 0 && !has_row(*o, CacheRow::kLru) && !has_row(*o, CacheRow::kLfu) &&
+      !has_row(*o, CacheRow::kLfru)) {
+    return refuse("--budget limits the online policies: it needs --policy lru, lfu, lfru or all");
+  }
+  // The trace is held whole (every policy replays it): ids and weights, 8 bytes a selection.
+  const double trace_bytes = 8.0 * o->steps * o->shape.layers * o->tokens * o->shape.top_k;
+  const double usable = usable_memory_bytes();
+  if (usable > 0.0 && trace_bytes > usable / 2) {
+    char why[200];
+    std::snprintf(why, sizeof why,
+                  "the trace would take %.1f GiB, over half of the %.1f GiB usable; fewer "
+                  "--steps, --tokens or --layers",
+                  trace_bytes / (1 << 30), usable / (1 << 30));
+    return refuse(why);
+  }
+  return 0;
+}
+
+// Per step of a span of `steps` steps, summed over the layers.
+struct SpanRates {
+  double hit_rate = 0.0, promotions = 0.0, megabytes = 0.0, cold_selections = 0.0;
+};
+
+SpanRates rates_of(const CacheCounts& counts, uint32_t steps, size_t expert_bytes) {
+  SpanRates r;
+  r.hit_rate = counts.selections == 0 ? 0.0 : double(counts.hits) / double(counts.selections);
+  r.promotions = double(counts.promotions) / steps;
+  r.megabytes = r.promotions * double(expert_bytes) * 1e-6;
+  r.cold_selections = double(counts.selections - counts.hits) / steps;
+  return r;
+}
+
+void print_table(std::FILE* out, const CacheOptions& o, const CachePlan& plan,
+                 const std::vector<CacheReplayResult>& results) {
+  const ModelShape& shape = o.shape;
+  const RunFormat& format = run_format(shape.format);
+  const uint32_t steady_steps = o.steps - plan.warmup_steps;
+  std::fprintf(out, "qmoe cache: libqmoe %s, expert cache policies on a %s routing trace\n",
+               qmoe_version_string(), shape.title);
+  std::fprintf(out, "  %-13s %s: %u MoE layers, %u of %u experts a token\n", "model", shape.model,
+               shape.layers, shape.top_k, shape.experts);
+  std::fprintf(out, "  %-13s %zu bytes in %s (FC1 and FC2 codes, %s scales per %u)\n", "one expert",
+               plan.expert_bytes, format.title, format.scale_title, format.block_size);
+  std::fprintf(out, "  %-13s %u steps of %u token%s, seed %" PRIu64 "\n", "trace", o.steps,
+               o.tokens, o.tokens == 1 ? "" : "s", o.seed);
+  if (o.routing == RoutingKind::kDrift) {
+    std::fprintf(out, "  %-13s drift: Zipf, each layer's ranking redrawn every %u steps\n",
+                 "routing", o.drift_period);
+  } else {
+    std::fprintf(out, "  %-13s %s\n", "routing",
+                 o.routing == RoutingKind::kZipf ? "zipf: rank r's logit biased by -ln(1 + r)"
+                                                 : "uniform: every expert alike");
+  }
+  const std::string budget = o.budget == 0 ? "no limit" : std::to_string(o.budget);
+  std::fprintf(out, "  %-13s %u of %u experts a layer (residency %g)\n", "slots", plan.slots,
+               shape.experts, o.residency);
+  std::fprintf(out, "  %-13s LFRU half-life %g steps; promotions a layer a step: %s\n", "policies",
+               double(o.half_life), budget.c_str());
+  std::fprintf(out, "  %-13s the last %u steps (the first %u are the warm-up)\n", "steady state",
+               steady_steps, plan.warmup_steps);
+  std::fprintf(out,
+               "\n%-17s %-15s %-15s %-17s %-15s %s\n"
+               "%-17s %-7s %-7s %-7s %-7s %-8s %-8s %-7s %-7s %s\n",
+               "", "hit rate", "copies/step", "MB copied/step", "cold sel/step", "end_step",
+               "policy", "whole", "steady", "whole", "steady", "whole", "steady", "whole", "steady",
+               "median us");
+  for (size_t i = 0; i < results.size(); ++i) {
+    const SpanRates whole = rates_of(results[i].whole, o.steps, plan.expert_bytes);
+    const SpanRates steady = rates_of(results[i].steady, steady_steps, plan.expert_bytes);
+    std::fprintf(out, "%-17s %-7.4f %-7.4f %-7.2f %-7.2f %-8.2f %-8.2f %-7.1f %-7.1f %.2f\n",
+                 cache_row_name(o.rows[i]), whole.hit_rate, steady.hit_rate, whole.promotions,
+                 steady.promotions, whole.megabytes, steady.megabytes, whole.cold_selections,
+                 steady.cold_selections, results[i].end_step_median_us);
+  }
+  std::fprintf(out,
+               "  per step: summed over the %u layers; copies: experts made resident (MB = 1e6 "
+               "bytes);\n"
+               "  cold selections: the ones the CPU computes; end_step: the policy's own time\n"
+               "  conservation held: hits <= selections, layer stats sum to the total, each\n"
+               "  layer's stats match the replay's, residency within the slots%s\n",
+               shape.layers, o.budget != 0 ? ",\n  admissions within the budget" : "");
+}
+
+void print_json(const CacheOptions& o, const CachePlan& plan,
+                const std::vector<CacheReplayResult>& results) {
+  const ModelShape& shape = o.shape;
+  const uint32_t steady_steps = o.steps - plan.warmup_steps;
+  const std::string drift_period =
+      o.routing == RoutingKind::kDrift ? std::to_string(o.drift_period) : "null";
+  std::printf(
+      "{\"command\": \"cache\", \"library_version\": \"%s\",\n"
+      " \"model\": {\"name\": \"%s\", \"layers\": %u, \"experts\": %u, \"top_k\": %u, "
+      "\"format\": \"%s\", \"expert_bytes\": %zu},\n"
+      " \"trace\": {\"steps\": %u, \"tokens_per_step\": %u, \"routing\": \"%s\", "
+      "\"drift_period\": %s, \"seed\": %" PRIu64
+      ", \"warmup_steps\": %u, \"steady_steps\": %u},\n"
+      " \"cache\": {\"residency\": %.6g, \"slots\": %u, \"half_life_steps\": %.9g, "
+      "\"budget\": %u},\n"
+      " \"policies\": [",
+      qmoe_version_string(), shape.model, shape.layers, shape.experts, shape.top_k,
+      run_format(shape.format).name, plan.expert_bytes, o.steps, o.tokens, routing_name(o.routing),
+      drift_period.c_str(), o.seed, plan.warmup_steps, steady_steps, o.residency, plan.slots,
+      double(o.half_life), o.budget);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const CacheReplayResult& r = results[i];
+    const SpanRates whole = rates_of(r.whole, o.steps, plan.expert_bytes);
+    const SpanRates steady = rates_of(r.steady, steady_steps, plan.expert_bytes);
+    std::printf(
+        "%s\n  {\"policy\": \"%s\", \"hit_rate\": %.6f, \"steady_hit_rate\": %.6f, "
+        "\"promotions_per_step\": %.4f, \"steady_promotions_per_step\": %.4f, "
+        "\"mb_copied_per_step\": %.4f, \"steady_mb_copied_per_step\": %.4f, "
+        "\"cold_selections_per_step\": %.4f, \"steady_cold_selections_per_step\": %.4f, "
+        "\"max_layer_promotions_per_step\": %u, \"end_step_median_us\": %.3f, "
+        "\"selections\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"promotions\": %" PRIu64
+        ", \"evictions\": %" PRIu64 "}",
+        i == 0 ? "" : ",", cache_row_name(o.rows[i]), whole.hit_rate, steady.hit_rate,
+        whole.promotions, steady.promotions, whole.megabytes, steady.megabytes,
+        whole.cold_selections, steady.cold_selections, r.max_layer_promotions, r.end_step_median_us,
+        r.whole.selections, r.whole.hits, r.whole.promotions, r.whole.evictions);
+  }
+  std::printf("]}\n");
+}
+
+}  // namespace
+
+int run_cache_command(int argc, char** argv) {
+  CacheOptions options;
+  bool help = false;
+  if (const int code = parse_cache_options(argc, argv, &options, &help); code != 0) return code;
+  if (help) {
+    print_cache_usage(stdout);
+    return 0;
+  }
+  const ModelShape& shape = options.shape;
+  CachePlan plan;
+  plan.slots =
+      std::max<uint32_t>(1u, static_cast<uint32_t>(std::lround(options.residency * shape.experts)));
+  plan.warmup_steps = options.steps / kWarmupDivisor;
+  ExpertBytes bytes;
+  std::string error;
+  if (!expert_bytes(shape, &bytes, &error)) {
+    std::fprintf(stderr, "qmoe cache: %s\n", error.c_str());
+    return 1;
+  }
+  plan.expert_bytes = bytes.total();
+
+  RoutingDraw draw;
+  draw.kind = options.routing;
+  draw.layers = shape.layers;
+  draw.experts = shape.experts;
+  draw.top_k = shape.top_k;
+  draw.tokens = options.tokens;
+  draw.seed = options.seed;
+  draw.drift_period = options.drift_period;
+  RoutingTrace trace;
+  if (const qmoe_status status = draw_routing(draw, options.steps, &trace);
+      status != QMOE_STATUS_OK) {
+    std::fprintf(stderr, "qmoe cache: %s (%s)\n", qmoe_last_error_message(),
+                 qmoe_status_string(status));
+    return 1;
+  }
+
+  CacheReplaySetup setup;
+  setup.layers = shape.layers;
+  setup.experts = shape.experts;
+  setup.slots = plan.slots;
+  setup.steps = options.steps;
+  setup.warmup_steps = plan.warmup_steps;
+  setup.half_life_steps = options.half_life;
+  setup.max_promotions_per_step = options.budget;
+  std::vector<CacheReplayResult> results(options.rows.size());
+  for (size_t i = 0; i < options.rows.size(); ++i) {
+    if (const int code = replay_cache(options.rows[i], setup, trace, &results[i]); code != 0) {
+      return code;
+    }
+  }
+  print_table(options.json ? stderr : stdout, options, plan, results);
+  if (options.json) print_json(options, plan, results);
+  return 0;
+}
