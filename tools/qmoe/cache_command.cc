@@ -3,7 +3,9 @@
 // policy, a slot count and a copy budget before moving any bytes: hit rates, the copies each
 // policy asks for and what they weigh at the model's expert size, the selections left to the
 // CPU, and what the policy's own bookkeeping (end_step) costs. No weights and no GPU: the
-// cache is host code, and the trace is drawn as `qmoe run` draws its routing.
+// cache is host code, and the trace is drawn as `qmoe run` draws its routing, or read from a
+// file a runtime recorded (routing_trace_file.h), so that a policy is judged on the routing of
+// the model it will serve.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -19,6 +21,8 @@
 #include "model_presets.h"
 #include "option_values.h"
 #include "qmoe/qmoe.h"
+#include "routing_trace_file.h"
+#include "run_report.h"
 #include "run_routing.h"
 #include "synthetic_model.h"
 #include "weight_formats.h"
@@ -29,11 +33,22 @@ namespace {
 // online policies' steady-state hit rate leaves out. Ten steps at least, so both parts have one.
 constexpr uint32_t kWarmupDivisor = 10;
 constexpr uint32_t kMinSteps = kWarmupDivisor;
+constexpr uint32_t kMaxSteps = 100000000;
+// A bound on the bytes each expert of each layer costs the replay beside the trace: the
+// cache's per-expert scores and flags (lib/cache/layer_cache.h, under 40 bytes) and the tool's
+// own account of the residency. A recorded trace's header can claim any expert count.
+constexpr double kReplayBytesPerLayerExpert = 64.0;
 
 struct CacheOptions {
-  ModelShape shape;  // --model, --layers (default: the model's depth) and --format
-  uint32_t tokens = 1;
+  // --model, --layers (default: the model's depth) and --format; with --trace, the layers,
+  // experts and top-k are the file's and the model says only what one expert weighs.
+  ModelShape shape;
+  uint32_t tokens = 1;  // with --trace, the file's (the most a step routes)
   uint32_t steps = 2000;
+  bool steps_given = false;
+  std::string trace_path;         // --trace: replay this file instead of drawing
+  uint64_t trace_file_steps = 0;  // the file's steps (--steps may replay fewer)
+  std::string write_trace_path;   // --write-trace: the drawn trace goes there too
   double residency = 0.25;
   RoutingKind routing = RoutingKind::kUniform;
   uint32_t drift_period = 500;
@@ -98,6 +113,13 @@ void print_cache_usage(std::FILE* out) {
       "  --budget B            experts an online policy may admit per layer per step\n"
       "                        (default 0 = no limit)\n"
       "  --seed S              seed of the routing (default 1)\n"
+      "  --trace FILE          replay FILE's recorded routing instead of drawing one\n"
+      "                        (docs/formats.md, \"Routing traces\"): its layers, experts,\n"
+      "                        top-k and tokens; --model and --format still give one\n"
+      "                        expert's bytes; --steps N replays its first N steps\n"
+      "                        (default: all). Not with --routing, --drift-period,\n"
+      "                        --tokens, --layers or --seed\n"
+      "  --write-trace FILE    write the drawn trace to FILE in that format, then run\n"
       "  --json                JSON summary on stdout, the table on stderr\n"
       "  --help                this text\n",
       presets[0].name, models.c_str(), run_format_names("|").c_str(), kMinSteps);
@@ -149,6 +171,23 @@ bool parse_half_life(const char* value, float* half_life) {
   return true;
 }
 
+// The trace is held whole (every policy replays it), beside each layer's cache: why that is too
+// much, or "" when it fits in half of the usable memory. `bytes_per_selection`: what the trace
+// holds per id; `remedy`: what to ask for instead.
+std::string over_memory(const CacheOptions& o, double bytes_per_selection, const char* remedy) {
+  const ModelShape& shape = o.shape;
+  const double bytes = bytes_per_selection * o.steps * shape.layers * o.tokens * shape.top_k +
+                       kReplayBytesPerLayerExpert * shape.layers * shape.experts;
+  const double usable = usable_memory_bytes();
+  if (usable <= 0.0 || bytes <= usable / 2) return "";
+  char why[240];
+  std::snprintf(why, sizeof why,
+                "the trace and the caches would take %.1f GiB, over half of the %.1f GiB usable; "
+                "%s",
+                bytes / (1 << 30), usable / (1 << 30), remedy);
+  return why;
+}
+
 // As `qmoe run`: --help anywhere wins; an option given twice is an error. Returns 0, or 2
 // after the complaint and the usage on stderr.
 int parse_cache_options(int argc, char** argv, CacheOptions* o, bool* help) {
@@ -192,9 +231,10 @@ int parse_cache_options(int argc, char** argv, CacheOptions* o, bool* help) {
     } else if (std::strcmp(arg, "--tokens") == 0) {
       if (!parse_u32(value, 1, 65536, &o->tokens)) return bad("takes a count in [1, 65536]");
     } else if (std::strcmp(arg, "--steps") == 0) {
-      if (!parse_u32(value, kMinSteps, 100000000, &o->steps)) {
+      if (!parse_u32(value, kMinSteps, kMaxSteps, &o->steps)) {
         return bad("takes a count in [10, 100000000] (the first tenth is the warm-up)");
       }
+      o->steps_given = true;
     } else if (std::strcmp(arg, "--residency") == 0) {
       if (!parse_fraction(value, &o->residency) || o->residency <= 0.0) {
         return bad("takes a fraction in (0, 1]");
@@ -211,6 +251,12 @@ int parse_cache_options(int argc, char** argv, CacheOptions* o, bool* help) {
       if (!parse_u32(value, 0, UINT32_MAX, &o->budget)) return bad("takes a count (0: no limit)");
     } else if (std::strcmp(arg, "--seed") == 0) {
       if (!parse_u64(value, &o->seed)) return bad("takes an unsigned integer");
+    } else if (std::strcmp(arg, "--trace") == 0) {
+      if (value == nullptr || *value == '\0') return bad("takes a file name");
+      o->trace_path = value;
+    } else if (std::strcmp(arg, "--write-trace") == 0) {
+      if (value == nullptr || *value == '\0') return bad("takes a file name");
+      o->write_trace_path = value;
     } else {
       std::fprintf(stderr, "qmoe cache: unknown option '%s'\n\n", arg);
       print_cache_usage(stderr);
@@ -231,6 +277,16 @@ int parse_cache_options(int argc, char** argv, CacheOptions* o, bool* help) {
     print_cache_usage(stderr);
     return 2;
   };
+  if (!o->trace_path.empty()) {
+    for (const char* draw_option :
+         {"--routing", "--drift-period", "--tokens", "--layers", "--seed", "--write-trace"}) {
+      if (seen.count(draw_option) != 0) {
+        const std::string why = std::string(draw_option) +
+                                " describes a synthetic draw; with --trace the file is the routing";
+        return refuse(why.c_str());
+      }
+    }
+  }
   if (seen.count("--drift-period") != 0 && o->routing != RoutingKind::kDrift) {
     return refuse("--drift-period needs --routing drift");
   }
@@ -241,16 +297,103 @@ int parse_cache_options(int argc, char** argv, CacheOptions* o, bool* help) {
       !has_row(*o, CacheRow::kLfru)) {
     return refuse("--budget limits the online policies: it needs --policy lru, lfu, lfru or all");
   }
-  // The trace is held whole (every policy replays it): ids and weights, 8 bytes a selection.
-  const double trace_bytes = 8.0 * o->steps * o->shape.layers * o->tokens * o->shape.top_k;
-  const double usable = usable_memory_bytes();
-  if (usable > 0.0 && trace_bytes > usable / 2) {
-    char why[200];
-    std::snprintf(why, sizeof why,
-                  "the trace would take %.1f GiB, over half of the %.1f GiB usable; fewer "
-                  "--steps, --tokens or --layers",
-                  trace_bytes / (1 << 30), usable / (1 << 30));
-    return refuse(why);
+  // A drawn trace holds ids and weights, 8 bytes a selection; a file's is checked once its
+  // header is read.
+  if (o->trace_path.empty()) {
+    if (const std::string why = over_memory(*o, 8.0, "fewer --steps, --tokens or --layers");
+        !why.empty()) {
+      return refuse(why.c_str());
+    }
+  }
+  return 0;
+}
+
+// Opens --trace's file and reads its first --steps steps (all of them by default) into *trace;
+// the file's layers, experts, top-k and tokens replace the model's in *o (the model keeps
+// giving one expert's bytes). Returns 0, or the exit code after the message on stderr: 2 for a
+// --steps beyond the file's, 1 for a file that cannot be read or replayed.
+int read_trace_file(CacheOptions* o, RoutingTrace* trace) {
+  RoutingTraceReader reader;
+  std::string error;
+  if (!reader.open(o->trace_path, &error)) {
+    std::fprintf(stderr, "qmoe cache: %s\n", error.c_str());
+    return 1;
+  }
+  const RoutingTraceHeader& file = reader.header();
+  const char* path = o->trace_path.c_str();
+  o->trace_file_steps = file.steps;
+  if (o->steps_given && o->steps > file.steps) {
+    std::fprintf(stderr, "qmoe cache: --steps %u: %s has only %" PRIu64 " steps\n", o->steps, path,
+                 file.steps);
+    return 2;
+  }
+  if (!o->steps_given) {
+    if (file.steps < kMinSteps) {
+      std::fprintf(stderr,
+                   "qmoe cache: %s: steps is %" PRIu64
+                   "; a replay needs at least %u (the first tenth is the warm-up)\n",
+                   path, file.steps, kMinSteps);
+      return 1;
+    }
+    if (file.steps > kMaxSteps) {
+      std::fprintf(stderr,
+                   "qmoe cache: %s: steps is %" PRIu64
+                   ", more than the %u a replay takes; --steps N replays its first N\n",
+                   path, file.steps, kMaxSteps);
+      return 1;
+    }
+    o->steps = static_cast<uint32_t>(file.steps);
+  }
+  ModelShape& shape = o->shape;
+  if (file.experts != shape.experts) {
+    std::fprintf(stderr,
+                 "qmoe cache: %s's layers have %u experts, --model %s's %u: the cache takes the "
+                 "file's, the MB columns one %s expert's bytes\n",
+                 path, file.experts, shape.model, shape.experts, shape.model);
+  }
+  shape.layers = file.layers;
+  shape.experts = file.experts;
+  shape.top_k = file.top_k;
+  o->tokens = file.tokens;
+  if (const std::string why = over_memory(*o, 4.0, "fewer --steps"); !why.empty()) {
+    std::fprintf(stderr, "qmoe cache: %s: %s\n", path, why.c_str());
+    return 1;
+  }
+  if (!reader.read_steps(o->steps, trace, &error)) {
+    std::fprintf(stderr, "qmoe cache: %s\n", error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// Draws the synthetic trace of the options into *trace and, with --write-trace, writes it.
+// Returns 0, or the exit code, 1, after the message on stderr.
+int draw_trace(const CacheOptions& o, RoutingTrace* trace) {
+  const ModelShape& shape = o.shape;
+  RoutingDraw draw;
+  draw.kind = o.routing;
+  draw.layers = shape.layers;
+  draw.experts = shape.experts;
+  draw.top_k = shape.top_k;
+  draw.tokens = o.tokens;
+  draw.seed = o.seed;
+  draw.drift_period = o.drift_period;
+  if (const qmoe_status status = draw_routing(draw, o.steps, trace); status != QMOE_STATUS_OK) {
+    std::fprintf(stderr, "qmoe cache: %s (%s)\n", qmoe_last_error_message(),
+                 qmoe_status_string(status));
+    return 1;
+  }
+  if (o.write_trace_path.empty()) return 0;
+  RoutingTraceHeader header;
+  header.layers = shape.layers;
+  header.experts = shape.experts;
+  header.top_k = shape.top_k;
+  header.tokens = o.tokens;
+  header.steps = o.steps;
+  std::string error;
+  if (!write_routing_trace(o.write_trace_path, header, *trace, &error)) {
+    std::fprintf(stderr, "qmoe cache: %s\n", error.c_str());
+    return 1;
   }
   return 0;
 }
@@ -274,21 +417,42 @@ void print_table(std::FILE* out, const CacheOptions& o, const CachePlan& plan,
   const ModelShape& shape = o.shape;
   const RunFormat& format = run_format(shape.format);
   const uint32_t steady_steps = o.steps - plan.warmup_steps;
-  std::fprintf(out, "qmoe cache: libqmoe %s, expert cache policies on a %s routing trace\n",
-               qmoe_version_string(), shape.title);
-  std::fprintf(out, "  %-13s %s: %u MoE layers, %u of %u experts a token\n", "model", shape.model,
-               shape.layers, shape.top_k, shape.experts);
-  std::fprintf(out, "  %-13s %zu bytes in %s (FC1 and FC2 codes, %s scales per %u)\n", "one expert",
-               plan.expert_bytes, format.title, format.scale_title, format.block_size);
-  std::fprintf(out, "  %-13s %u steps of %u token%s, seed %" PRIu64 "\n", "trace", o.steps,
-               o.tokens, o.tokens == 1 ? "" : "s", o.seed);
-  if (o.routing == RoutingKind::kDrift) {
-    std::fprintf(out, "  %-13s drift: Zipf, each layer's ranking redrawn every %u steps\n",
-                 "routing", o.drift_period);
+  const bool recorded = !o.trace_path.empty();
+  const char* tokens_plural = o.tokens == 1 ? "" : "s";
+  if (recorded) {
+    std::fprintf(out, "qmoe cache: libqmoe %s, expert cache policies on a recorded routing trace\n",
+                 qmoe_version_string());
+    std::fprintf(out, "  %-13s the file's: %u MoE layers, %u of %u experts a token\n", "model",
+                 shape.layers, shape.top_k, shape.experts);
   } else {
-    std::fprintf(out, "  %-13s %s\n", "routing",
-                 o.routing == RoutingKind::kZipf ? "zipf: rank r's logit biased by -ln(1 + r)"
-                                                 : "uniform: every expert alike");
+    std::fprintf(out, "qmoe cache: libqmoe %s, expert cache policies on a %s routing trace\n",
+                 qmoe_version_string(), shape.title);
+    std::fprintf(out, "  %-13s %s: %u MoE layers, %u of %u experts a token\n", "model", shape.model,
+                 shape.layers, shape.top_k, shape.experts);
+  }
+  // A recorded trace's experts weigh what --model's do: the table says whose.
+  const std::string whose = recorded ? std::string(shape.title) + "'s: " : "";
+  std::fprintf(out, "  %-13s %s%zu bytes in %s (FC1 and FC2 codes, %s scales per %u)\n",
+               "one expert", whose.c_str(), plan.expert_bytes, format.title, format.scale_title,
+               format.block_size);
+  if (recorded) {
+    std::fprintf(out, "  %-13s %u of the file's %" PRIu64 " steps, up to %u token%s each\n",
+                 "trace", o.steps, o.trace_file_steps, o.tokens, tokens_plural);
+    std::fprintf(out, "  %-13s recorded, read from %s\n", "routing", o.trace_path.c_str());
+  } else {
+    std::fprintf(out, "  %-13s %u steps of %u token%s, seed %" PRIu64 "\n", "trace", o.steps,
+                 o.tokens, tokens_plural, o.seed);
+    if (o.routing == RoutingKind::kDrift) {
+      std::fprintf(out, "  %-13s drift: Zipf, each layer's ranking redrawn every %u steps\n",
+                   "routing", o.drift_period);
+    } else {
+      std::fprintf(out, "  %-13s %s\n", "routing",
+                   o.routing == RoutingKind::kZipf ? "zipf: rank r's logit biased by -ln(1 + r)"
+                                                   : "uniform: every expert alike");
+    }
+  }
+  if (!o.write_trace_path.empty()) {
+    std::fprintf(out, "  %-13s %s\n", "written to", o.write_trace_path.c_str());
   }
   const std::string budget = o.budget == 0 ? "no limit" : std::to_string(o.budget);
   std::fprintf(out, "  %-13s %u of %u experts a layer (residency %g)\n", "slots", plan.slots,
@@ -324,22 +488,33 @@ void print_json(const CacheOptions& o, const CachePlan& plan,
                 const std::vector<CacheReplayResult>& results) {
   const ModelShape& shape = o.shape;
   const uint32_t steady_steps = o.steps - plan.warmup_steps;
+  // Every key in both cases, null where it does not apply: a recorded trace has no draw, a
+  // drawn one no file.
+  const bool recorded = !o.trace_path.empty();
+  auto quoted_or_null = [](const std::string& text) {
+    return text.empty() ? std::string("null") : "\"" + json_escape(text.c_str()) + "\"";
+  };
+  const std::string file = quoted_or_null(o.trace_path);
+  const std::string file_steps = recorded ? std::to_string(o.trace_file_steps) : "null";
+  const std::string written_to = quoted_or_null(o.write_trace_path);
+  const std::string routing = recorded ? "file" : routing_name(o.routing);
   const std::string drift_period =
-      o.routing == RoutingKind::kDrift ? std::to_string(o.drift_period) : "null";
+      !recorded && o.routing == RoutingKind::kDrift ? std::to_string(o.drift_period) : "null";
+  const std::string seed = recorded ? "null" : std::to_string(o.seed);
   std::printf(
       "{\"command\": \"cache\", \"library_version\": \"%s\",\n"
       " \"model\": {\"name\": \"%s\", \"layers\": %u, \"experts\": %u, \"top_k\": %u, "
       "\"format\": \"%s\", \"expert_bytes\": %zu},\n"
       " \"trace\": {\"steps\": %u, \"tokens_per_step\": %u, \"routing\": \"%s\", "
-      "\"drift_period\": %s, \"seed\": %" PRIu64
-      ", \"warmup_steps\": %u, \"steady_steps\": %u},\n"
+      "\"file\": %s, \"file_steps\": %s, \"written_to\": %s, \"drift_period\": %s, "
+      "\"seed\": %s, \"warmup_steps\": %u, \"steady_steps\": %u},\n"
       " \"cache\": {\"residency\": %.6g, \"slots\": %u, \"half_life_steps\": %.9g, "
       "\"budget\": %u},\n"
       " \"policies\": [",
       qmoe_version_string(), shape.model, shape.layers, shape.experts, shape.top_k,
-      run_format(shape.format).name, plan.expert_bytes, o.steps, o.tokens, routing_name(o.routing),
-      drift_period.c_str(), o.seed, plan.warmup_steps, steady_steps, o.residency, plan.slots,
-      double(o.half_life), o.budget);
+      run_format(shape.format).name, plan.expert_bytes, o.steps, o.tokens, routing.c_str(),
+      file.c_str(), file_steps.c_str(), written_to.c_str(), drift_period.c_str(), seed.c_str(),
+      plan.warmup_steps, steady_steps, o.residency, plan.slots, double(o.half_life), o.budget);
   for (size_t i = 0; i < results.size(); ++i) {
     const CacheReplayResult& r = results[i];
     const SpanRates whole = rates_of(r.whole, o.steps, plan.expert_bytes);
@@ -370,11 +545,10 @@ int run_cache_command(int argc, char** argv) {
     print_cache_usage(stdout);
     return 0;
   }
+  // One expert's bytes are the model's whatever the trace: a recorded one changes the layers,
+  // experts and top-k, not the experts' hidden and intermediate sizes or format.
   const ModelShape& shape = options.shape;
   CachePlan plan;
-  plan.slots =
-      std::max<uint32_t>(1u, static_cast<uint32_t>(std::lround(options.residency * shape.experts)));
-  plan.warmup_steps = options.steps / kWarmupDivisor;
   ExpertBytes bytes;
   std::string error;
   if (!expert_bytes(shape, &bytes, &error)) {
@@ -382,22 +556,16 @@ int run_cache_command(int argc, char** argv) {
     return 1;
   }
   plan.expert_bytes = bytes.total();
-
-  RoutingDraw draw;
-  draw.kind = options.routing;
-  draw.layers = shape.layers;
-  draw.experts = shape.experts;
-  draw.top_k = shape.top_k;
-  draw.tokens = options.tokens;
-  draw.seed = options.seed;
-  draw.drift_period = options.drift_period;
+  // The trace next: a recorded one sets the shape the cache takes, and the steps.
   RoutingTrace trace;
-  if (const qmoe_status status = draw_routing(draw, options.steps, &trace);
-      status != QMOE_STATUS_OK) {
-    std::fprintf(stderr, "qmoe cache: %s (%s)\n", qmoe_last_error_message(),
-                 qmoe_status_string(status));
-    return 1;
+  if (const int code = options.trace_path.empty() ? draw_trace(options, &trace)
+                                                  : read_trace_file(&options, &trace);
+      code != 0) {
+    return code;
   }
+  plan.slots =
+      std::max<uint32_t>(1u, static_cast<uint32_t>(std::lround(options.residency * shape.experts)));
+  plan.warmup_steps = options.steps / kWarmupDivisor;
 
   CacheReplaySetup setup;
   setup.layers = shape.layers;

@@ -44,7 +44,8 @@ struct RoutingDraw {
   uint32_t drift_period = 500;
 };
 
-// Every step's routing, laid out [step][layer][token][slot]: the expert ids and their weights.
+// Every step's routing, laid out [step][layer][token][slot]: the expert ids and their weights
+// (empty for a trace read from a file, routing_trace_file.h: the cache needs the ids only).
 struct RoutingTrace {
   std::vector<int32_t> ids;
   std::vector<float> weights;
