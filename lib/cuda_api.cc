@@ -312,6 +312,63 @@ qmoe_status check_moe(const qmoe_cuda_expert_set* set, const qmoe_cuda_moe_param
   return QMOE_STATUS_OK;
 }
 
+// A residency update's host-side checks (update_residency and begin_residency_update take the
+// same arguments) and the upload they lead to; the upload points into fc1 and fc2.
+struct ResidencyUpload {
+  std::vector<qmoe_quant_matrix> fc1, fc2;
+  CudaExpertUpload upload{};
+};
+
+qmoe_status check_residency_update(const qmoe_cuda_expert_set* set, const qmoe_expert_set* experts,
+                                   const uint32_t* resident, uint32_t num_resident,
+                                   const char* function, ResidencyUpload* out) {
+  if (qmoe_status s = resolve(set, function); s != QMOE_STATUS_OK) return s;
+  const ExpertSet* host = nullptr;
+  if (qmoe_status s = resolve_expert_set(experts, function, &host); s != QMOE_STATUS_OK) return s;
+  if (host->num_experts != set->num_experts || host->hidden != set->hidden) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "the host set has E = %u and H = %u, the set %u and %u", host->num_experts,
+                host->hidden, set->num_experts, set->hidden);
+  }
+  if (num_resident > set->num_slots) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "num_resident = %u exceeds the set's %u slots", num_resident, set->num_slots);
+  }
+  if (resident == nullptr && num_resident != 0) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "resident is NULL with num_resident = %u",
+                num_resident);
+  }
+  if (qmoe_status s = check_resident_ids(resident, num_resident, set->num_experts, function);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  CudaExpertUpload& upload = out->upload;
+  if (qmoe_status s = describe_host_set(*host, function, &out->fc1, &out->fc2, &upload);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  if (upload.intermediate != set->intermediate || upload.interleaved != set->interleaved ||
+      !same_bits(upload.alpha, set->alpha) || !same_bits(upload.beta, set->beta) ||
+      !same_bits(upload.limit, set->limit)) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "the host set's intermediate size or SwiGLU differs from the set's (I %u)",
+                set->intermediate);
+  }
+  // The layer's kernels are chosen for the set's one format.
+  if (upload.fc1[0].format != set->format) {
+    return fail(QMOE_STATUS_UNSUPPORTED_FORMAT, function,
+                "the host set's experts are format %d, the GPU set's %d",
+                static_cast<int>(upload.fc1[0].format), static_cast<int>(set->format));
+  }
+  // A non-null pointer for an empty list, so the upload never means "every expert".
+  static const uint32_t kNone = 0;
+  upload.resident = resident != nullptr ? resident : &kNone;
+  upload.num_resident = num_resident;
+  upload.num_slots = set->num_slots;
+  upload.batched = true;
+  return QMOE_STATUS_OK;
+}
+
 }  // namespace
 
 qmoe_status resolve_cuda_expert_set(const qmoe_cuda_expert_set* handle, const char* function,
@@ -392,56 +449,54 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_update_residency(
     qmoe_cuda_expert_set* set, const qmoe_expert_set* experts, const uint32_t* resident,
     uint32_t num_resident, qmoe_cuda_stream stream, uint32_t* experts_copied) {
   using namespace qmoe;
-  if (qmoe_status s = resolve(set, __func__); s != QMOE_STATUS_OK) return s;
-  const ExpertSet* host = nullptr;
-  if (qmoe_status s = resolve_expert_set(experts, __func__, &host); s != QMOE_STATUS_OK) return s;
-  if (host->num_experts != set->num_experts || host->hidden != set->hidden) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "the host set has E = %u and H = %u, the set %u and %u",
-              host->num_experts, host->hidden, set->num_experts, set->hidden);
-  }
-  if (num_resident > set->num_slots) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "num_resident = %u exceeds the set's %u slots",
-              num_resident, set->num_slots);
-  }
-  if (resident == nullptr && num_resident != 0) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "resident is NULL with num_resident = %u",
-              num_resident);
-  }
-  if (qmoe_status s = check_resident_ids(resident, num_resident, set->num_experts, __func__);
+  ResidencyUpload u;
+  if (qmoe_status s = check_residency_update(set, experts, resident, num_resident, __func__, &u);
       s != QMOE_STATUS_OK) {
     return s;
   }
-  std::vector<qmoe_quant_matrix> fc1, fc2;
-  CudaExpertUpload upload{};
-  if (qmoe_status s = describe_host_set(*host, __func__, &fc1, &fc2, &upload);
-      s != QMOE_STATUS_OK) {
-    return s;
-  }
-  if (upload.intermediate != set->intermediate || upload.interleaved != set->interleaved ||
-      !same_bits(upload.alpha, set->alpha) || !same_bits(upload.beta, set->beta) ||
-      !same_bits(upload.limit, set->limit)) {
-    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
-              "the host set's intermediate size or SwiGLU differs from the set's (I %u)",
-              set->intermediate);
-  }
-  // The layer's kernels are chosen for the set's one format.
-  if (upload.fc1[0].format != set->format) {
-    QMOE_FAIL(QMOE_STATUS_UNSUPPORTED_FORMAT,
-              "the host set's experts are format %d, the GPU set's %d",
-              static_cast<int>(upload.fc1[0].format), static_cast<int>(set->format));
-  }
-  // A non-null pointer for an empty list, so the upload never means "every expert".
-  static const uint32_t kNone = 0;
-  upload.resident = resident != nullptr ? resident : &kNone;
-  upload.num_resident = num_resident;
-  upload.num_slots = set->num_slots;
-  upload.batched = true;
   uint32_t copied = 0;
-  if (qmoe_status s = cuda_backend()->update_residency(__func__, set->set, upload, stream, &copied);
+  if (qmoe_status s =
+          cuda_backend()->update_residency(__func__, set->set, u.upload, stream, &copied);
       s != QMOE_STATUS_OK) {
     return s;
   }
   if (experts_copied != nullptr) *experts_copied = copied;
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_cuda_expert_set_begin_residency_update(
+    qmoe_cuda_expert_set* set, const qmoe_expert_set* experts, const uint32_t* resident,
+    uint32_t num_resident, qmoe_cuda_stream stream, qmoe_cuda_stream copy_stream,
+    uint32_t* experts_copied) {
+  using namespace qmoe;
+  ResidencyUpload u;
+  if (qmoe_status s = check_residency_update(set, experts, resident, num_resident, __func__, &u);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  uint32_t copied = 0;
+  if (qmoe_status s = cuda_backend()->begin_residency_update(__func__, set->set, u.upload, stream,
+                                                             copy_stream, &copied);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  if (experts_copied != nullptr) *experts_copied = copied;
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_cuda_expert_set_finish_residency_update(qmoe_cuda_expert_set* set,
+                                                                  qmoe_cuda_stream stream, int wait,
+                                                                  int* finished) {
+  using namespace qmoe;
+  if (qmoe_status s = resolve(set, __func__); s != QMOE_STATUS_OK) return s;
+  if (finished == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "finished is NULL");
+  bool done = false;
+  if (qmoe_status s =
+          cuda_backend()->finish_residency_update(__func__, set->set, stream, wait != 0, &done);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  *finished = done ? 1 : 0;
   return QMOE_STATUS_OK;
 }
 

@@ -114,6 +114,16 @@ struct CudaBackend {
   /// copied. Refuses a capturing stream and a stream of another device itself.
   qmoe_status (*update_residency)(const char* function, void* set, const CudaExpertUpload& upload,
                                   void* stream, uint32_t* copied);
+  /// The same update begun without holding `stream` up: the map drops leavers and joiners on
+  /// `stream`, the joiners' copies run on `copy_stream` (lib/cuda/device_expert_set.cuh).
+  /// Refuses capturing streams, streams of another device, and a set with a begun update.
+  qmoe_status (*begin_residency_update)(const char* function, void* set,
+                                        const CudaExpertUpload& upload, void* stream,
+                                        void* copy_stream, uint32_t* copied);
+  /// Maps a begun update's joiners on `stream` once their copies are done (or, with `wait`,
+  /// makes `stream` wait for them); *finished = false when they are not done and not waited on.
+  qmoe_status (*finish_residency_update)(const char* function, void* set, void* stream, bool wait,
+                                         bool* finished);
   /// Workspace bytes of a forward; 0 when the sizes are out of the kernels' range.
   size_t (*moe_workspace_size)(const void* set, uint32_t m_capacity, uint32_t k);
   qmoe_status (*moe_forward)(const char* function, const void* set, const CudaMoeCall& call);

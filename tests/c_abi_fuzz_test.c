@@ -328,6 +328,16 @@ static void cuda_documented_refusals(void) {
   EXPECT_STATUS(qmoe_cuda_expert_set_update_residency((qmoe_cuda_expert_set*)(void*)foreign,
                                                       live_set, NULL, 0, NULL, NULL),
                 QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(
+      qmoe_cuda_expert_set_begin_residency_update(NULL, live_set, NULL, 0, NULL, NULL, NULL),
+      QMOE_STATUS_INVALID_ARGUMENT);
+  {
+    int finished = 7;
+    EXPECT_STATUS(qmoe_cuda_expert_set_finish_residency_update(
+                      (qmoe_cuda_expert_set*)(void*)foreign, NULL, 1, &finished),
+                  QMOE_STATUS_INVALID_ARGUMENT);
+    CHECK(finished == 7);
+  }
 
   memset(&mp, 0xFF, sizeof mp);
   qmoe_cuda_moe_params_init(&mp);

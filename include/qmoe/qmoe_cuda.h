@@ -134,6 +134,34 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_update_residency(
     qmoe_cuda_expert_set* set, const qmoe_expert_set* experts, const uint32_t* resident,
     uint32_t num_resident, qmoe_cuda_stream stream, uint32_t* experts_copied);
 
+/// The same update without holding `stream` up for the copies (an expert cache's promotions,
+/// overlapping the steps): on `stream`, at once, the map drops the experts that leave and the
+/// experts that join, so forwards enqueued after this call skip both (through an offload
+/// session, the CPU computes them); the joiners' buffers are copied on `copy_stream` (of the
+/// set's device; it may be `stream`) once the work enqueued on `stream` before the call is done,
+/// since that work may still read a leaving expert's slot that a joiner takes; and
+/// qmoe_cuda_expert_set_finish_residency_update maps the joiners. The host does not wait for
+/// the copies. Arguments, buffers' lifetime (until the copies have run), the copy count and the
+/// refusals as for qmoe_cuda_expert_set_update_residency; also INVALID_ARGUMENT while an update
+/// begun earlier is not finished (both calls refuse then), and for a capturing copy_stream.
+QMOE_API qmoe_status qmoe_cuda_expert_set_begin_residency_update(
+    qmoe_cuda_expert_set* set, const qmoe_expert_set* experts, const uint32_t* resident,
+    uint32_t num_resident, qmoe_cuda_stream stream, qmoe_cuda_stream copy_stream,
+    uint32_t* experts_copied);
+
+/// Finishes the begun update on `stream`: when its copies are done, enqueues the joiners' slot
+/// descriptions and then the map that names them (forwards after this call use the whole new
+/// residency) and sets *finished = 1. With wait = 0 and the copies still running, enqueues
+/// nothing and sets *finished = 0 (call again between later steps); with wait != 0, `stream`
+/// waits for the copies (the host does not; it may wait for the begun update's map copy to have
+/// run on `stream`). *finished = 1 when no update is pending. Not capturable. INVALID_ARGUMENT
+/// for a NULL or destroyed set, a NULL `finished`, a capturing stream or one of another device.
+/// After a CUDA error the residency is undefined until an update succeeds, as for
+/// qmoe_cuda_expert_set_update_residency.
+QMOE_API qmoe_status qmoe_cuda_expert_set_finish_residency_update(qmoe_cuda_expert_set* set,
+                                                                  qmoe_cuda_stream stream, int wait,
+                                                                  int* finished);
+
 /* ---------------------------------------------------------------------------------------------
  * The resident MoE layer
  * ------------------------------------------------------------------------------------------- */

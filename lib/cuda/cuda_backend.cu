@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 
 #include "lib/cuda/cuda_status.h"
@@ -74,25 +75,64 @@ qmoe_status check_stream(const char* function, void* stream, int device) {
   return QMOE_STATUS_OK;
 }
 
-qmoe_status update_residency(const char* function, void* set, const CudaExpertUpload& upload,
-                             void* stream, uint32_t* copied) {
-  auto* s = static_cast<DeviceExpertSet*>(set);
-  cuda::DeviceScope scope(s->device);
+// A residency update's preconditions: the set's device current (`scope`; the legacy stream is
+// the current device's), and each stream not capturing (an update is not capturable) and on
+// that device.
+qmoe_status check_update_streams(const char* function, const cuda::DeviceScope& scope, int device,
+                                 std::initializer_list<void*> streams) {
   if (scope.status() != cudaSuccess) {
     return cuda::status_from_cuda(static_cast<cudaError_t>(scope.status()), function,
                                   "cudaSetDevice");
   }
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess) {
-    cudaGetLastError();
+  for (void* stream : streams) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess) {
+      cudaGetLastError();
+    }
+    if (capture != cudaStreamCaptureStatusNone) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                  "the stream is being captured: a residency update is not capturable");
+    }
+    if (qmoe_status st = check_stream(function, stream, device); st != QMOE_STATUS_OK) return st;
   }
-  if (capture != cudaStreamCaptureStatusNone) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "the stream is being captured: a residency update is not capturable");
+  return QMOE_STATUS_OK;
+}
+
+qmoe_status update_residency(const char* function, void* set, const CudaExpertUpload& upload,
+                             void* stream, uint32_t* copied) {
+  auto* s = static_cast<DeviceExpertSet*>(set);
+  const cuda::DeviceScope scope(s->device);
+  if (qmoe_status st = check_update_streams(function, scope, s->device, {stream});
+      st != QMOE_STATUS_OK) {
+    return st;
   }
-  if (qmoe_status st = check_stream(function, stream, s->device); st != QMOE_STATUS_OK) return st;
   return cuda::update_device_expert_set(function, s, upload, static_cast<cudaStream_t>(stream),
                                         copied);
+}
+
+qmoe_status begin_residency_update(const char* function, void* set, const CudaExpertUpload& upload,
+                                   void* stream, void* copy_stream, uint32_t* copied) {
+  auto* s = static_cast<DeviceExpertSet*>(set);
+  const cuda::DeviceScope scope(s->device);
+  if (qmoe_status st = check_update_streams(function, scope, s->device, {stream, copy_stream});
+      st != QMOE_STATUS_OK) {
+    return st;
+  }
+  return cuda::begin_device_expert_set_update(function, s, upload,
+                                              static_cast<cudaStream_t>(stream),
+                                              static_cast<cudaStream_t>(copy_stream), copied);
+}
+
+qmoe_status finish_residency_update(const char* function, void* set, void* stream, bool wait,
+                                    bool* finished) {
+  auto* s = static_cast<DeviceExpertSet*>(set);
+  const cuda::DeviceScope scope(s->device);
+  if (qmoe_status st = check_update_streams(function, scope, s->device, {stream});
+      st != QMOE_STATUS_OK) {
+    return st;
+  }
+  return cuda::finish_device_expert_set_update(function, s, static_cast<cudaStream_t>(stream), wait,
+                                               finished);
 }
 
 qmoe_status moe_forward(const char* function, const void* set, const CudaMoeCall& c) {
@@ -366,6 +406,8 @@ constexpr CudaBackend kCudaBackend = {
     /*destroy_expert_set=*/&destroy_expert_set,
     /*residency=*/&residency,
     /*update_residency=*/&update_residency,
+    /*begin_residency_update=*/&begin_residency_update,
+    /*finish_residency_update=*/&finish_residency_update,
     /*moe_workspace_size=*/&moe_workspace_size,
     /*moe_forward=*/&moe_forward,
     /*moe_check=*/&moe_check,

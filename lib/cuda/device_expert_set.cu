@@ -177,6 +177,7 @@ namespace {
 
 void free_set(DeviceExpertSet* set) {
   if (set->staging_read != nullptr) cudaEventDestroy(set->staging_read);
+  if (set->copies_done != nullptr) cudaEventDestroy(set->copies_done);
   if (set->staging != nullptr) cudaFreeHost(set->staging);
   if (set->memory != nullptr) cudaFree(set->memory);
   cudaGetLastError();
@@ -256,6 +257,7 @@ qmoe_status create_device_expert_set(const char* function, const CudaExpertUploa
     step = "cudaEventCreateWithFlags";
     e = cudaEventCreateWithFlags(&set->staging_read, cudaEventDisableTiming);
   }
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&set->copies_done, cudaEventDisableTiming);
   if (e != cudaSuccess) {
     cudaGetLastError();
     free_set(set);
@@ -289,13 +291,18 @@ qmoe_status create_device_expert_set(const char* function, const CudaExpertUploa
   return QMOE_STATUS_OK;
 }
 
-qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
-                                     const CudaExpertUpload& upload, cudaStream_t stream,
-                                     uint32_t* copied) {
-  DeviceScope scope(set->device);
-  if (scope.status() != cudaSuccess) {
-    return status_from_cuda(static_cast<cudaError_t>(scope.status()), function, "cudaSetDevice");
-  }
+namespace {
+
+// An update's plan: the slots (lib/cuda_slot_plan.h), the joiners' copies and the slot
+// descriptions after it.
+struct UpdatePlan {
+  SlotPlan slots;
+  std::vector<Copy> copies;
+  std::vector<DeviceQuantMatrix> fc1_host, fc2_host;
+};
+
+qmoe_status plan_update(const char* function, const DeviceExpertSet* set,
+                        const CudaExpertUpload& upload, UpdatePlan* plan) {
   const uint32_t count = upload.resident != nullptr ? upload.num_resident : upload.num_experts;
   std::vector<uint32_t> every_expert;  // the list of a set created without one: 0, 1, ...
   const uint32_t* ids = upload.resident;
@@ -317,65 +324,183 @@ qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
                   "expert %u's buffers are larger than the slots the set was created with", e);
     }
   }
-  SlotPlan plan;
-  std::vector<Copy> copies;
-  std::vector<DeviceQuantMatrix> fc1_host, fc2_host;
   try {
-    plan = plan_slots(set->map, set->num_slots, ids, count);
-    copies.reserve(plan.copy_expert.size() * 8);
-    fc1_host = set->fc1_host;
-    fc2_host = set->fc2_host;
+    plan->slots = plan_slots(set->map, set->num_slots, ids, count);
+    plan->copies.reserve(plan->slots.copy_expert.size() * 8);
+    plan->fc1_host = set->fc1_host;
+    plan->fc2_host = set->fc2_host;
   } catch (const std::bad_alloc&) {
     return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the new map failed");
   }
   auto* base = static_cast<unsigned char*>(set->memory);
-  for (size_t i = 0; i < plan.copy_expert.size(); ++i) {
-    const uint32_t e = plan.copy_expert[i], slot = plan.copy_slot[i];
+  for (size_t i = 0; i < plan->slots.copy_expert.size(); ++i) {
+    const uint32_t e = plan->slots.copy_expert[i], slot = plan->slots.copy_slot[i];
     unsigned char* slot_base = base + size_t{slot} * set->slot_bytes;
-    fc1_host[slot] = place_projection(upload.fc1[e], set->fc1_room, slot_base, &copies);
-    fc2_host[slot] = place_projection(upload.fc2[e], set->fc2_room, slot_base, &copies);
+    plan->fc1_host[slot] = place_projection(upload.fc1[e], set->fc1_room, slot_base, &plan->copies);
+    plan->fc2_host[slot] = place_projection(upload.fc2[e], set->fc2_room, slot_base, &plan->copies);
   }
-  const std::vector<int32_t>& map = plan.map;
-  // The staging image may still be the source of the last update's copies.
+  return QMOE_STATUS_OK;
+}
+
+// Enqueues on `stream` the copy of `map` (and, with the descriptions, of both description arrays
+// first: a forward that reads the new map reads the new slots) from the staging image, after the
+// staging image's last copies have run; records staging_read after them.
+cudaError_t stage_map(DeviceExpertSet* set, const std::vector<int32_t>& map,
+                      const std::vector<DeviceQuantMatrix>* fc1_host,
+                      const std::vector<DeviceQuantMatrix>* fc2_host, cudaStream_t stream,
+                      const char** step) {
+  *step = "waiting for the last update's staging copies";
   cudaError_t err = cudaEventSynchronize(set->staging_read);
-  const char* step = "waiting for the last update's copies";
-  if (err == cudaSuccess) {
-    step = "copying the experts";
-    err = copy_all(copies, upload.batched, stream);
-  }
-  if (err == cudaSuccess) {
-    const size_t desc_bytes = size_t{set->num_slots} * sizeof(DeviceQuantMatrix);
-    unsigned char* stage = set->staging;
-    std::memcpy(stage, fc1_host.data(), desc_bytes);
-    std::memcpy(stage + desc_bytes, fc2_host.data(), desc_bytes);
-    std::memcpy(stage + 2 * desc_bytes, map.data(), map.size() * sizeof(int32_t));
-    // Descriptions before the map: a forward that reads the new map reads the new slots.
-    step = "copying the slot descriptions and the residency map";
+  const size_t desc_bytes = size_t{set->num_slots} * sizeof(DeviceQuantMatrix);
+  unsigned char* stage = set->staging;
+  if (err == cudaSuccess && fc1_host != nullptr) {
+    std::memcpy(stage, fc1_host->data(), desc_bytes);
+    std::memcpy(stage + desc_bytes, fc2_host->data(), desc_bytes);
+    *step = "copying the slot descriptions";
     err = cudaMemcpyAsync(set->fc1, stage, desc_bytes, cudaMemcpyHostToDevice, stream);
     if (err == cudaSuccess) {
       err =
           cudaMemcpyAsync(set->fc2, stage + desc_bytes, desc_bytes, cudaMemcpyHostToDevice, stream);
     }
-    if (err == cudaSuccess) {
-      err = cudaMemcpyAsync(set->residency, stage + 2 * desc_bytes, map.size() * sizeof(int32_t),
-                            cudaMemcpyHostToDevice, stream);
+  }
+  if (err == cudaSuccess) {
+    std::memcpy(stage + 2 * desc_bytes, map.data(), map.size() * sizeof(int32_t));
+    *step = "copying the residency map";
+    err = cudaMemcpyAsync(set->residency, stage + 2 * desc_bytes, map.size() * sizeof(int32_t),
+                          cudaMemcpyHostToDevice, stream);
+  }
+  if (err == cudaSuccess) err = cudaEventRecord(set->staging_read, stream);
+  return err;
+}
+
+// After a failed enqueue: what was enqueued may have run in part (a leaving expert's slot may
+// hold part of its successor), so the device's residency is unknown. The mirrors forget every
+// slot, and the next successful update copies every resident expert and rewrites the whole map.
+qmoe_status forget_residency(DeviceExpertSet* set, cudaError_t err, const char* function,
+                             const char* step) {
+  cudaGetLastError();
+  std::fill(set->map.begin(), set->map.end(), -1);
+  std::fill(set->slot_expert.begin(), set->slot_expert.end(), -1);
+  set->pending = DeviceExpertSet::PendingUpdate{};
+  return status_from_cuda(err, function, step);
+}
+
+qmoe_status refuse_while_pending(const DeviceExpertSet* set, const char* function) {
+  if (!set->pending.active) return QMOE_STATUS_OK;
+  return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+              "an update begun with qmoe_cuda_expert_set_begin_residency_update is not finished "
+              "(qmoe_cuda_expert_set_finish_residency_update)");
+}
+
+}  // namespace
+
+qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
+                                     const CudaExpertUpload& upload, cudaStream_t stream,
+                                     uint32_t* copied) {
+  DeviceScope scope(set->device);
+  if (scope.status() != cudaSuccess) {
+    return status_from_cuda(static_cast<cudaError_t>(scope.status()), function, "cudaSetDevice");
+  }
+  if (qmoe_status s = refuse_while_pending(set, function); s != QMOE_STATUS_OK) return s;
+  UpdatePlan plan;
+  if (qmoe_status s = plan_update(function, set, upload, &plan); s != QMOE_STATUS_OK) return s;
+  // The staging image may still be the source of the last update's copies: stage_map waits.
+  const char* step = "copying the experts";
+  cudaError_t err = copy_all(plan.copies, upload.batched, stream);
+  if (err == cudaSuccess) {
+    err = stage_map(set, plan.slots.map, &plan.fc1_host, &plan.fc2_host, stream, &step);
+  }
+  if (err != cudaSuccess) return forget_residency(set, err, function, step);
+  set->map.swap(plan.slots.map);
+  set->slot_expert.swap(plan.slots.slot_expert);
+  set->fc1_host.swap(plan.fc1_host);
+  set->fc2_host.swap(plan.fc2_host);
+  *copied = static_cast<uint32_t>(plan.slots.copy_expert.size());
+  return QMOE_STATUS_OK;
+}
+
+qmoe_status begin_device_expert_set_update(const char* function, DeviceExpertSet* set,
+                                           const CudaExpertUpload& upload, cudaStream_t stream,
+                                           cudaStream_t copy_stream, uint32_t* copied) {
+  DeviceScope scope(set->device);
+  if (scope.status() != cudaSuccess) {
+    return status_from_cuda(static_cast<cudaError_t>(scope.status()), function, "cudaSetDevice");
+  }
+  if (qmoe_status s = refuse_while_pending(set, function); s != QMOE_STATUS_OK) return s;
+  UpdatePlan plan;
+  std::vector<int32_t> unmapped;
+  if (qmoe_status s = plan_update(function, set, upload, &plan); s != QMOE_STATUS_OK) return s;
+  try {
+    unmapped = plan.slots.map;
+  } catch (const std::bad_alloc&) {
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the map failed");
+  }
+  // The map until the copies are done: the stayers only. A joiner's slot is either free or a
+  // leaver's, and no entry of this map names it, so forwards after it read neither.
+  for (const uint32_t e : plan.slots.copy_expert) unmapped[e] = -1;
+  const char* step = nullptr;
+  cudaError_t err = stage_map(set, unmapped, nullptr, nullptr, stream, &step);
+  // The lease on the joiners' slots: staging_read was recorded on `stream` after the forwards
+  // enqueued before this call (which may still read a leaver in such a slot) and after the map
+  // that no longer names it, so the copies that overwrite the slots wait for it.
+  if (err == cudaSuccess) {
+    step = "making the copy stream wait for the stream";
+    err = cudaStreamWaitEvent(copy_stream, set->staging_read, 0);
+  }
+  if (err == cudaSuccess) {
+    step = "copying the experts";
+    err = copy_all(plan.copies, upload.batched, copy_stream);
+  }
+  if (err == cudaSuccess) {
+    step = "recording the copies' event";
+    err = cudaEventRecord(set->copies_done, copy_stream);
+  }
+  if (err != cudaSuccess) return forget_residency(set, err, function, step);
+  set->pending.active = true;
+  set->pending.map.swap(plan.slots.map);
+  set->pending.slot_expert.swap(plan.slots.slot_expert);
+  set->pending.fc1_host.swap(plan.fc1_host);
+  set->pending.fc2_host.swap(plan.fc2_host);
+  set->map.swap(unmapped);
+  *copied = static_cast<uint32_t>(plan.slots.copy_expert.size());
+  return QMOE_STATUS_OK;
+}
+
+qmoe_status finish_device_expert_set_update(const char* function, DeviceExpertSet* set,
+                                            cudaStream_t stream, bool wait, bool* finished) {
+  DeviceScope scope(set->device);
+  if (scope.status() != cudaSuccess) {
+    return status_from_cuda(static_cast<cudaError_t>(scope.status()), function, "cudaSetDevice");
+  }
+  *finished = true;
+  if (!set->pending.active) return QMOE_STATUS_OK;
+  const char* step = "querying the copies' event";
+  cudaError_t err = cudaSuccess;
+  if (wait) {
+    step = "making the stream wait for the copies";
+    err = cudaStreamWaitEvent(stream, set->copies_done, 0);
+  } else {
+    err = cudaEventQuery(set->copies_done);
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();
+      *finished = false;
+      return QMOE_STATUS_OK;
     }
-    if (err == cudaSuccess) err = cudaEventRecord(set->staging_read, stream);
+  }
+  // The joiners' descriptions, then the map that names them.
+  if (err == cudaSuccess) {
+    err = stage_map(set, set->pending.map, &set->pending.fc1_host, &set->pending.fc2_host, stream,
+                    &step);
   }
   if (err != cudaSuccess) {
-    cudaGetLastError();
-    // What was enqueued may have run in part (a leaving expert's slot may hold part of its
-    // successor), so the device's residency is unknown: the mirrors forget every slot, and the
-    // next successful update copies every resident expert and rewrites the whole map.
-    std::fill(set->map.begin(), set->map.end(), -1);
-    std::fill(set->slot_expert.begin(), set->slot_expert.end(), -1);
-    return status_from_cuda(err, function, step);
+    *finished = false;
+    return forget_residency(set, err, function, step);
   }
-  set->map.swap(plan.map);
-  set->slot_expert.swap(plan.slot_expert);
-  set->fc1_host.swap(fc1_host);
-  set->fc2_host.swap(fc2_host);
-  *copied = static_cast<uint32_t>(plan.copy_expert.size());
+  set->map.swap(set->pending.map);
+  set->slot_expert.swap(set->pending.slot_expert);
+  set->fc1_host.swap(set->pending.fc1_host);
+  set->fc2_host.swap(set->pending.fc2_host);
+  set->pending.active = false;
   return QMOE_STATUS_OK;
 }
 

@@ -13,7 +13,10 @@
 // the only writer of the device copies, by stream-ordered copies from a pinned staging image:
 // first an expert's buffers into its slot, then the descriptions, then the map. The kernels only
 // read them. A slot is rewritten only when the map no longer names it, and the copies are
-// ordered after the forwards enqueued before them on the same stream.
+// ordered after the forwards enqueued before them on the same stream. A begun update splits
+// that order over two streams: the map without the joiners (stream), an event, the joiners'
+// copies waiting on it (copy stream), an event, and, at finish, the descriptions and the map
+// with the joiners (stream; after the copies' event, queried or waited on).
 #ifndef QMOE_LIB_CUDA_DEVICE_EXPERT_SET_CUH_
 #define QMOE_LIB_CUDA_DEVICE_EXPERT_SET_CUH_
 
@@ -59,6 +62,15 @@ struct DeviceExpertSet {
   std::vector<DeviceQuantMatrix> fc2_host;
   unsigned char* staging;    // pinned: [fc1 descriptions][fc2 descriptions][map]
   cudaEvent_t staging_read;  // recorded after the last copies out of `staging`
+  // An update begun on a copy stream (begin_device_expert_set_update) and not yet finished:
+  // the device map names the stayers only (the host `map` mirrors it), the joiners' buffers are
+  // being copied into their slots, and these are the mirrors that finishing installs.
+  struct PendingUpdate {
+    bool active = false;
+    std::vector<int32_t> map, slot_expert;
+    std::vector<DeviceQuantMatrix> fc1_host, fc2_host;
+  } pending;
+  cudaEvent_t copies_done;  // recorded on the copy stream after a begun update's copies
 };
 
 /// Upload as lib/cuda_backend.h's create_expert_set describes; *set is new'd.
@@ -67,9 +79,24 @@ qmoe_status create_device_expert_set(const char* function, const CudaExpertUploa
 
 /// Make upload.resident[0, num_resident) the resident experts, as lib/cuda_backend.h's
 /// update_residency describes, enqueued on `stream`; *copied = the experts copied.
+/// INVALID_ARGUMENT while a begun update is not finished.
 qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
                                      const CudaExpertUpload& upload, cudaStream_t stream,
                                      uint32_t* copied);
+
+/// The same update without holding `stream` up for the copies: on `stream` the map drops the
+/// leavers and the joiners at once; the joiners' copies run on `copy_stream` after `stream`'s
+/// work so far (which may still read a leaver's slot); finish maps them. *copied = the joiners.
+/// INVALID_ARGUMENT while a begun update is not finished.
+qmoe_status begin_device_expert_set_update(const char* function, DeviceExpertSet* set,
+                                           const CudaExpertUpload& upload, cudaStream_t stream,
+                                           cudaStream_t copy_stream, uint32_t* copied);
+
+/// Map the joiners of the begun update on `stream` once their copies are done: at once, when
+/// they are (or `wait`: `stream` waits for them, the host does not); else *finished = false and
+/// nothing is enqueued. *finished = true when no update is pending.
+qmoe_status finish_device_expert_set_update(const char* function, DeviceExpertSet* set,
+                                            cudaStream_t stream, bool wait, bool* finished);
 
 /// Wait for the device, free the allocation and the object.
 void destroy_device_expert_set(DeviceExpertSet* set);

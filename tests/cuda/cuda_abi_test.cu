@@ -93,6 +93,16 @@ void expect_near_reference(const std::vector<float>& y, const MoeReference& ref,
   }
 }
 
+// The set's device residency map, read back (E entries: expert -> slot, or -1).
+std::vector<int32_t> residency_map(const qmoe_cuda_expert_set* set, uint32_t experts) {
+  const int32_t* map = nullptr;
+  EXPECT_EQ(qmoe_cuda_expert_set_residency(set, &map), QMOE_STATUS_OK);
+  std::vector<int32_t> m(experts);
+  EXPECT_EQ(cudaMemcpy(m.data(), map, m.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return m;
+}
+
 // A small random layer (6 experts, H = 64, I = 32) and its host expert set; each test makes
 // the device sets it needs from it. Skips where no device is usable.
 class CudaAbiLayer : public ::testing::Test {
@@ -251,14 +261,7 @@ TEST_F(CudaAbiLayer, ResidencyUpdatesActLikeASetCreatedWithTheNewResidency) {
   for (size_t i = 0; i < call.ids.size(); ++i) call.ids[i] = static_cast<int32_t>(i % o.experts);
   call.upload_routing();
   QMOE_CUDA_OK(cudaDeviceSynchronize());
-  const int32_t* map = nullptr;
-  ASSERT_EQ(qmoe_cuda_expert_set_residency(set.get(), &map), QMOE_STATUS_OK);
-  auto read_map = [&] {
-    std::vector<int32_t> m(o.experts);
-    EXPECT_EQ(cudaMemcpy(m.data(), map, m.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return m;
-  };
+  auto read_map = [&] { return residency_map(set.get(), o.experts); };
   // Updates are refused on a capturing stream; the graph is captured around a plain forward.
   cudaGraph_t graph = nullptr;
   QMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
@@ -335,6 +338,163 @@ TEST_F(CudaAbiLayer, ResidencyUpdatesActLikeASetCreatedWithTheNewResidency) {
       << qmoe_last_error_message();
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// Spins for about `cycles` SM clocks: holds a stream up so that work queued behind it is still
+// pending when the host enqueues more.
+__global__ void spin_for(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+// A begun update, step by step: until it is finished, forwards skip the joiners and the leavers
+// (the bits of a set holding the stayers only, the stayers in their slots); once finished, the
+// bits of a set created with the new residency. Finishing without waiting returns 0 while the
+// copies are held up and 1 once they are done; finishing with wait makes the stream wait.
+TEST_F(CudaAbiLayer, BegunResidencyUpdatesSkipTheJoinersUntilFinished) {
+  const std::vector<uint32_t> first = {4, 1, 3};
+  GpuSet set = make_gpu_set(host.get(), first, 4, QMOE_CUDA_COPY_BATCHED);
+  ASSERT_TRUE(set);
+  cudaStream_t stream = nullptr, copy_stream = nullptr;
+  QMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  QMOE_CUDA_OK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+  LayerCall call(set.get(), o, 3, 3, rng);
+  for (size_t i = 0; i < call.ids.size(); ++i) call.ids[i] = static_cast<int32_t>(i % o.experts);
+  call.upload_routing();
+  QMOE_CUDA_OK(cudaDeviceSynchronize());
+  auto read_map = [&] { return residency_map(set.get(), o.experts); };
+  // A forward's output against a set created holding `resident`: the same bits; with none
+  // resident, the FP64 reference of no expert. Destroying the set synchronizes the device, so
+  // this runs only after the checks that need the copies held up.
+  auto expect_as_created_with = [&](const std::vector<float>& y,
+                                    const std::vector<uint32_t>& resident, const std::string& at) {
+    if (resident.empty()) {
+      const std::vector<uint8_t> none(o.experts, 0);
+      expect_near_reference(y,
+                            reference_moe(*model, QMOE_ACCURACY_FAST, call.x, call.m, call.ids,
+                                          call.weights, call.k, none.data(), {}),
+                            at);
+      return;
+    }
+    GpuSet fresh = make_gpu_set(host.get(), resident, 0, QMOE_CUDA_COPY_LOOP);
+    ASSERT_TRUE(fresh);
+    ASSERT_EQ(qmoe_cuda_moe_forward(fresh.get(), &call.params, stream), QMOE_STATUS_OK);
+    QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+    const std::vector<float> expected = call.y();
+    EXPECT_EQ(std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)), 0) << at;
+  };
+  auto forward = [&] {
+    EXPECT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, stream), QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    return call.y();
+  };
+  std::vector<uint32_t> before = first;
+  const std::vector<std::vector<uint32_t>> steps = {{1, 3, 5},    {0, 2, 4, 5}, {},
+                                                    {5, 4, 3, 2}, {2, 0, 1},    {0, 1, 2, 3}};
+  for (size_t step = 0; step < steps.size(); ++step) {
+    const std::vector<uint32_t>& now = steps[step];
+    const std::string at = "step " + std::to_string(step) + " " + where();
+    std::vector<uint32_t> stayers, joiners;
+    for (uint32_t e : now) {
+      const bool stays = std::find(before.begin(), before.end(), e) != before.end();
+      (stays ? stayers : joiners).push_back(e);
+    }
+    const std::vector<int32_t> map_before = read_map();
+    // Hold the copy stream up (about 100 ms), so that the copies are still pending when the
+    // host asks below.
+    spin_for<<<1, 1, 0, copy_stream>>>(200'000'000);
+    QMOE_CUDA_OK(cudaGetLastError());
+    uint32_t copied = 99;
+    ASSERT_EQ(qmoe_cuda_expert_set_begin_residency_update(set.get(), host.get(), now.data(),
+                                                          static_cast<uint32_t>(now.size()), stream,
+                                                          copy_stream, &copied),
+              QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    EXPECT_EQ(copied, joiners.size()) << at;
+    const std::vector<float> between = forward();  // `stream` does not wait for the copies
+    const std::vector<int32_t> m = read_map();
+    for (uint32_t e = 0; e < o.experts; ++e) {
+      const bool stays = std::find(stayers.begin(), stayers.end(), e) != stayers.end();
+      EXPECT_EQ(m[e], stays ? map_before[e] : -1) << "expert " << e << " before finishing, " << at;
+    }
+    int finished = 7;
+    if (step % 2 == 0) {
+      // The spin still holds the copies: not finished, nothing enqueued.
+      ASSERT_EQ(qmoe_cuda_expert_set_finish_residency_update(set.get(), stream, 0, &finished),
+                QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+      EXPECT_EQ(finished, 0) << at;
+      EXPECT_EQ(read_map(), m) << at;
+      QMOE_CUDA_OK(cudaStreamSynchronize(copy_stream));
+      ASSERT_EQ(qmoe_cuda_expert_set_finish_residency_update(set.get(), stream, 0, &finished),
+                QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+    } else {
+      ASSERT_EQ(qmoe_cuda_expert_set_finish_residency_update(set.get(), stream, 1, &finished),
+                QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+    }
+    EXPECT_EQ(finished, 1) << at;
+    const std::vector<float> after = forward();
+    const std::vector<int32_t> final_map = read_map();
+    for (uint32_t e : stayers)
+      EXPECT_EQ(final_map[e], map_before[e]) << "expert " << e << " " << at;
+    for (uint32_t e = 0; e < o.experts; ++e) {
+      const bool resident = std::find(now.begin(), now.end(), e) != now.end();
+      EXPECT_EQ(final_map[e] >= 0, resident) << "expert " << e << " " << at;
+    }
+    expect_as_created_with(between, stayers, "before finishing, " + at);
+    expect_as_created_with(after, now, "after finishing, " + at);
+    before = now;
+  }
+  cudaStreamDestroy(copy_stream);
+  cudaStreamDestroy(stream);
+}
+
+// The lease on a leaving expert's slot: a forward queued behind slow work on the stream still
+// reads the leaver from the slot a joiner takes, so the joiner's copies (on a stream of their
+// own) wait for it. Copied at once, they would land before the forward ran and it would read the
+// joiner's bytes in the leaver's place.
+TEST_F(CudaAbiLayer, BegunUpdateCopiesWaitForTheForwardsBeforeThem) {
+  const std::vector<uint32_t> first = {0, 1};
+  GpuSet set = make_gpu_set(host.get(), first, 2, QMOE_CUDA_COPY_BATCHED);
+  ASSERT_TRUE(set);
+  cudaStream_t stream = nullptr, copy_stream = nullptr;
+  QMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  QMOE_CUDA_OK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+  LayerCall call(set.get(), o, 4, 2, rng);
+  for (size_t i = 0; i < call.ids.size(); ++i) call.ids[i] = static_cast<int32_t>(i % 4);
+  call.upload_routing();
+  QMOE_CUDA_OK(cudaDeviceSynchronize());
+  GpuSet reference_set = make_gpu_set(host.get(), first, 0, QMOE_CUDA_COPY_LOOP);
+  ASSERT_TRUE(reference_set);
+  ASSERT_EQ(qmoe_cuda_moe_forward(reference_set.get(), &call.params, stream), QMOE_STATUS_OK);
+  QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+  const std::vector<float> expected = call.y();
+  QMOE_CUDA_OK(cudaMemset(call.d_y.data(), 0xFF, call.d_y.bytes()));
+  // About 50 ms of spin, then a forward of experts 0 and 1, then the update that moves 2 and 3
+  // into their slots.
+  spin_for<<<1, 1, 0, stream>>>(100'000'000);
+  QMOE_CUDA_OK(cudaGetLastError());
+  ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, stream), QMOE_STATUS_OK);
+  const uint32_t next[] = {2, 3};
+  uint32_t copied = 0;
+  ASSERT_EQ(qmoe_cuda_expert_set_begin_residency_update(set.get(), host.get(), next, 2, stream,
+                                                        copy_stream, &copied),
+            QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+  EXPECT_EQ(copied, 2u);
+  QMOE_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> got = call.y();
+  EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0) << where();
+  int finished = 0;
+  ASSERT_EQ(qmoe_cuda_expert_set_finish_residency_update(set.get(), stream, 0, &finished),
+            QMOE_STATUS_OK);
+  EXPECT_EQ(finished, 1);
+  cudaStreamDestroy(copy_stream);
   cudaStreamDestroy(stream);
 }
 

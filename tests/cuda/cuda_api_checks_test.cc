@@ -228,6 +228,64 @@ TEST(CudaApiChecks, ResidencyUpdateRefusesBadHandlesBeforeCuda) {
   EXPECT_EQ(update(host.get(), ids, 2), QMOE_STATUS_INVALID_ARGUMENT);  // destroyed
 }
 
+// The begun update takes update_residency's checks (one function makes them for both) and
+// refuses bad handles and a NULL `finished` before any CUDA call, in every build.
+TEST(CudaApiChecks, BegunResidencyUpdateRefusesBadArgumentsBeforeCuda) {
+  std::mt19937_64 rng(5);
+  const auto model = make_moe_model(small_layer(), rng);
+  const HostSet host = make_host_set(model->desc);
+  ASSERT_TRUE(host);
+  const uint32_t ids[] = {0, 2};
+  uint32_t copied = 7;
+  int finished = 7;
+  uint64_t junk[8] = {};
+  auto* not_a_set = reinterpret_cast<qmoe_cuda_expert_set*>(junk);
+  for (qmoe_cuda_expert_set* bad : {static_cast<qmoe_cuda_expert_set*>(nullptr), not_a_set}) {
+    EXPECT_EQ(qmoe_cuda_expert_set_begin_residency_update(bad, host.get(), ids, 2, nullptr, nullptr,
+                                                          &copied),
+              QMOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_EQ(qmoe_cuda_expert_set_finish_residency_update(bad, nullptr, 0, &finished),
+              QMOE_STATUS_INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(copied, 7u);
+  EXPECT_EQ(finished, 7);
+  if (!device_usable()) GTEST_SKIP() << "no usable CUDA device: the set-dependent checks need one";
+  qmoe_cuda_expert_set_desc d;
+  qmoe_cuda_expert_set_desc_init(&d);
+  d.experts = host.get();
+  d.resident = ids;
+  d.num_resident = 2;
+  qmoe_cuda_expert_set* set = nullptr;
+  ASSERT_EQ(qmoe_cuda_expert_set_create(&d, &set), QMOE_STATUS_OK) << qmoe_last_error_message();
+  const uint32_t twice[] = {1, 1}, three[] = {0, 1, 2};
+  auto begin = [&](const qmoe_expert_set* h, const uint32_t* r, uint32_t n) {
+    return qmoe_cuda_expert_set_begin_residency_update(set, h, r, n, nullptr, nullptr, &copied);
+  };
+  EXPECT_EQ(begin(nullptr, ids, 2), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(begin(host.get(), twice, 2), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(begin(host.get(), three, 3), QMOE_STATUS_INVALID_ARGUMENT);  // 2 slots
+  EXPECT_EQ(qmoe_cuda_expert_set_finish_residency_update(set, nullptr, 0, nullptr),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  // Nothing begun: finished at once.
+  EXPECT_EQ(qmoe_cuda_expert_set_finish_residency_update(set, nullptr, 0, &finished),
+            QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+  EXPECT_EQ(finished, 1);
+  // One begun update at a time, and no plain update beside it.
+  const uint32_t next[] = {1};
+  ASSERT_EQ(begin(host.get(), next, 1), QMOE_STATUS_OK) << qmoe_last_error_message();
+  EXPECT_EQ(copied, 1u);
+  EXPECT_EQ(begin(host.get(), ids, 2), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_cuda_expert_set_update_residency(set, host.get(), ids, 2, nullptr, &copied),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  ASSERT_EQ(qmoe_cuda_expert_set_finish_residency_update(set, nullptr, 1, &finished),
+            QMOE_STATUS_OK)
+      << qmoe_last_error_message();
+  EXPECT_EQ(finished, 1);
+  EXPECT_EQ(begin(host.get(), ids, 2), QMOE_STATUS_OK) << qmoe_last_error_message();
+  EXPECT_EQ(qmoe_cuda_expert_set_destroy(set), QMOE_STATUS_OK);  // with an update begun
+}
+
 TEST(CudaApiChecks, LayerCallsRefuseBadHandlesAndParams) {
   qmoe_cuda_moe_params p;
   std::memset(&p, 0xCD, sizeof p);
