@@ -11,6 +11,7 @@
 
 #include "gpu_rms_norm.h"
 #include "progress.h"
+#include "residency_schedule.h"
 #include "run_check.h"
 #include "run_checksum.h"
 #include "run_clock.h"
@@ -66,6 +67,7 @@ int draw_run_routing(const RunOptions& o, uint32_t steps, RoutingTrace* routing)
   draw.top_k = o.shape.top_k;
   draw.tokens = o.batch;
   draw.seed = o.seed;
+  draw.drift_period = o.drift_period;
   QMOE_CHECK(draw_routing(draw, steps, routing));
   return 0;
 }
@@ -114,16 +116,26 @@ qmoe_cuda_offload_telemetry read_telemetry(qmoe_cuda_offload* session, cudaStrea
 // goes to `ms`.
 int run_cpu_alone(const RunOptions& o, qmoe_context* context,
                   const std::vector<const qmoe_expert_set*>& host_layers,
-                  const std::vector<std::vector<uint8_t>>& is_resident, const RoutingTrace& routing,
+                  const ResidencySchedule& schedule, const RoutingTrace& routing,
                   const std::vector<float>& x, std::vector<double>* ms) {
   const ModelShape& shape = o.shape;
   const uint32_t L = shape.layers, E = shape.experts, K = shape.top_k, M = o.batch;
   const uint32_t H = shape.hidden, steps = o.tokens + 1;
   const size_t per_layer = size_t{M} * K, per_step = per_layer * L;
-  std::vector<std::vector<uint8_t>> cold(L, std::vector<uint8_t>(E));
+  // Each call's run mask: the experts its step runs on the CPU (one per layer without a cache).
+  const uint32_t masked_steps = schedule.cached ? steps : 1;
+  std::vector<std::vector<uint8_t>> cold(size_t{masked_steps} * L, std::vector<uint8_t>(E));
+  for (uint32_t s = 0; s < masked_steps; ++s) {
+    for (uint32_t l = 0; l < L; ++l) {
+      const std::vector<uint8_t>& resident = schedule.resident(s, l);
+      for (uint32_t e = 0; e < E; ++e) cold[size_t{s} * L + l][e] = resident[e] ? 0 : 1;
+    }
+  }
+  auto cold_of = [&](size_t call) -> const std::vector<uint8_t>& {
+    return cold[schedule.cached ? call : call % L];
+  };
   size_t workspace_bytes = 0;
   for (uint32_t l = 0; l < L; ++l) {
-    for (uint32_t e = 0; e < E; ++e) cold[l][e] = is_resident[l][e] ? 0 : 1;
     size_t bytes = 0;
     QMOE_CHECK(qmoe_moe_workspace_size(context, host_layers[l], o.accuracy, M, K, &bytes));
     workspace_bytes = std::max(workspace_bytes, bytes);
@@ -135,9 +147,8 @@ int run_cpu_alone(const RunOptions& o, qmoe_context* context,
   // the clock runs: the hybrid's classification is the GPU's work, not the CPU's.
   std::vector<uint8_t> served(size_t{steps} * L, 0);
   for (size_t call = 0; call < served.size(); ++call) {
-    const uint32_t l = static_cast<uint32_t>(call % L);
     for (size_t j = call * per_layer; j < (call + 1) * per_layer; ++j) {
-      if (routing.weights[j] != 0.0f && cold[l][routing.ids[j]]) served[call] = 1;
+      if (routing.weights[j] != 0.0f && cold_of(call)[routing.ids[j]]) served[call] = 1;
     }
   }
   ms->reserve(o.tokens);
@@ -159,7 +170,7 @@ int run_cpu_alone(const RunOptions& o, qmoe_context* context,
       p.k = K;
       p.ids = routing.ids.data() + at;
       p.weights = routing.weights.data() + at;
-      p.run_mask = cold[l].data();
+      p.run_mask = cold_of(size_t{s} * L + l).data();
       p.accumulate = 0;
       p.workspace = workspace.data();
       p.workspace_bytes = workspace.size();
@@ -191,11 +202,9 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   const uint32_t resident = static_cast<uint32_t>(std::lround(options.residency * E));
   result->resident_per_layer = resident;
   std::vector<std::vector<uint32_t>> resident_ids(L);
-  std::vector<std::vector<uint8_t>> is_resident(L, std::vector<uint8_t>(E, 0));
   for (uint32_t l = 0; l < L; ++l) {
     const std::vector<uint32_t> order = popularity_order(E, options.seed, l);
     resident_ids[l].assign(order.begin(), order.begin() + resident);
-    for (uint32_t e : resident_ids[l]) is_resident[l][e] = 1;
   }
 
   std::vector<std::unique_ptr<qmoe_cuda_expert_set, CudaSetDeleter>> gpu_sets;
@@ -236,6 +245,15 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
 
   RoutingTrace routing;
   if (const int code = draw_run_routing(options, steps, &routing); code != 0) return code;
+  // Which experts each step runs resident: the placement above throughout, or (--cache) as the
+  // expert cache moves them (residency_schedule.h).
+  CacheChoice cache_choice;
+  cache_choice.policy = options.cache;
+  cache_choice.budget = options.cache_budget;
+  ResidencySchedule schedule;
+  QMOE_CHECK(build_residency_schedule(routing, steps, L, E, std::max(resident, 1u), resident_ids,
+                                      cache_choice, &schedule));
+  result->scheduled_promotions = schedule.promotions;
   const size_t per_layer = size_t{M} * K, per_step = per_layer * L;
   // What each step reads, from the routing as drawn.
   std::vector<uint8_t> seen(E);
@@ -247,7 +265,7 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
       for (size_t j = 0; j < per_layer; ++j) {
         if (routing.weights[at + j] == 0.0f) continue;
         const int32_t e = routing.ids[at + j];
-        const bool cold = !is_resident[l][e];
+        const bool cold = !schedule.resident(s, l)[e];
         ++result->selections;
         result->cold_selections += cold ? 1 : 0;
         cold_call |= cold;
@@ -304,12 +322,14 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   };
   const auto* d_count = static_cast<const uint32_t*>(count.get());
 
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr, copy_stream = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct StreamDestroy {
     cudaStream_t s;
     ~StreamDestroy() { cudaStreamDestroy(s); }
   } stream_guard{stream};
+  CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+  StreamDestroy copy_stream_guard{copy_stream};
   GraphExec hybrid, resident_only;
   const auto normalize = [&](uint32_t l) {
     return launch_rms_normalize(act + size_t{l + 1} * M * H, d_count, M, H, H, stream);
@@ -343,11 +363,36 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   const bool any_cold = resident < E;
+  // --cache: the residency updates at the start of step s (residency_schedule.h): each layer's
+  // pending update finished (the stream waits for its copies), then the step's update begun,
+  // its copies on copy_stream. Step 0 restores the placement the pass starts from.
+  auto move_residency = [&](uint32_t s, uint64_t* copied_total) -> int {
+    for (uint32_t l = 0; l < L; ++l) {
+      qmoe_cuda_expert_set* set = gpu_sets[l].get();
+      int finished = 0;
+      QMOE_CHECK(qmoe_cuda_expert_set_finish_residency_update(set, stream, 1, &finished));
+      uint32_t copied = 0;
+      if (s == 0) {
+        const std::vector<uint32_t>& first = schedule.initial[l];
+        QMOE_CHECK(qmoe_cuda_expert_set_update_residency(set, host_layers[l], first.data(),
+                                                         static_cast<uint32_t>(first.size()),
+                                                         stream, nullptr));
+      } else if (schedule.begins[s][l]) {
+        const std::vector<uint32_t>& next = schedule.begin_lists[s][l];
+        QMOE_CHECK(qmoe_cuda_expert_set_begin_residency_update(set, host_layers[l], next.data(),
+                                                               static_cast<uint32_t>(next.size()),
+                                                               stream, copy_stream, &copied));
+      }
+      *copied_total += copied;
+    }
+    return 0;
+  };
   // One pass of every step through `exec`; the hidden state restarts from x0.
   auto run_pass = [&](cudaGraphExec_t exec, bool hybrid_pass, std::vector<double>* gpu_ms,
                       std::vector<double>* wall_ms, const char* label) -> int {
     CUDA_CHECK(
         cudaMemcpyAsync(act, x0.data(), x0.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+    uint64_t copied = 0;
     Progress progress(label, options.tokens, true);
     for (uint32_t s = 0; s < steps; ++s) {
       if (hybrid_pass && s == 1) {
@@ -356,6 +401,12 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
         QMOE_CHECK(st);
       }
       const auto wall_start = Clock::now();
+      // With --cache the step's time includes its residency updates (the wait for copies that
+      // outlast a step among them).
+      if (schedule.cached) {
+        CUDA_CHECK(cudaEventRecord(start, stream));
+        if (const int code = move_residency(s, &copied); code != 0) return code;
+      }
       // A parked service thread starts spinning before the graph's first request.
       if (hybrid_pass && any_cold) QMOE_CHECK(qmoe_cuda_offload_wake(session.get()));
       CUDA_CHECK(cudaMemcpyAsync(ids.get(), static_cast<int32_t*>(all_ids.get()) + s * per_step,
@@ -368,7 +419,7 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
         CUDA_CHECK(cudaMemcpyAsync(act, act + size_t{L} * M * H, size_t{M} * H * sizeof(float),
                                    cudaMemcpyDeviceToDevice, stream));
       }
-      CUDA_CHECK(cudaEventRecord(start, stream));
+      if (!schedule.cached) CUDA_CHECK(cudaEventRecord(start, stream));
       CUDA_CHECK(cudaGraphLaunch(exec, stream));
       CUDA_CHECK(cudaEventRecord(stop, stream));
       CUDA_CHECK(cudaEventSynchronize(stop));
@@ -382,6 +433,7 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
       progress.update(s);
     }
     progress.finish();
+    if (hybrid_pass) result->copied_promotions = copied;
     return 0;
   };
   if (const int code = run_pass(hybrid.get(), true, &result->hybrid_ms, &result->hybrid_wall_ms,
@@ -410,7 +462,7 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   // the ring, beside the pool's threads. Its counters were read above.
   session.reset();
   if (any_cold) {
-    if (const int code = run_cpu_alone(options, context, host_layers, is_resident, routing, x0,
+    if (const int code = run_cpu_alone(options, context, host_layers, schedule, routing, x0,
                                        &result->cpu_alone_ms);
         code != 0) {
       return code;
@@ -423,7 +475,7 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   const uint64_t published = a.published_requests - b.published_requests;
   const uint64_t shorted = a.short_circuits - b.short_circuits;
   const uint64_t cold_sel = a.cold_selections - b.cold_selections;
-  char text[512];
+  char text[640];
   const bool device_sums =
       a.published_requests + a.short_circuits + a.refused_calls == a.classify_calls;
   const bool served = a.cold_selections == a.selections_served &&
@@ -431,18 +483,21 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   const bool matches_routing = published == result->calls_with_cold &&
                                shorted == result->layer_calls - result->calls_with_cold &&
                                cold_sel == result->cold_selections && a.refused_calls == 0;
-  result->conserved = device_sums && served && matches_routing;
-  std::snprintf(text, sizeof text,
-                "published %" PRIu64 " + short-circuited %" PRIu64 " + refused %" PRIu64
-                " %s classify calls %" PRIu64 "; cold selections %" PRIu64 " %s served %" PRIu64
-                "; timed steps: published %" PRIu64 " %s layer calls with a cold selection %" PRIu64
-                ", cold selections %" PRIu64 " %s the routing's %" PRIu64,
-                a.published_requests, a.short_circuits, a.refused_calls,
-                device_sums ? "==" : "!=", a.classify_calls, a.cold_selections,
-                served ? "==" : "!=", a.selections_served, published,
-                published == result->calls_with_cold ? "==" : "!=", result->calls_with_cold,
-                cold_sel,
-                cold_sel == result->cold_selections ? "==" : "!=", result->cold_selections);
+  const bool promotions_match = result->copied_promotions == result->scheduled_promotions;
+  result->conserved = device_sums && served && matches_routing && promotions_match;
+  std::snprintf(
+      text, sizeof text,
+      "published %" PRIu64 " + short-circuited %" PRIu64 " + refused %" PRIu64
+      " %s classify calls %" PRIu64 "; cold selections %" PRIu64 " %s served %" PRIu64
+      "; timed steps: published %" PRIu64 " %s layer calls with a cold selection %" PRIu64
+      ", cold selections %" PRIu64 " %s the routing's %" PRIu64 "; promotions copied %" PRIu64
+      " %s scheduled %" PRIu64,
+      a.published_requests, a.short_circuits, a.refused_calls,
+      device_sums ? "==" : "!=", a.classify_calls, a.cold_selections,
+      served ? "==" : "!=", a.selections_served, published,
+      published == result->calls_with_cold ? "==" : "!=", result->calls_with_cold, cold_sel,
+      cold_sel == result->cold_selections ? "==" : "!=", result->cold_selections,
+      result->copied_promotions, promotions_match ? "==" : "!=", result->scheduled_promotions);
   result->conservation = text;
   return 0;
 }
@@ -542,6 +597,14 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
   std::fprintf(out,
                "  %-28s %.1f%% of selections; %.1f MB resident, %.1f MB cold weights read a step\n",
                "resident hits", hit * 100.0, resident_bytes * 1e-6, cold_bytes * 1e-6);
+  const double promotions = g.scheduled_promotions / steps;
+  if (options.cache != 0) {
+    std::fprintf(out,
+                 "  %-28s %s, budget %u: %.2f experts promoted a step (%.1f MB copied on the copy "
+                 "stream; each step's time includes its residency updates)\n",
+                 "expert cache", cache_policy_name(options.cache), options.cache_budget, promotions,
+                 promotions * expert * 1e-6);
+  }
   std::fprintf(
       out, "  %-28s %.2f wakeups, %.2f requests, %.2f short circuits, %.0f host bytes per step\n",
       "offload per step", wakeups, published, shorted, host_bytes);
@@ -557,7 +620,8 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       "\"hidden\": %u, "
       "\"intermediate\": %u, \"format\": \"%s\", \"bytes_per_expert\": %.0f},\n"
       " \"decode\": {\"steps\": %u, \"batch\": %u, \"seed\": %" PRIu64
-      ", \"routing\": \"%s\", \"residency\": %.4f, \"resident_per_layer\": %u},\n"
+      ", \"routing\": \"%s\", \"residency\": %.4f, \"resident_per_layer\": %u, \"cache\": "
+      "\"%s\", \"cache_budget\": %u, \"promotions_per_step\": %.4f},\n"
       " \"hybrid_ms_per_step\": %.4f, \"hybrid_ms_per_token\": %.4f, \"hybrid_wall_ms_per_step\": "
       "%.4f,\n"
       " \"resident_only_ms_per_step\": %.4f, \"cpu_floor_ms_per_step\": %.4f, \"cpu_read_gbps\": "
@@ -577,8 +641,9 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       accuracy_name(options.accuracy), options.shape.model, options.shape.layers,
       options.shape.experts, options.shape.top_k, options.shape.hidden, options.shape.intermediate,
       run_format(options.shape.format).name, expert, options.tokens, options.batch, options.seed,
-      routing_name(options.routing), options.residency, g.resident_per_layer, hybrid, hybrid / M,
-      wall, resident, cpu_floor, roof * 1e-9, bandwidth.reference * 1e-9, bandwidth.weights * 1e-9,
+      routing_name(options.routing), options.residency, g.resident_per_layer,
+      cache_policy_name(options.cache), options.cache_budget, promotions, hybrid, hybrid / M, wall,
+      resident, cpu_floor, roof * 1e-9, bandwidth.reference * 1e-9, bandwidth.weights * 1e-9,
       bandwidth.reference_after * 1e-9, cpu_floor > 0 ? hybrid / cpu_floor : 0.0,
       resident > 0 ? hybrid / resident : 0.0, hit,
       json_number(alone_ran, "%.4f", cpu_alone).c_str(),

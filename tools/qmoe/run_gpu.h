@@ -44,6 +44,9 @@ struct GpuDecodeResult {
   std::string conservation;  // what was checked, or what failed
   uint64_t checksum = 0;     // FNV-1a of the last hidden state (hybrid)
   bool finite = true;
+  // --cache: experts the schedule promotes over the timed steps, and those the hybrid pass's
+  // begun updates copied (the same, or the conservation check fails).
+  uint64_t scheduled_promotions = 0, copied_promotions = 0;
 };
 
 // Returns 0, or 1 after the library's or CUDA's message on stderr.

@@ -56,7 +56,7 @@ bool parse_format(const char* value, qmoe_weight_format* format, std::string* co
 }
 
 bool parse_routing(const char* value, RoutingKind* kind) {
-  for (RoutingKind k : {RoutingKind::kUniform, RoutingKind::kZipf}) {
+  for (RoutingKind k : {RoutingKind::kUniform, RoutingKind::kZipf, RoutingKind::kDrift}) {
     if (value != nullptr && std::strcmp(value, routing_name(k)) == 0) {
       *kind = k;
       return true;
@@ -65,7 +65,36 @@ bool parse_routing(const char* value, RoutingKind* kind) {
   return false;
 }
 
+bool parse_cache_policy(const char* value, qmoe_cache_policy* policy) {
+  static const struct {
+    const char* name;
+    qmoe_cache_policy policy;
+  } kPolicies[] = {{"lru", QMOE_CACHE_POLICY_LRU},
+                   {"lfu", QMOE_CACHE_POLICY_LFU},
+                   {"lfru", QMOE_CACHE_POLICY_LFRU}};
+  for (const auto& p : kPolicies) {
+    if (value != nullptr && std::strcmp(value, p.name) == 0) {
+      *policy = p.policy;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+const char* cache_policy_name(qmoe_cache_policy policy) {
+  switch (policy) {
+    case QMOE_CACHE_POLICY_LRU:
+      return "lru";
+    case QMOE_CACHE_POLICY_LFU:
+      return "lfu";
+    case QMOE_CACHE_POLICY_LFRU:
+      return "lfru";
+    default:
+      return "none";
+  }
+}
 
 void print_run_usage(std::FILE* out) {
   std::string formats;  // one line per format: how the synthetic model stores it
@@ -124,14 +153,21 @@ void print_run_usage(std::FILE* out) {
       "                        with --gpu one fewer, the core of the thread that waits on\n"
       "                        the GPU)\n"
       "  --seed S              seed of weights and router logits (default 1)\n"
-      "  --routing uniform|zipf  router logits: every expert alike (default), or each layer's\n"
-      "                        experts ranked, rank r's logit biased by -ln(1 + r)\n"
+      "  --routing uniform|zipf|drift  router logits: every expert alike (default), or each\n"
+      "                        layer's experts ranked, rank r's logit biased by -ln(1 + r);\n"
+      "                        drift (with --gpu): the ranking redrawn every --drift-period\n"
+      "                        steps (default 500)\n"
       "  --gpu                 hybrid decode on GPU 0 (a build with CUDA): each layer's resident\n"
       "                        experts on the GPU, the others on the CPU, joined through the\n"
       "                        offload ring, every step one CUDA graph of all layers; f32\n"
       "                        activations\n"
       "  --residency F         with --gpu: the fraction of each layer's experts resident, its\n"
       "                        most popular ones (default 1; 0.25, 0.5, 0.75 are typical)\n"
+      "  --cache lru|lfu|lfru  with --gpu: the expert cache moves each layer's residency\n"
+      "                        between steps (starting from the most popular), promoted experts\n"
+      "                        copied on a copy stream while the CPU computes them\n"
+      "  --cache-budget N      with --cache: at most N promotions a layer a step (default 0:\n"
+      "                        no limit)\n"
       "  --json                JSON summary on stdout, human report on stderr\n"
       "  --help                this text\n",
       presets[0].name, models.c_str(), run_format_names("|").c_str(), formats.c_str(),
@@ -192,7 +228,15 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
     } else if (std::strcmp(arg, "--activations") == 0) {
       if (!parse_activations(value, &o->activations)) return bad("takes f32, f16 or bf16");
     } else if (std::strcmp(arg, "--routing") == 0) {
-      if (!parse_routing(value, &o->routing)) return bad("takes uniform or zipf");
+      if (!parse_routing(value, &o->routing)) return bad("takes uniform, zipf or drift");
+    } else if (std::strcmp(arg, "--drift-period") == 0) {
+      if (!parse_u32(value, 1, UINT32_MAX, &o->drift_period)) return bad("takes a count >= 1");
+    } else if (std::strcmp(arg, "--cache") == 0) {
+      if (!parse_cache_policy(value, &o->cache)) return bad("takes lru, lfu or lfru");
+    } else if (std::strcmp(arg, "--cache-budget") == 0) {
+      if (!parse_u32(value, 0, UINT32_MAX, &o->cache_budget)) {
+        return bad("takes a count (0: no limit)");
+      }
     } else if (std::strcmp(arg, "--residency") == 0) {
       if (!parse_fraction(value, &o->residency)) return bad("takes a fraction in [0, 1]");
     } else if (std::strcmp(arg, "--isa") == 0) {
@@ -214,6 +258,14 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
     return 2;
   };
   if (seen.count("--residency") != 0 && !o->gpu) return refuse("--residency needs --gpu");
+  if (o->routing == RoutingKind::kDrift && !o->gpu) return refuse("--routing drift needs --gpu");
+  if (seen.count("--drift-period") != 0 && o->routing != RoutingKind::kDrift) {
+    return refuse("--drift-period needs --routing drift");
+  }
+  if (seen.count("--cache") != 0 && !o->gpu) return refuse("--cache needs --gpu");
+  if (seen.count("--cache-budget") != 0 && seen.count("--cache") == 0) {
+    return refuse("--cache-budget needs --cache");
+  }
   if (o->gpu && o->activations != QMOE_DTYPE_F32) {
     return refuse("--gpu runs f32 activations (--activations f32)");
   }

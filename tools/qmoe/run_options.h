@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "qmoe/qmoe.h"
+#include "qmoe/qmoe_cache.h"
 #include "run_routing.h"
 #include "synthetic_model.h"
 
@@ -25,6 +26,13 @@ struct RunOptions {
   bool gpu = false;
   double residency = 1.0;
   int device = 0;
+  // --routing drift: the Zipf order redrawn every this many steps (--drift-period).
+  uint32_t drift_period = 500;
+  // --cache (with --gpu): the expert cache's policy moves each layer's residency between steps
+  // (tools/qmoe/residency_schedule.h), at most `cache_budget` promotions a layer a step
+  // (--cache-budget, 0: none); 0 (no --cache): the residency stays as placed.
+  qmoe_cache_policy cache = static_cast<qmoe_cache_policy>(0);
+  uint32_t cache_budget = 0;
 };
 
 void print_run_usage(std::FILE* out);
@@ -33,8 +41,9 @@ void print_run_usage(std::FILE* out);
 // exit code of a usage error, after the complaint and the usage on stderr.
 int parse_run_options(int argc, char** argv, RunOptions* options, bool* help);
 
-// The option values as --accuracy and --activations spell them.
+// The option values as --accuracy, --activations and --cache spell them ("none": no cache).
 const char* accuracy_name(qmoe_accuracy accuracy);
+const char* cache_policy_name(qmoe_cache_policy policy);
 const char* activations_name(qmoe_dtype activations);
 
 #endif  // QMOE_TOOLS_QMOE_RUN_OPTIONS_H_
