@@ -13,9 +13,9 @@ every weight format (INT4, INT3, MXFP4, NVFP4) from canonical codes and a scale 
 (Library.matrix), and the code importers (ONNX Runtime INT4, packed INT3, gpt-oss and ggml
 MXFP4, ModelOpt NVFP4); qmoe_gemm; expert sets built from such matrices (Library.expert_set)
 or from ONNX Runtime QMoE-layout INT4 weights; routing, qmoe_moe_forward and qmoe_moe_forward
-on logits. A failing call raises
-QmoeError with the status name and qmoe_last_error_message(). Library.lib is the raw CDLL
-(argtypes set) for timing loops that want one bare ctypes call per iteration.
+on logits; the expert cache's policy (qmoe_cache.h: Library.expert_cache). A failing call
+raises QmoeError with the status name and qmoe_last_error_message(). Library.lib is the raw
+CDLL (argtypes set) for timing loops that want one bare ctypes call per iteration.
 """
 
 import ctypes
@@ -40,6 +40,14 @@ QMOE_ACCURACY_EXACT = 1
 QMOE_ACCURACY_FAST = 2
 QMOE_SWIGLU_INTERLEAVED = 1
 QMOE_SWIGLU_CONCATENATED = 2
+# qmoe_cache.h
+QMOE_CACHE_POLICY_STATIC = 1
+QMOE_CACHE_POLICY_LRU = 2
+QMOE_CACHE_POLICY_LFU = 3
+QMOE_CACHE_POLICY_LFRU = 4
+QMOE_EXPERT_CACHE_ALL_LAYERS = 0xFFFFFFFF
+CACHE_POLICIES = {"static": QMOE_CACHE_POLICY_STATIC, "lru": QMOE_CACHE_POLICY_LRU,
+                  "lfu": QMOE_CACHE_POLICY_LFU, "lfru": QMOE_CACHE_POLICY_LFRU}
 
 ACCURACY_NAMES = {QMOE_ACCURACY_EXACT: "exact", QMOE_ACCURACY_FAST: "fast"}
 WEIGHT_FORMAT_NAMES = {QMOE_WEIGHT_FORMAT_INT4: "int4", QMOE_WEIGHT_FORMAT_INT3: "int3",
@@ -97,6 +105,31 @@ class ExpertSetDesc(ctypes.Structure):
         ("swiglu_alpha", ctypes.c_float),
         ("swiglu_beta", ctypes.c_float),
         ("swiglu_limit", ctypes.c_float),
+    ]
+
+
+class ExpertCacheDesc(ctypes.Structure):
+    """qmoe_expert_cache_desc."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_layers", ctypes.c_uint32),
+        ("num_experts", ctypes.c_uint32),
+        ("num_slots", ctypes.c_uint32),
+        ("policy", ctypes.c_int),
+        ("half_life_steps", ctypes.c_float),
+        ("max_promotions_per_step", ctypes.c_uint32),
+    ]
+
+
+class ExpertCacheStats(ctypes.Structure):
+    """qmoe_expert_cache_stats."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("steps", ctypes.c_uint64),
+        ("selections", ctypes.c_uint64),
+        ("hits", ctypes.c_uint64),
+        ("promotions", ctypes.c_uint64),
+        ("evictions", ctypes.c_uint64),
     ]
 
 
@@ -328,6 +361,14 @@ _SIGNATURES = {
     "qmoe_moe_route_topk": (_INT, [_P, _U32, _U32, _U32, _INT, _P, _P]),
     "qmoe_moe_params_init": (None, [ctypes.POINTER(MoeParams)]),
     "qmoe_moe_forward": (_INT, [_P, _P, ctypes.POINTER(MoeParams)]),
+    "qmoe_expert_cache_desc_init": (None, [ctypes.POINTER(ExpertCacheDesc)]),
+    "qmoe_expert_cache_create": (_INT, [ctypes.POINTER(ExpertCacheDesc), ctypes.POINTER(_P)]),
+    "qmoe_expert_cache_destroy": (_INT, [_P]),
+    "qmoe_expert_cache_observe": (_INT, [_P, _U32, _P, _SZ]),
+    "qmoe_expert_cache_end_step": (_INT, [_P]),
+    "qmoe_expert_cache_get_residency": (_INT, [_P, _U32, _P, _U32, ctypes.POINTER(_U32)]),
+    "qmoe_expert_cache_set_residency": (_INT, [_P, _U32, _P, _U32]),
+    "qmoe_expert_cache_get_stats": (_INT, [_P, _U32, ctypes.POINTER(ExpertCacheStats)]),
 }
 
 
@@ -387,6 +428,75 @@ class ExpertSet:
         self.close()
 
 
+class ExpertCache:
+    """A qmoe_expert_cache (Library.expert_cache): which experts of each layer to keep resident,
+    learned from the routing it observes. Each step: observe(layer, ids) for every layer, then
+    end_step(); residency(layer) is then the layer's list for the next step."""
+
+    def __init__(self, library, handle, num_layers, num_experts, num_slots):
+        self.library, self.handle = library, handle
+        self.num_layers, self.num_experts, self.num_slots = num_layers, num_experts, num_slots
+
+    def _layer(self, layer):
+        layer = _u32(layer, "layer")
+        if layer >= self.num_layers:
+            raise ValueError(f"layer {layer} is not below the {self.num_layers} layers")
+        return layer
+
+    def observe(self, layer, ids):
+        """Counts a layer's routed expert ids of this step (any shape of integers, -1 for
+        padding, each in [-1, E))."""
+        flat = np.ascontiguousarray(_exact_integer_array(ids, np.int32, "ids").reshape(-1))
+        if flat.size and (flat.min() < -1 or flat.max() >= self.num_experts):
+            raise ValueError(f"ids: each must be in [-1, {self.num_experts})")
+        self.library.check(self.library.lib.qmoe_expert_cache_observe(
+            self.handle, self._layer(layer), flat.ctypes.data, flat.size),
+            "qmoe_expert_cache_observe")
+
+    def end_step(self):
+        self.library.check(self.library.lib.qmoe_expert_cache_end_step(self.handle),
+                           "qmoe_expert_cache_end_step")
+
+    def residency(self, layer):
+        """The layer's resident experts, ascending, as a uint32 array."""
+        out = np.zeros(self.num_slots, dtype=np.uint32)
+        count = _U32(0)
+        self.library.check(self.library.lib.qmoe_expert_cache_get_residency(
+            self.handle, self._layer(layer), out.ctypes.data, self.num_slots,
+            ctypes.byref(count)), "qmoe_expert_cache_get_residency")
+        return out[:count.value].copy()
+
+    def set_residency(self, layer, ids):
+        """Makes `ids` (distinct, below E, at most num_slots) the layer's residents."""
+        flat = np.ascontiguousarray(_exact_integer_array(ids, np.uint32, "ids").reshape(-1))
+        if flat.size > self.num_slots:
+            raise ValueError(f"ids: {flat.size} experts for {self.num_slots} slots")
+        self.library.check(self.library.lib.qmoe_expert_cache_set_residency(
+            self.handle, self._layer(layer), flat.ctypes.data, flat.size),
+            "qmoe_expert_cache_set_residency")
+
+    def stats(self, layer=None):
+        """Counters of one layer, or summed over all (layer None), as a dict."""
+        which = QMOE_EXPERT_CACHE_ALL_LAYERS if layer is None else self._layer(layer)
+        st = ExpertCacheStats()
+        st.struct_size = ctypes.sizeof(ExpertCacheStats)
+        self.library.check(self.library.lib.qmoe_expert_cache_get_stats(
+            self.handle, which, ctypes.byref(st)), "qmoe_expert_cache_get_stats")
+        return {name: getattr(st, name) for name, _ in ExpertCacheStats._fields_[1:]}
+
+    def close(self):
+        if self.handle is not None:
+            self.library.check(self.library.lib.qmoe_expert_cache_destroy(self.handle),
+                               "qmoe_expert_cache_destroy")
+            self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class Library:
     """libqmoe loaded from `path` (e.g. build/lib/libqmoe.so)."""
 
@@ -400,7 +510,8 @@ class Library:
         # The mirrors above must have the library's struct sizes.
         for struct, init in ((ContextOptions, lib.qmoe_context_options_init),
                              (ExpertSetDesc, lib.qmoe_expert_set_desc_init),
-                             (MoeParams, lib.qmoe_moe_params_init)):
+                             (MoeParams, lib.qmoe_moe_params_init),
+                             (ExpertCacheDesc, lib.qmoe_expert_cache_desc_init)):
             probe = struct()
             init(ctypes.byref(probe))
             if probe.struct_size != ctypes.sizeof(struct):
@@ -776,6 +887,24 @@ class Library:
                    "qmoe_expert_set_create")
         # The set copies the descriptions; the codes and scales must outlive it.
         return ExpertSet(self, handle, keep, nbytes, e_count, hidden)
+
+    def expert_cache(self, num_layers, num_experts, num_slots, policy="lfru",
+                     half_life_steps=32.0, max_promotions_per_step=0):
+        """A qmoe_expert_cache: `policy` "static", "lru", "lfu" or "lfru"."""
+        if policy not in CACHE_POLICIES:
+            raise ValueError(f"policy {policy!r} is not one of {sorted(CACHE_POLICIES)}")
+        d = ExpertCacheDesc()
+        self.lib.qmoe_expert_cache_desc_init(ctypes.byref(d))
+        d.num_layers = _u32(num_layers, "num_layers")
+        d.num_experts = _u32(num_experts, "num_experts")
+        d.num_slots = _u32(num_slots, "num_slots")
+        d.policy = CACHE_POLICIES[policy]
+        d.half_life_steps = float(half_life_steps)
+        d.max_promotions_per_step = _u32(max_promotions_per_step, "max_promotions_per_step")
+        handle = _P()
+        self.check(self.lib.qmoe_expert_cache_create(ctypes.byref(d), ctypes.byref(handle)),
+                   "qmoe_expert_cache_create")
+        return ExpertCache(self, handle, d.num_layers, d.num_experts, d.num_slots)
 
     def route_topk(self, logits, k, renormalize=True):
         """qmoe_moe_route_topk on float32 logits [m, E]: (ids int32 [m, k], weights float32)."""

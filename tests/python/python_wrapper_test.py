@@ -784,6 +784,45 @@ def check_format_experts(library, checks, context, rng):
                           f"all four formats: worst error / bound {ratio:.2g} (<= 1)")
 
 
+def check_cache(library, checks):
+    """Library.expert_cache: LRU over hand-worked steps (the C++ test's), the counters, and
+    bad arguments refused by the wrapper (ValueError) or the library (QmoeError)."""
+    with library.expert_cache(1, 4, 2, policy="lru") as cache:
+        got = []
+        for ids in ([0, 1], [2], [1, 1, 3], [1]):
+            cache.observe(0, np.array(ids))
+            cache.end_step()
+            got.append(cache.residency(0).tolist())
+        checks.expect(got == [[0, 1], [0, 2], [1, 3], [1, 3]],
+                      f"expert_cache: LRU residency step by step {got}")
+        stats = cache.stats()
+        checks.expect(stats == {"steps": 4, "selections": 7, "hits": 1, "promotions": 5,
+                                "evictions": 3} and cache.stats(0) == stats,
+                      f"expert_cache: counters {stats}")
+        cache.set_residency(0, [3])
+        checks.expect(cache.residency(0).tolist() == [3], "expert_cache: set_residency")
+        checks.refused("expert_cache: an id of 4 among 4 experts",
+                       lambda: cache.observe(0, np.array([1, 4])))
+        checks.refused("expert_cache: layer 1 of 1", lambda: cache.observe(1, np.array([0])))
+        checks.refused("expert_cache: three experts for two slots",
+                       lambda: cache.set_residency(0, [0, 1, 2]))
+        checks.refused("expert_cache: fractional ids", lambda: cache.observe(0, [0.5]))
+        try:
+            cache.set_residency(0, [2, 2])
+            checks.expect(False, "expert_cache: an expert placed twice is refused")
+        except libqmoe.QmoeError as error:
+            checks.expect(error.status_name == "QMOE_STATUS_INVALID_ARGUMENT",
+                          f"expert_cache: an expert placed twice is refused ({error})")
+    checks.refused("expert_cache: an unknown policy",
+                   lambda: library.expert_cache(1, 4, 2, policy="mru"))
+    try:
+        library.expert_cache(1, 4, 5)
+        checks.expect(False, "expert_cache: more slots than experts is refused")
+    except libqmoe.QmoeError as error:
+        checks.expect("num_slots" in error.message,
+                      f"expert_cache: more slots than experts is refused ({error})")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__.split("Usage: ")[1].split("\n")[0])
@@ -801,7 +840,8 @@ def main():
                       lambda: check_format_gemv(library, checks, context, rng),
                       lambda: check_format_importers(library, checks, context, rng),
                       lambda: check_format_refusals(library, checks, rng),
-                      lambda: check_format_experts(library, checks, context, rng)):
+                      lambda: check_format_experts(library, checks, context, rng),
+                      lambda: check_cache(library, checks)):
             # A valid form that raises is a failure too; the other groups still run.
             try:
                 group()
