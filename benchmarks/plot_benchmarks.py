@@ -73,8 +73,8 @@ class BenchmarkRun:
 
 
 def load(paths):
-    """Benchmark runs and qmoe run reports, told apart by their content."""
-    runs, decodes = [], []
+    """Benchmark runs, qmoe run reports and qmoe cache reports, told apart by their content."""
+    runs, decodes, caches = [], [], []
     for path in paths:
         with open(path) as f:
             data = json.load(f)
@@ -82,9 +82,12 @@ def load(paths):
             runs.append(BenchmarkRun(data))
         elif data.get("command") == "run":
             decodes.append(data)
+        elif data.get("command") == "cache":
+            caches.append(data)
         else:
-            sys.exit(f"{path}: neither a Google Benchmark JSON run nor a `qmoe run --json` report")
-    return runs, decodes
+            sys.exit(f"{path}: neither a Google Benchmark JSON run nor a `qmoe run --json` or "
+                     "`qmoe cache --json` report")
+    return runs, decodes, caches
 
 
 def collect(runs, parse, counter="frac_of_read_bw"):
@@ -328,21 +331,62 @@ def plot_decode(plt, decodes, out):
     return None
 
 
+def plot_cache(plt, caches, out):
+    """Steady-state hit rate and copies a step against the residency, one line per policy and
+    one column per routing, from `qmoe cache --json` reports."""
+    routings = sorted(set(c["trace"]["routing"] for c in caches))
+    series = {}  # (routing, policy) -> {residency: (hit rate, copies a step)}
+    for c in caches:
+        for p in c["policies"]:
+            series.setdefault((c["trace"]["routing"], p["policy"]), {})[
+                c["cache"]["residency"]] = (p["steady_hit_rate"], p["steady_promotions_per_step"])
+    colors = palette(policy for _, policy in series)
+    fig, axes = plt.subplots(2, len(routings), figsize=(4.2 * len(routings), 6.2),
+                             layout="constrained", squeeze=False)
+    for column, routing in enumerate(routings):
+        hits, copies = axes[0][column], axes[1][column]
+        for (r, policy), points in sorted(series.items()):
+            if r != routing:
+                continue
+            residencies = sorted(points)
+            hits.plot(residencies, [points[f][0] for f in residencies], "o-",
+                      color=colors[policy], label=policy)
+            if any(points[f][1] > 0 for f in residencies):  # static placements copy none
+                copies.plot(residencies, [max(points[f][1], 1e-2) for f in residencies], "o-",
+                            color=colors[policy], label=policy)
+        hits.set_title(f"{routing} routing", fontsize=9)
+        hits.set_ylabel("hit rate (steady state)")
+        copies.set_ylabel("experts copied a step (steady; static: 0)")
+        copies.set_yscale("log")
+        for ax in (hits, copies):
+            ax.set_xlabel("resident fraction of each layer's experts")
+            ax.grid(alpha=0.3)
+        hits.legend(fontsize=7)
+    first = caches[0]
+    fig.suptitle(f"qmoe cache: {first['model']['name']}, {first['model']['layers']} layers, "
+                 f"{first['trace']['steps']} steps, {first['trace']['tokens_per_step']} "
+                 f"token(s) a step; {len(caches)} report(s)", fontsize=10)
+    save(plt, fig, out, "cache_policies.png")
+    return None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("inputs", nargs="+",
-                        help="qmoe_bench --benchmark_out JSON files and qmoe run --json reports")
+                        help="qmoe_bench --benchmark_out JSON files, qmoe run --json and "
+                        "qmoe cache --json reports")
     parser.add_argument("--out", default="docs/plots", help="folder for the PNGs "
                         "(default docs/plots)")
     args = parser.parse_args()
-    runs, decodes = load(args.inputs)
+    runs, decodes, caches = load(args.inputs)
     plt = load_pyplot()
     os.makedirs(args.out, exist_ok=True)
     for name, draw, source in (("gemm_int4_roof.png", plot_gemm_roof, runs),
                                ("gemm_int4_m4_over_m1.png", plot_gemm_m4_over_m1, runs),
                                ("moe_layer_roof.png", plot_moe_layer, runs),
                                ("convert_roof.png", plot_convert, runs),
-                               ("decode_threads.png", plot_decode, decodes)):
+                               ("decode_threads.png", plot_decode, decodes),
+                               ("cache_policies.png", plot_cache, caches)):
         skipped = draw(plt, source, args.out) if source else "no input of its kind (see --help)"
         if skipped:
             print(f"skipped {name}: {skipped}")

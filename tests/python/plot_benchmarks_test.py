@@ -63,11 +63,19 @@ def decode_report(threads, ratio):
             "timing": {"ms_per_layer": 1.6 / threads}}
 
 
+def cache_report(residency, hit_rate):
+    policies = [{"policy": name, "steady_hit_rate": hit_rate, "steady_promotions_per_step": copies}
+                for name, copies in (("static-hindsight", 0.0), ("lru", 40.0), ("lfru", 12.0))]
+    return {"command": "cache", "model": {"name": "qwen3-30b-a3b", "layers": 48},
+            "trace": {"routing": "zipf", "steps": 2000, "tokens_per_step": 1},
+            "cache": {"residency": residency}, "policies": policies}
+
+
 def check_loader(plot, paths, failures):
-    runs, decodes = plot.load(paths)
-    if len(runs) != 2 or len(decodes) != 2:
-        failures.append(f"load: {len(runs)} benchmark runs and {len(decodes)} reports, "
-                        "want 2 and 2")
+    runs, decodes, caches = plot.load(paths)
+    if len(runs) != 2 or len(decodes) != 2 or len(caches) != 2:
+        failures.append(f"load: {len(runs)} benchmark runs, {len(decodes)} run reports and "
+                        f"{len(caches)} cache reports, want 2, 2 and 2")
         return
     rows = runs[0].rows
     got = rows["gemm_int4/qwen3_fc1/avx2/fast/m:1/cold/threads:1"]["frac_of_read_bw"]
@@ -103,7 +111,9 @@ def main():
         paths = []
         for name, data in (("a.json", bench_run(100.0, 125.0)), ("b.json", bench_run(80.0, 160.0)),
                            ("t1.json", decode_report(1, 0.85)),
-                           ("t16.json", decode_report(16, 1.10))):
+                           ("t16.json", decode_report(16, 1.10)),
+                           ("c25.json", cache_report(0.25, 0.93)),
+                           ("c50.json", cache_report(0.5, 0.98))):
             paths.append(os.path.join(scratch, name))
             with open(paths[-1], "w") as f:
                 json.dump(data, f)
@@ -114,7 +124,7 @@ def main():
             out = os.path.join(scratch, "plots")
             subprocess.run([python, script, "--out", out] + paths, check=True)
             for name in ("gemm_int4_roof.png", "gemm_int4_m4_over_m1.png", "moe_layer_roof.png",
-                         "convert_roof.png", "decode_threads.png"):
+                         "convert_roof.png", "decode_threads.png", "cache_policies.png"):
                 path = os.path.join(out, name)
                 if not os.path.exists(path):
                     failures.append(f"{name} was not drawn")
@@ -131,7 +141,7 @@ def main():
         print("SKIP: no python with matplotlib (apt-get install python3-matplotlib); "
               "the loader checks passed, nothing was drawn")
         return 77
-    print("plot_benchmarks.py: loader checks passed, five PNGs drawn with", python)
+    print("plot_benchmarks.py: loader checks passed, six PNGs drawn with", python)
     return 0
 
 
