@@ -182,6 +182,27 @@ QMOE_API qmoe_status qmoe_expert_cache_observe(qmoe_expert_cache* cache, uint32_
   return QMOE_STATUS_OK;
 }
 
+QMOE_API qmoe_status qmoe_expert_cache_observe_counts(qmoe_expert_cache* cache, uint32_t layer,
+                                                      const uint32_t* counts,
+                                                      uint32_t num_experts) {
+  using namespace qmoe;
+  ExpertCache* impl = nullptr;
+  if (qmoe_status s = resolve_layer(cache, layer, __func__, &impl); s != QMOE_STATUS_OK) {
+    return s;
+  }
+  if (counts == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "counts is NULL");
+  if (num_experts != impl->num_experts) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "num_experts = %u, the cache's E is %u", num_experts,
+              impl->num_experts);
+  }
+  std::lock_guard<std::mutex> lock(impl->mutex);
+  if (!impl->layers[layer].observe_counts(counts)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
+              "an expert's selections this step would pass 2^32 - 1: nothing was counted");
+  }
+  return QMOE_STATUS_OK;
+}
+
 QMOE_API qmoe_status qmoe_expert_cache_end_step(qmoe_expert_cache* cache) {
   using namespace qmoe;
   ExpertCache* impl = nullptr;

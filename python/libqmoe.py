@@ -365,6 +365,7 @@ _SIGNATURES = {
     "qmoe_expert_cache_create": (_INT, [ctypes.POINTER(ExpertCacheDesc), ctypes.POINTER(_P)]),
     "qmoe_expert_cache_destroy": (_INT, [_P]),
     "qmoe_expert_cache_observe": (_INT, [_P, _U32, _P, _SZ]),
+    "qmoe_expert_cache_observe_counts": (_INT, [_P, _U32, _P, _U32]),
     "qmoe_expert_cache_end_step": (_INT, [_P]),
     "qmoe_expert_cache_get_residency": (_INT, [_P, _U32, _P, _U32, ctypes.POINTER(_U32)]),
     "qmoe_expert_cache_set_residency": (_INT, [_P, _U32, _P, _U32]),
@@ -452,6 +453,16 @@ class ExpertCache:
         self.library.check(self.library.lib.qmoe_expert_cache_observe(
             self.handle, self._layer(layer), flat.ctypes.data, flat.size),
             "qmoe_expert_cache_observe")
+
+    def observe_counts(self, layer, counts):
+        """Counts a layer's per-expert selections of this step (E non-negative integers)."""
+        flat = np.ascontiguousarray(_exact_integer_array(counts, np.uint32, "counts")
+                                    .reshape(-1))
+        if flat.size != self.num_experts:
+            raise ValueError(f"counts: {flat.size} entries for {self.num_experts} experts")
+        self.library.check(self.library.lib.qmoe_expert_cache_observe_counts(
+            self.handle, self._layer(layer), flat.ctypes.data, flat.size),
+            "qmoe_expert_cache_observe_counts")
 
     def end_step(self):
         self.library.check(self.library.lib.qmoe_expert_cache_end_step(self.handle),

@@ -411,6 +411,8 @@ static void cache_documented_refusals(void) {
   EXPECT_STATUS(qmoe_expert_cache_create(&d, &out), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(qmoe_expert_cache_observe(live_cache, 0, bad_ids, 2), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(qmoe_expert_cache_observe(live_cache, 2, bad_ids, 1), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(qmoe_expert_cache_observe_counts(live_cache, 0, ids, 5),
+                QMOE_STATUS_INVALID_ARGUMENT); /* E is 6 */
   EXPECT_STATUS(qmoe_expert_cache_set_residency(live_cache, 0, twice, 2),
                 QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(qmoe_expert_cache_get_residency(dead_cache, 0, ids, 6, &count),
@@ -644,7 +646,7 @@ static void documented_refusals(void) {
 
 /* ---- the randomised loop -------------------------------------------------------------------- */
 
-enum { kFunctions = 50 };
+enum { kFunctions = 51 };
 
 static uint32_t accepted[kFunctions]; /* calls that returned OK, per function */
 
@@ -1217,6 +1219,17 @@ static void fuzz_one(uint32_t f) {
       if (s == QMOE_STATUS_OK) CHECK(st.hits <= st.selections);
       break;
     }
+    case 50: {
+      /* per-expert counts: the cache's 6 entries or a wrong count, values small or huge. */
+      static const uint32_t values[] = {0, 1, 3, 1000, 0x7FFFFFFFu, 0xFFFFFFFFu};
+      uint32_t counts[8];
+      uint32_t i;
+      for (i = 0; i < 8; ++i) counts[i] = below(8) ? below(4) : PICK(values);
+      current_call = "qmoe_expert_cache_observe_counts";
+      s = qmoe_expert_cache_observe_counts(any_cache(), below(3), below(8) ? counts : NULL,
+                                           below(4) ? 6 : below(9));
+      break;
+    }
     default:
       return;
   }
@@ -1342,7 +1355,7 @@ int main(void) {
   printf("\n");
   if (iterations >= 2000) {
     static const uint32_t must_work[] = {13, 14, 15, 16, 19, 20, 21, 23, 25, 29,
-                                         31, 34, 37, 44, 45, 46, 47, 48, 49};
+                                         31, 34, 37, 44, 45, 46, 47, 48, 49, 50};
     for (c = 0; c < kFunctions; ++c) {
       if (calls[c] == 0) {
         fprintf(stderr, "c_abi_fuzz_test: function %u was never drawn\n", c);

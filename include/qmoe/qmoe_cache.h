@@ -110,6 +110,14 @@ QMOE_API qmoe_status qmoe_expert_cache_destroy(qmoe_expert_cache* cache);
 QMOE_API qmoe_status qmoe_expert_cache_observe(qmoe_expert_cache* cache, uint32_t layer,
                                                const int32_t* ids, size_t count);
 
+/// The same as qmoe_expert_cache_observe for a layer's per-expert counts of this step:
+/// counts[e] selections of expert e (the token counts a grouped MoE kernel computes anyway),
+/// num_experts = E entries. INVALID_ARGUMENT, nothing recorded, for a bad handle, a layer >=
+/// num_layers, NULL counts, num_experts other than E, or a step's selections of one expert
+/// passing 2^32 - 1.
+QMOE_API qmoe_status qmoe_expert_cache_observe_counts(qmoe_expert_cache* cache, uint32_t layer,
+                                                      const uint32_t* counts, uint32_t num_experts);
+
 /// Ends the step: every layer's scores take the step's selections and its residency admits
 /// and evicts as the header comment says (STATIC: only the step count changes).
 /// INVALID_ARGUMENT for a bad handle.

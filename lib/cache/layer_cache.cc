@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 namespace qmoe {
@@ -39,6 +40,18 @@ void LayerCache::observe(const int32_t* ids, size_t count) {
     // A uint32 per expert and step: a step would need 2^32 selections of one expert to wrap.
     ++step_selections_[e];
   }
+}
+
+bool LayerCache::observe_counts(const uint32_t* counts) {
+  for (uint32_t e = 0; e < num_experts_; ++e) {
+    if (counts[e] > UINT32_MAX - step_selections_[e]) return false;
+  }
+  for (uint32_t e = 0; e < num_experts_; ++e) {
+    counters_.selections += counts[e];
+    counters_.hits += is_resident_[e] ? counts[e] : 0;
+    step_selections_[e] += counts[e];
+  }
+  return true;
 }
 
 double LayerCache::score(uint32_t e) const {

@@ -29,6 +29,10 @@ class LayerCache {
   /// Counts ids[0, count) (each in [-1, E): the caller checked) as this step's selections.
   void observe(const int32_t* ids, size_t count);
 
+  /// Counts counts[e] selections of each expert e (E entries); false, nothing counted, when an
+  /// expert's selections this step would pass UINT32_MAX.
+  bool observe_counts(const uint32_t* counts);
+
   /// Folds the step's selections into the scores and (not STATIC) admits and evicts; `step` is
   /// the index of the step that ends (0 for the first).
   void end_step(uint64_t step);

@@ -382,6 +382,39 @@ TEST(ExpertCache, EveryPolicyMatchesTheReferenceOnRandomTraces) {
   EXPECT_EQ(cases, 4 * 5 * 6);
 }
 
+// Per-expert counts are the same observation as the ids they count: two caches fed each form
+// of the same random trace keep the same residency at every step and the same counters.
+TEST(ExpertCache, CountsObserveAsTheIdsTheyCount) {
+  std::mt19937_64 rng(fresh_seed());
+  constexpr uint32_t kExperts = 12, kSteps = 60;
+  for (const qmoe_cache_policy policy : {QMOE_CACHE_POLICY_STATIC, QMOE_CACHE_POLICY_LRU,
+                                         QMOE_CACHE_POLICY_LFU, QMOE_CACHE_POLICY_LFRU}) {
+    const qmoe_expert_cache_desc d = cache_desc(1, kExperts, 4, policy, 4.0f, 2);
+    CachePtr by_ids = make_cache(d), by_counts = make_cache(d);
+    for (uint32_t s = 0; s < kSteps; ++s) {
+      std::vector<int32_t> ids(rng() % 20);
+      std::vector<uint32_t> counts(kExperts, 0);
+      for (int32_t& id : ids) {
+        id = static_cast<int32_t>((rng() % kExperts) * (rng() % 2));
+        ++counts[static_cast<uint32_t>(id)];
+      }
+      ASSERT_EQ(qmoe_expert_cache_observe(by_ids.get(), 0, ids.data(), ids.size()), QMOE_STATUS_OK);
+      ASSERT_EQ(qmoe_expert_cache_observe_counts(by_counts.get(), 0, counts.data(), kExperts),
+                QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+      ASSERT_EQ(qmoe_expert_cache_end_step(by_ids.get()), QMOE_STATUS_OK);
+      ASSERT_EQ(qmoe_expert_cache_end_step(by_counts.get()), QMOE_STATUS_OK);
+      ASSERT_EQ(residency(by_ids.get(), 0), residency(by_counts.get(), 0))
+          << "policy " << policy << ", step " << s;
+    }
+    const qmoe_expert_cache_stats a = stats_of(by_ids.get(), 0), b = stats_of(by_counts.get(), 0);
+    EXPECT_EQ(a.selections, b.selections);
+    EXPECT_EQ(a.hits, b.hits);
+    EXPECT_EQ(a.promotions, b.promotions);
+    EXPECT_EQ(a.evictions, b.evictions);
+  }
+}
+
 // ---- threads ------------------------------------------------------------------------------
 
 // Observers on every layer, a thread ending steps and one reading counters and residency, all
@@ -489,6 +522,29 @@ TEST(ExpertCacheApi, ObserveRecordsNothingFromABadCall) {
   ASSERT_EQ(qmoe_expert_cache_end_step(cache.get()), QMOE_STATUS_OK);
   EXPECT_EQ(residency(cache.get(), 0), Ids{});  // expert 1 was never counted
   EXPECT_EQ(stats_of(cache.get(), QMOE_EXPERT_CACHE_ALL_LAYERS).selections, 0u);
+}
+
+TEST(ExpertCacheApi, ObserveCountsRecordsNothingFromABadCall) {
+  CachePtr cache = make_cache(cache_desc(2, 4, 2, QMOE_CACHE_POLICY_LFU));
+  const uint32_t counts[4] = {1, 0, 2, 0};
+  EXPECT_EQ(qmoe_expert_cache_observe_counts(cache.get(), 0, nullptr, 4),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_expert_cache_observe_counts(cache.get(), 0, counts, 3),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_expert_cache_observe_counts(cache.get(), 2, counts, 4),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  // A step's selections of one expert may not wrap: the second call would pass 2^32 - 1 for
+  // expert 0 and counts nothing, expert 2's 7 included.
+  const uint32_t most[4] = {UINT32_MAX, 0, 0, 0}, more[4] = {1, 0, 7, 0};
+  ASSERT_EQ(qmoe_expert_cache_observe_counts(cache.get(), 1, most, 4), QMOE_STATUS_OK);
+  EXPECT_EQ(qmoe_expert_cache_observe_counts(cache.get(), 1, more, 4),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("2^32"), std::string::npos);
+  EXPECT_EQ(stats_of(cache.get(), 0).selections, 0u);
+  EXPECT_EQ(stats_of(cache.get(), 1).selections, uint64_t{UINT32_MAX});
+  ASSERT_EQ(qmoe_expert_cache_end_step(cache.get()), QMOE_STATUS_OK);
+  EXPECT_EQ(residency(cache.get(), 1), (Ids{0}));
+  ASSERT_EQ(qmoe_expert_cache_observe_counts(cache.get(), 1, more, 4), QMOE_STATUS_OK);
 }
 
 TEST(ExpertCacheApi, GetResidencyWritesNothingPastItsCapacity) {

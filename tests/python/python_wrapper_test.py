@@ -799,6 +799,11 @@ def check_cache(library, checks):
         checks.expect(stats == {"steps": 4, "selections": 7, "hits": 1, "promotions": 5,
                                 "evictions": 3} and cache.stats(0) == stats,
                       f"expert_cache: counters {stats}")
+        cache.observe_counts(0, [0, 2, 0, 0])  # expert 1 twice: a hit each
+        checks.expect(cache.stats()["hits"] == 3, "expert_cache: observe_counts counts hits")
+        checks.refused("expert_cache: counts for 3 of 4 experts",
+                       lambda: cache.observe_counts(0, [1, 1, 1]))
+        cache.end_step()
         cache.set_residency(0, [3])
         checks.expect(cache.residency(0).tolist() == [3], "expert_cache: set_residency")
         checks.refused("expert_cache: an id of 4 among 4 experts",
