@@ -141,7 +141,9 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_update_residency(
 /// set's device; it may be `stream`) once the work enqueued on `stream` before the call is done,
 /// since that work may still read a leaving expert's slot that a joiner takes; and
 /// qmoe_cuda_expert_set_finish_residency_update maps the joiners. The host does not wait for
-/// the copies. Arguments, buffers' lifetime (until the copies have run), the copy count and the
+/// the copies when the host set's buffers are pinned (cudaHostRegister, cudaHostAlloc); from
+/// pageable memory the CUDA runtime first waits for the copy stream's earlier work, the lease
+/// included, then stages the bytes before the call returns. Arguments, buffers' lifetime (until the copies have run), the copy count and the
 /// refusals as for qmoe_cuda_expert_set_update_residency; also INVALID_ARGUMENT while an update
 /// begun earlier is not finished (both calls refuse then), and for a capturing copy_stream.
 QMOE_API qmoe_status qmoe_cuda_expert_set_begin_residency_update(

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -341,6 +342,69 @@ TEST_F(CudaAbiLayer, ResidencyUpdatesActLikeASetCreatedWithTheNewResidency) {
   cudaStreamDestroy(stream);
 }
 
+// The model's host set again, its weights copied into pinned memory. cudaMemcpyAsync from
+// pageable memory waits for the stream's earlier work before it returns, so the copies of an
+// update begun behind a busy copy stream would be done by the time the call returned; from
+// pinned memory it returns at once, which the tests of a pending update need.
+struct PinnedHostSet {
+  void* memory = nullptr;
+  std::vector<qmoe_quant_matrix> fc1, fc2;
+  std::vector<const qmoe_quant_matrix*> fc1_of, fc2_of;
+  HostSet set;
+  PinnedHostSet() = default;
+  PinnedHostSet(const PinnedHostSet&) = delete;
+  PinnedHostSet& operator=(const PinnedHostSet&) = delete;
+  ~PinnedHostSet() {
+    set.reset();
+    if (memory != nullptr) cudaFreeHost(memory);
+  }
+};
+
+bool pin_host_set(const MoeModel& model, PinnedHostSet* out) {
+  auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  size_t total = 0;
+  for (const std::vector<Int4Matrix>* list : {&model.fc1, &model.fc2}) {
+    for (const Int4Matrix& m : *list) {
+      total += rounded(m.codes.size()) + rounded(m.scales.size()) + rounded(m.zero_points.size()) +
+               rounded(m.bias.size());
+    }
+  }
+  if (cudaHostAlloc(&out->memory, std::max<size_t>(total, 1), cudaHostAllocDefault) !=
+      cudaSuccess) {
+    return false;
+  }
+  auto* at = static_cast<unsigned char*>(out->memory);
+  // A pointer into `from` moves to the same offset of its pinned copy.
+  auto move = [&](const void* p, const auto& from) -> const void* {
+    if (from.empty()) return p;
+    std::memcpy(at, from.data(), from.size());
+    const void* moved = p == nullptr ? nullptr
+                                     : at + (static_cast<const unsigned char*>(p) -
+                                             reinterpret_cast<const unsigned char*>(from.data()));
+    at += rounded(from.size());
+    return moved;
+  };
+  for (int projection = 0; projection < 2; ++projection) {
+    const std::vector<Int4Matrix>& list = projection == 0 ? model.fc1 : model.fc2;
+    std::vector<qmoe_quant_matrix>& descs = projection == 0 ? out->fc1 : out->fc2;
+    for (const Int4Matrix& m : list) {
+      qmoe_quant_matrix d = m.desc;
+      d.codes = move(d.codes, m.codes);
+      d.scales = move(d.scales, m.scales);
+      d.zero_points = static_cast<const uint8_t*>(move(d.zero_points, m.zero_points));
+      d.bias = move(d.bias, m.bias);
+      descs.push_back(d);
+    }
+  }
+  for (const qmoe_quant_matrix& d : out->fc1) out->fc1_of.push_back(&d);
+  for (const qmoe_quant_matrix& d : out->fc2) out->fc2_of.push_back(&d);
+  qmoe_expert_set_desc d = model.desc;
+  d.fc1 = out->fc1_of.data();
+  d.fc2 = out->fc2_of.data();
+  out->set = make_host_set(d);
+  return static_cast<bool>(out->set);
+}
+
 // Spins for about `cycles` SM clocks: holds a stream up so that work queued behind it is still
 // pending when the host enqueues more.
 __global__ void spin_for(long long cycles) {
@@ -354,6 +418,8 @@ __global__ void spin_for(long long cycles) {
 // bits of a set created with the new residency. Finishing without waiting returns 0 while the
 // copies are held up and 1 once they are done; finishing with wait makes the stream wait.
 TEST_F(CudaAbiLayer, BegunResidencyUpdatesSkipTheJoinersUntilFinished) {
+  PinnedHostSet pinned;
+  ASSERT_TRUE(pin_host_set(*model, &pinned));
   const std::vector<uint32_t> first = {4, 1, 3};
   GpuSet set = make_gpu_set(host.get(), first, 4, QMOE_CUDA_COPY_BATCHED);
   ASSERT_TRUE(set);
@@ -408,7 +474,7 @@ TEST_F(CudaAbiLayer, BegunResidencyUpdatesSkipTheJoinersUntilFinished) {
     spin_for<<<1, 1, 0, copy_stream>>>(200'000'000);
     QMOE_CUDA_OK(cudaGetLastError());
     uint32_t copied = 99;
-    ASSERT_EQ(qmoe_cuda_expert_set_begin_residency_update(set.get(), host.get(), now.data(),
+    ASSERT_EQ(qmoe_cuda_expert_set_begin_residency_update(set.get(), pinned.set.get(), now.data(),
                                                           static_cast<uint32_t>(now.size()), stream,
                                                           copy_stream, &copied),
               QMOE_STATUS_OK)
@@ -422,12 +488,16 @@ TEST_F(CudaAbiLayer, BegunResidencyUpdatesSkipTheJoinersUntilFinished) {
     }
     int finished = 7;
     if (step % 2 == 0) {
-      // The spin still holds the copies: not finished, nothing enqueued.
+      // The spin still holds the copies: not finished, nothing enqueued. (compute-sanitizer,
+      // which injects itself through CUDA_INJECTION64_PATH, makes the copies synchronous: there
+      // they are done by now, and finishing maps them at once.)
       ASSERT_EQ(qmoe_cuda_expert_set_finish_residency_update(set.get(), stream, 0, &finished),
                 QMOE_STATUS_OK)
           << qmoe_last_error_message();
-      EXPECT_EQ(finished, 0) << at;
-      EXPECT_EQ(read_map(), m) << at;
+      if (std::getenv("CUDA_INJECTION64_PATH") == nullptr) {
+        EXPECT_EQ(finished, 0) << at;
+        EXPECT_EQ(read_map(), m) << at;
+      }
       QMOE_CUDA_OK(cudaStreamSynchronize(copy_stream));
       ASSERT_EQ(qmoe_cuda_expert_set_finish_residency_update(set.get(), stream, 0, &finished),
                 QMOE_STATUS_OK)
