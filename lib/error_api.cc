@@ -29,6 +29,10 @@ QMOE_API const char* qmoe_status_string(qmoe_status status) {
       return "QMOE_STATUS_TIMEOUT";
     case QMOE_STATUS_INTERNAL_ERROR:
       return "QMOE_STATUS_INTERNAL_ERROR";
+    case QMOE_STATUS_IO_ERROR:
+      return "QMOE_STATUS_IO_ERROR";
+    case QMOE_STATUS_CORRUPT_DATA:
+      return "QMOE_STATUS_CORRUPT_DATA";
   }
   return "QMOE_STATUS_<unknown>";
 }

@@ -12,17 +12,19 @@
  * nothing it was given to write on failure. Runs in every suite, the ASan+UBSan and TSan ones
  * included. QMOE_TEST_SEED replays a run (the seed is printed); QMOE_FUZZ_ITERATIONS sets the
  * loop's length (default 20000). */
-#define _POSIX_C_SOURCE 200112L /* posix_memalign */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign, mkstemp */
 #include <math.h>
 #include <qmoe/qmoe.h>
 #include <qmoe/qmoe_cache.h>
 #include <qmoe/qmoe_cuda.h>
 #include <qmoe/qmoe_experimental.h>
+#include <qmoe/qmoe_store.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Huge allocations are part of the test (qmoe_alloc_weight_memory(SIZE_MAX) must be
  * OUT_OF_MEMORY): the sanitizers' allocators must return NULL for them, as libc's does. Their
@@ -141,6 +143,27 @@ static qmoe_expert_set* live_set;
 static qmoe_expert_set* dead_set;
 static qmoe_expert_cache* live_cache; /* 2 layers of 6 experts, 3 slots, LFRU */
 static qmoe_expert_cache* dead_cache;
+
+/* The expert store: a file of 2 layers of live_set, open (live_store) and closed (dead_store);
+ * its layer 1 read whole into store_records; a file that is not a store; a path for writes. */
+static char store_path[256], junk_path[256], write_path[256];
+static qmoe_expert_store* live_store;
+static qmoe_expert_store* dead_store;
+static unsigned char* store_records;
+static size_t store_expert_bytes;
+
+static qmoe_expert_store* any_store(void) {
+  switch (below(8)) {
+    case 0:
+      return NULL;
+    case 1:
+      return dead_store;
+    case 2:
+      return (qmoe_expert_store*)(void*)foreign;
+    default:
+      return live_store;
+  }
+}
 
 static qmoe_expert_cache* any_cache(void) {
   switch (below(8)) {
@@ -427,6 +450,41 @@ static void cache_documented_refusals(void) {
                 QMOE_STATUS_INVALID_ARGUMENT);
 }
 
+/* The expert store's refusals: bad paths and files at open, bad layers, ids and buffers after. */
+static void store_documented_refusals(void) {
+  qmoe_expert_store* out = (qmoe_expert_store*)(void*)foreign;
+  qmoe_expert_store_info info;
+  const uint32_t ids[2] = {0, kExperts};
+  const void* records[kExperts];
+  qmoe_expert_set* set = (qmoe_expert_set*)(void*)foreign;
+  uint32_t e;
+  EXPECT_STATUS(qmoe_expert_store_open(junk_path, &out), QMOE_STATUS_CORRUPT_DATA);
+  CHECK(out == NULL);
+  EXPECT_STATUS(qmoe_expert_store_open("/nonexistent-qmoe-dir/store", &out), QMOE_STATUS_IO_ERROR);
+  EXPECT_STATUS(qmoe_expert_store_open(NULL, &out), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(qmoe_expert_store_close(dead_store), QMOE_STATUS_INVALID_ARGUMENT);
+  info.struct_size = sizeof info - 1;
+  EXPECT_STATUS(qmoe_expert_store_get_info(live_store, &info), QMOE_STATUS_INVALID_ARGUMENT);
+  info.struct_size = sizeof info;
+  EXPECT_STATUS(qmoe_expert_store_get_info(live_store, &info), QMOE_STATUS_OK);
+  CHECK(info.num_layers == 2 && info.num_experts == kExperts && info.hidden == kHidden);
+  EXPECT_STATUS(
+      qmoe_expert_store_read(live_store, 0, ids, 2, 1, store_records, 2 * store_expert_bytes),
+      QMOE_STATUS_INVALID_ARGUMENT); /* ids[1] is E */
+  EXPECT_STATUS(qmoe_expert_store_read(live_store, 2, ids, 1, 1, store_records, store_expert_bytes),
+                QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(
+      qmoe_expert_store_read(live_store, 1, ids, 1, 1, store_records + 8, store_expert_bytes),
+      QMOE_STATUS_INVALID_ARGUMENT);
+  for (e = 0; e < kExperts; ++e) records[e] = store_records + e * store_expert_bytes;
+  EXPECT_STATUS(qmoe_expert_store_create_set(live_store, 0, records, &set),
+                QMOE_STATUS_INVALID_ARGUMENT); /* layer 1's records */
+  CHECK(set == NULL);
+  EXPECT_STATUS(qmoe_expert_store_create_set(live_store, 1, records, &set), QMOE_STATUS_OK);
+  qmoe_expert_set_destroy(set);
+  EXPECT_STATUS(qmoe_expert_store_write(write_path, NULL, 1), QMOE_STATUS_INVALID_ARGUMENT);
+}
+
 static void documented_refusals(void) {
   qmoe_context* ctx = contexts[0];
   qmoe_context_options options;
@@ -642,11 +700,12 @@ static void documented_refusals(void) {
   }
   cuda_documented_refusals();
   cache_documented_refusals();
+  store_documented_refusals();
 }
 
 /* ---- the randomised loop -------------------------------------------------------------------- */
 
-enum { kFunctions = 51 };
+enum { kFunctions = 57 };
 
 static uint32_t accepted[kFunctions]; /* calls that returned OK, per function */
 
@@ -1230,17 +1289,145 @@ static void fuzz_one(uint32_t f) {
                                            below(4) ? 6 : below(9));
       break;
     }
+    case 51: {
+      const char* paths[6];
+      qmoe_expert_store* store = (qmoe_expert_store*)(void*)foreign;
+      paths[0] = NULL;
+      paths[1] = "";
+      paths[2] = store_path;
+      paths[3] = junk_path;
+      paths[4] = "/nonexistent-qmoe-dir/store";
+      paths[5] = "/";
+      current_call = "qmoe_expert_store_open";
+      s = qmoe_expert_store_open(PICK(paths), below(8) ? &store : NULL);
+      if (s == QMOE_STATUS_OK) {
+        CHECK(qmoe_expert_store_close(store) == QMOE_STATUS_OK);
+      } else if (store != (qmoe_expert_store*)(void*)foreign) {
+        CHECK(store == NULL);
+      }
+      break;
+    }
+    case 52: {
+      /* never the live store: the loop goes on using it */
+      qmoe_expert_store* handles[3];
+      handles[0] = NULL;
+      handles[1] = dead_store;
+      handles[2] = (qmoe_expert_store*)(void*)foreign;
+      current_call = "qmoe_expert_store_close";
+      s = qmoe_expert_store_close(PICK(handles));
+      break;
+    }
+    case 53: {
+      static const size_t sizes[] = {0,
+                                     8,
+                                     sizeof(qmoe_expert_store_info) - 1,
+                                     sizeof(qmoe_expert_store_info),
+                                     sizeof(qmoe_expert_store_info) + 16,
+                                     (size_t)1 << 40};
+      qmoe_expert_store_info info;
+      info.struct_size = below(4) ? sizeof info : PICK(sizes);
+      current_call = "qmoe_expert_store_get_info";
+      s = qmoe_expert_store_get_info(any_store(), below(8) ? &info : NULL);
+      if (s == QMOE_STATUS_OK) CHECK(info.num_experts == kExperts);
+      break;
+    }
+    case 54: {
+      /* into the arena: aligned or not, room for the ids or less */
+      uint32_t ids[4];
+      uint32_t i, n = below(5);
+      const size_t offset = below(4) ? 0 : 8 * below(8);
+      const size_t room = below(4) ? n * store_expert_bytes : below(3) * store_expert_bytes + 64;
+      for (i = 0; i < 4; ++i) ids[i] = below(8) ? below(kExperts) : (uint32_t)next_u64();
+      if ((n + 1) * store_expert_bytes > kArenaBytes) n = 1;
+      current_call = "qmoe_expert_store_read";
+      s = qmoe_expert_store_read(any_store(), below(3), below(8) ? ids : NULL, n, (int)below(2),
+                                 below(8) ? arena + offset : NULL, room);
+      break;
+    }
+    case 55: {
+      /* layer 1's records, one sometimes out of place, misaligned or NULL */
+      const void* records[kExperts];
+      qmoe_expert_set* set = (qmoe_expert_set*)(void*)foreign;
+      uint32_t e;
+      for (e = 0; e < kExperts; ++e) records[e] = store_records + e * store_expert_bytes;
+      if (below(3) == 0) {
+        const uint32_t a = below(kExperts), b = below(kExperts);
+        const void* t = records[a];
+        records[a] = records[b];
+        records[b] = t;
+      }
+      if (below(6) == 0) records[below(kExperts)] = below(2) ? NULL : store_records + 8;
+      current_call = "qmoe_expert_store_create_set";
+      s = qmoe_expert_store_create_set(any_store(), below(3), below(8) ? records : NULL,
+                                       below(8) ? &set : NULL);
+      if (s == QMOE_STATUS_OK) {
+        CHECK(qmoe_expert_set_destroy(set) == QMOE_STATUS_OK);
+      } else if (set != (qmoe_expert_set*)(void*)foreign) {
+        CHECK(set == NULL);
+      }
+      break;
+    }
+    case 56: {
+      const qmoe_expert_set* layers[3];
+      uint32_t i;
+      for (i = 0; i < 3; ++i) layers[i] = below(6) ? live_set : any_set();
+      current_call = "qmoe_expert_store_write";
+      s = qmoe_expert_store_write(below(8) ? write_path : "", below(8) ? layers : NULL, below(4));
+      break;
+    }
     default:
       return;
   }
   accepted[f] += s == QMOE_STATUS_OK;
-  CHECK((int)s >= 0 && (int)s <= QMOE_STATUS_INTERNAL_ERROR);
+  CHECK((int)s >= 0 && (int)s <= QMOE_STATUS_CORRUPT_DATA);
   CHECK(s != QMOE_STATUS_INTERNAL_ERROR);
   if (s != QMOE_STATUS_OK) CHECK(qmoe_last_error_message()[0] != '\0');
   if (s != QMOE_STATUS_OK && checked_output) CHECK(unchanged(out, out_bytes));
 }
 
 /* ---- setup ---------------------------------------------------------------------------------- */
+
+static unsigned char* aligned_block(size_t bytes);
+
+/* A unique file name under TMPDIR (or /tmp), the file created empty. */
+static void temp_name(char* path, size_t size, const char* what) {
+  const char* dir = getenv("TMPDIR");
+  int fd;
+  snprintf(path, size, "%s/qmoe_fuzz_%s_XXXXXX", dir != NULL && *dir ? dir : "/tmp", what);
+  fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+}
+
+static void make_store(void) {
+  const qmoe_expert_set* layers[2];
+  qmoe_expert_store_info info;
+  uint32_t all[kExperts], e;
+  FILE* junk;
+  temp_name(store_path, sizeof store_path, "store");
+  temp_name(junk_path, sizeof junk_path, "junk");
+  temp_name(write_path, sizeof write_path, "write");
+  layers[0] = live_set;
+  layers[1] = live_set;
+  CHECK(qmoe_expert_store_write(store_path, layers, 2) == QMOE_STATUS_OK);
+  junk = fopen(junk_path, "wb");
+  CHECK(junk != NULL);
+  if (junk != NULL) {
+    for (e = 0; e < 5000; ++e) fputc((int)below(256), junk);
+    fclose(junk);
+  }
+  CHECK(qmoe_expert_store_open(store_path, &live_store) == QMOE_STATUS_OK);
+  CHECK(qmoe_expert_store_open(store_path, &dead_store) == QMOE_STATUS_OK);
+  CHECK(qmoe_expert_store_close(dead_store) == QMOE_STATUS_OK);
+  info.struct_size = sizeof info;
+  CHECK(qmoe_expert_store_get_info(live_store, &info) == QMOE_STATUS_OK);
+  store_expert_bytes = info.expert_bytes;
+  store_records = aligned_block(kExperts * store_expert_bytes);
+  CHECK(store_records != NULL);
+  for (e = 0; e < kExperts; ++e) all[e] = e;
+  CHECK(qmoe_expert_store_read(live_store, 1, all, kExperts, 1, store_records,
+                               kExperts * store_expert_bytes) == QMOE_STATUS_OK);
+}
 
 static void make_handles(void) {
   qmoe_context_options o;
@@ -1292,6 +1479,7 @@ static void make_handles(void) {
     CHECK(qmoe_expert_cache_create(&cd, &dead_cache) == QMOE_STATUS_OK);
     CHECK(qmoe_expert_cache_destroy(dead_cache) == QMOE_STATUS_OK);
   }
+  make_store();
   {
     size_t bytes = 0;
     uint32_t c;
@@ -1354,8 +1542,8 @@ int main(void) {
   for (c = 0; c < kFunctions; ++c) printf(" %u:%u(%u)", c, calls[c], accepted[c]);
   printf("\n");
   if (iterations >= 2000) {
-    static const uint32_t must_work[] = {13, 14, 15, 16, 19, 20, 21, 23, 25, 29,
-                                         31, 34, 37, 44, 45, 46, 47, 48, 49, 50};
+    static const uint32_t must_work[] = {13, 14, 15, 16, 19, 20, 21, 23, 25, 29, 31, 34, 37,
+                                         44, 45, 46, 47, 48, 49, 50, 51, 53, 54, 55, 56};
     for (c = 0; c < kFunctions; ++c) {
       if (calls[c] == 0) {
         fprintf(stderr, "c_abi_fuzz_test: function %u was never drawn\n", c);
@@ -1373,6 +1561,11 @@ int main(void) {
   for (c = 0; c < 3; ++c) qmoe_context_destroy(contexts[c]);
   qmoe_expert_set_destroy(live_set);
   qmoe_expert_cache_destroy(live_cache);
+  qmoe_expert_store_close(live_store);
+  remove(store_path);
+  remove(junk_path);
+  remove(write_path);
+  free(store_records);
   free(arena);
   free(weights);
   free(scratch_copy);

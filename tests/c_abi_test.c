@@ -6,6 +6,7 @@
 #include <qmoe/qmoe_cache.h>
 #include <qmoe/qmoe_cuda.h>
 #include <qmoe/qmoe_experimental.h>
+#include <qmoe/qmoe_store.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -271,6 +272,19 @@ int main(void) {
     CHECK(stats.promotions == 3 && stats.evictions == 1);
     CHECK(qmoe_expert_cache_set_residency(cache, 0, resident, 3) == QMOE_STATUS_INVALID_ARGUMENT);
     CHECK(qmoe_expert_cache_destroy(cache) == QMOE_STATUS_OK);
+  }
+
+  /* The expert store from C: its info struct, and its refusals' statuses. */
+  {
+    qmoe_expert_store* store = NULL;
+    qmoe_expert_store_info info;
+    info.struct_size = sizeof info;
+    CHECK(qmoe_expert_store_open("/nonexistent-qmoe-dir/model.qmoe", &store) ==
+          QMOE_STATUS_IO_ERROR);
+    CHECK(store == NULL);
+    CHECK(qmoe_expert_store_get_info(store, &info) == QMOE_STATUS_INVALID_ARGUMENT);
+    CHECK(qmoe_expert_store_close(NULL) == QMOE_STATUS_OK);
+    CHECK(strcmp(qmoe_status_string(QMOE_STATUS_CORRUPT_DATA), "QMOE_STATUS_CORRUPT_DATA") == 0);
   }
 
   /* Bad input: statuses, never crashes. */

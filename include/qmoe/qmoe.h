@@ -80,7 +80,13 @@ typedef enum qmoe_status {
   /** A wait exceeded its deadline. */
   QMOE_STATUS_TIMEOUT = 8,
   /** A bug in libqmoe; please report it with the message. */
-  QMOE_STATUS_INTERNAL_ERROR = 9
+  QMOE_STATUS_INTERNAL_ERROR = 9,
+  /** The OS failed a file operation (open, read, write, flush, rename); the message has its
+   * reason. */
+  QMOE_STATUS_IO_ERROR = 10,
+  /** A file's bytes fail its format's checks (magic, sizes, checksums); the message names the
+   * field. */
+  QMOE_STATUS_CORRUPT_DATA = 11
 } qmoe_status;
 
 /// Name of a status ("QMOE_STATUS_OK", ...); "QMOE_STATUS_<unknown>" for other values.

@@ -1,9 +1,10 @@
-/* Outside consumer of an installed libqmoe: the four headers are installed, header and library
+/* Outside consumer of an installed libqmoe: the five headers are installed, header and library
  * versions agree, and calls work. */
 #include <qmoe/qmoe.h>
 #include <qmoe/qmoe_cache.h>
 #include <qmoe/qmoe_cuda.h>
 #include <qmoe/qmoe_experimental.h>
+#include <qmoe/qmoe_store.h>
 #include <stdio.h>
 
 int main(void) {
@@ -41,6 +42,15 @@ int main(void) {
         qmoe_expert_cache_end_step(cache) != QMOE_STATUS_OK ||
         qmoe_expert_cache_destroy(cache) != QMOE_STATUS_OK) {
       fprintf(stderr, "call failed: %s\n", qmoe_last_error_message());
+      return 1;
+    }
+  }
+  {
+    qmoe_expert_store* store = NULL;
+    if (qmoe_expert_store_open("/nonexistent-qmoe-dir/model.qmoe", &store) !=
+            QMOE_STATUS_IO_ERROR ||
+        store != NULL) {
+      fprintf(stderr, "qmoe_expert_store_open of a missing file did not fail as documented\n");
       return 1;
     }
   }

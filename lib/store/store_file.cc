@@ -1,0 +1,110 @@
+#include "lib/store/store_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "lib/error.h"
+#include "lib/store/crc32c.h"
+
+namespace qmoe {
+namespace {
+
+// pread(2) until `n` bytes are in or the file ends: the bytes read, or -1 with errno set.
+ssize_t pread_full(int fd, unsigned char* p, size_t n, uint64_t offset) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+}  // namespace
+
+StoreFile::~StoreFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+qmoe_status StoreFile::open(const char* path, const char* function) {
+  path_ = path;
+  fd_ = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) {
+    return fail(QMOE_STATUS_IO_ERROR, function, "cannot open '%s': %s", path, std::strerror(errno));
+  }
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) {
+    return fail(QMOE_STATUS_IO_ERROR, function, "cannot stat '%s': %s", path, std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return fail(QMOE_STATUS_IO_ERROR, function, "'%s' is not a regular file", path);
+  }
+  unsigned char bytes[kStoreHeaderBytes];
+  const ssize_t got = pread_full(fd_, bytes, sizeof bytes, 0);
+  if (got < 0) {
+    return fail(QMOE_STATUS_IO_ERROR, function, "cannot read '%s': %s", path, std::strerror(errno));
+  }
+  if (static_cast<size_t>(got) < sizeof bytes) {
+    return fail(QMOE_STATUS_CORRUPT_DATA, function,
+                "'%s' is %zd bytes, shorter than an expert store's header", path, got);
+  }
+  return decode_store_header(bytes, static_cast<uint64_t>(st.st_size), path, function, &header_,
+                             &layout_);
+}
+
+bool StoreFile::record_matches(const unsigned char* record, uint32_t layer, uint32_t expert,
+                               RecordHeader* h, RecordMismatch* why) const {
+  if (!decode_record_header(record, h)) {
+    std::snprintf(why->text, sizeof why->text, "no record (its magic is wrong)");
+    return false;
+  }
+  if (h->layer != layer || h->expert != expert) {
+    std::snprintf(why->text, sizeof why->text, "expert %u of layer %u", h->expert, h->layer);
+    return false;
+  }
+  return true;
+}
+
+qmoe_status StoreFile::read_record(uint32_t layer, uint32_t expert, bool verify, unsigned char* dst,
+                                   const char* function) const {
+  const uint64_t bytes = header_.expert_bytes;
+  const uint64_t offset =
+      header_.data_offset + (uint64_t{layer} * header_.shape.experts + expert) * bytes;
+  const ssize_t got = pread_full(fd_, dst, bytes, offset);
+  if (got < 0) {
+    return fail(QMOE_STATUS_IO_ERROR, function, "cannot read layer %u expert %u of '%s': %s", layer,
+                expert, path_.c_str(), std::strerror(errno));
+  }
+  if (static_cast<uint64_t>(got) < bytes) {
+    return fail(QMOE_STATUS_IO_ERROR, function,
+                "'%s' ended inside layer %u expert %u (the file shrank after open)", path_.c_str(),
+                layer, expert);
+  }
+  RecordHeader h;
+  RecordMismatch why;
+  if (!record_matches(dst, layer, expert, &h, &why)) {
+    return fail(QMOE_STATUS_CORRUPT_DATA, function,
+                "'%s': the record of layer %u expert %u holds %s", path_.c_str(), layer, expert,
+                why.text);
+  }
+  if (verify) {
+    const uint32_t computed = crc32c(dst + 16, bytes - 16);
+    if (computed != h.crc) {
+      return fail(QMOE_STATUS_CORRUPT_DATA, function,
+                  "'%s': layer %u expert %u's CRC-32C is 0x%08x, its bytes give 0x%08x",
+                  path_.c_str(), layer, expert, h.crc, computed);
+    }
+  }
+  return QMOE_STATUS_OK;
+}
+
+}  // namespace qmoe
