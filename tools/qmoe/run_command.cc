@@ -18,6 +18,7 @@
 #include "run_model.h"
 #include "run_options.h"
 #include "run_report.h"
+#include "run_store.h"
 
 // Each stage returns 0 or the exit code, after its own message on stderr.
 int run_run_command(int argc, char** argv) {
@@ -51,6 +52,10 @@ int run_run_command(int argc, char** argv) {
   // The weights are sized, and refused if they cannot fit, before a context is made.
   RunContext run;
   RunModel model;
+  RunStore store;  // --store: its layers and format become the model's before it is sized
+  if (options.store != nullptr) {
+    if (const int code = open_run_store(&options, &store); code != 0) return code;
+  }
   if (const int code = size_run_model(options.shape, &model); code != 0) return code;
   if (const int code = open_run_context(options, &run); code != 0) return code;
   print_run_header(out, options, run, model);
@@ -58,8 +63,17 @@ int run_run_command(int argc, char** argv) {
   RunBandwidth bandwidth;
   if (const int code = measure_buffer_bandwidth(run, &bandwidth); code != 0) return code;
   print_buffer_bandwidth(out, run, bandwidth);
-  if (const int code = generate_run_model(options, run.context.get(), &model); code != 0) {
+  if (options.store != nullptr) {
+    if (const int code =
+            load_run_model(options, run.context.get(), store.store, store.info, &model);
+        code != 0) {
+      return code;
+    }
+  } else if (const int code = generate_run_model(options, run.context.get(), &model); code != 0) {
     return code;
+  }
+  if (options.write_store != nullptr) {
+    if (const int code = write_run_store(options, &model); code != 0) return code;
   }
   if (const int code = measure_weights_bandwidth(run, model, &bandwidth); code != 0) return code;
 

@@ -47,6 +47,8 @@ struct GpuDecodeResult {
   // --cache: experts the schedule promotes over the timed steps, and those the hybrid pass's
   // begun updates copied (the same, or the conservation check fails).
   uint64_t scheduled_promotions = 0, copied_promotions = 0;
+  // --host-memory pinned: the seconds cudaHostRegister took over every layer's weights.
+  double pin_seconds = 0.0;
 };
 
 // Returns 0, or 1 after the library's or CUDA's message on stderr.

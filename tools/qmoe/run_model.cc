@@ -125,6 +125,27 @@ int generate_run_model(const RunOptions& options, qmoe_context* context, RunMode
   return 0;
 }
 
+int load_run_model(const RunOptions& options, qmoe_context* context, const qmoe_expert_store* store,
+                   const qmoe_expert_store_info& info, RunModel* model) {
+  const auto start = Clock::now();
+  Progress progress("reading weights", options.shape.layers, true);
+  for (uint32_t l = 0; l < options.shape.layers; ++l) {
+    model->layers.push_back(std::make_unique<SyntheticLayer>());
+    std::string error;
+    if (!model->layers.back()->load(store, l, info, &error)) {
+      std::fprintf(stderr, "\nqmoe run: %s\n", error.c_str());
+      return 1;
+    }
+    progress.update(l + 1);
+    if (l > 0) continue;
+    if (const int code = size_workspace(options, context, model); code != 0) return code;
+  }
+  progress.finish();
+  model->from_store = true;
+  model->store_read_s = seconds_since(start);
+  return 0;
+}
+
 double weight_bytes_on_huge_pages(const RunModel& model) {
   std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
   if (f == nullptr) return 0.0;

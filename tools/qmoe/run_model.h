@@ -20,6 +20,10 @@ struct RunModel {
   size_t workspace_bytes = 0;  // one layer call of --batch tokens
   double generate_s = 0.0;
   unsigned generate_threads = 1;
+  // --store: the seconds reading (and checking) every layer from the file, instead of
+  // generate_s. --write-store: the seconds writing it.
+  bool from_store = false;
+  double store_read_s = 0.0, store_write_s = 0.0;
 };
 
 // Sizes the weights of `shape`. Returns 0; 1 when the library cannot size them; 2 when they
@@ -30,6 +34,11 @@ int size_run_model(const ModelShape& shape, RunModel* model);
 // allocation fails; 2 when the weights and the workspace would fill over 80% of the usable
 // memory.
 int generate_run_model(const RunOptions& options, qmoe_context* context, RunModel* model);
+
+// --store: reads every layer of options.shape from the open store (CRC-32C checked) and sizes
+// the workspace; returns as generate_run_model.
+int load_run_model(const RunOptions& options, qmoe_context* context, const qmoe_expert_store* store,
+                   const qmoe_expert_store_info& info, RunModel* model);
 
 // Bytes of the weights on transparent huge pages: this process's anonymous huge pages, which
 // are nearly all the weights', capped at their size (Linux; 0 elsewhere or when unknown).

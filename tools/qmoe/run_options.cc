@@ -168,6 +168,14 @@ void print_run_usage(std::FILE* out) {
       "                        copied on a copy stream while the CPU computes them\n"
       "  --cache-budget N      with --cache: at most N promotions a layer a step (default 0:\n"
       "                        no limit)\n"
+      "  --host-memory pinned|pageable  with --gpu: the host experts page-locked, so copies\n"
+      "                        to the GPU run on the copy engine alone (default), or pageable\n"
+      "                        (the CUDA runtime stages each copy on the calling thread)\n"
+      "  --write-store FILE    write the generated weights to an expert store file first\n"
+      "  --store FILE          read the weights from an expert store file (written by\n"
+      "                        --write-store or qmoe_expert_store_write) instead of generating\n"
+      "                        them: its first --layers layers (default all); --model must\n"
+      "                        match its experts and widths, --format its format\n"
       "  --json                JSON summary on stdout, human report on stderr\n"
       "  --help                this text\n",
       presets[0].name, models.c_str(), run_format_names("|").c_str(), formats.c_str(),
@@ -237,6 +245,17 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
       if (!parse_u32(value, 0, UINT32_MAX, &o->cache_budget)) {
         return bad("takes a count (0: no limit)");
       }
+    } else if (std::strcmp(arg, "--store") == 0 || std::strcmp(arg, "--write-store") == 0) {
+      if (value == nullptr || value[0] == '\0') return bad("takes a file name");
+      (arg[2] == 's' ? o->store : o->write_store) = value;
+    } else if (std::strcmp(arg, "--host-memory") == 0) {
+      if (value != nullptr && std::strcmp(value, "pinned") == 0) {
+        o->pin_host_experts = true;
+      } else if (value != nullptr && std::strcmp(value, "pageable") == 0) {
+        o->pin_host_experts = false;
+      } else {
+        return bad("takes pinned or pageable");
+      }
     } else if (std::strcmp(arg, "--residency") == 0) {
       if (!parse_fraction(value, &o->residency)) return bad("takes a fraction in [0, 1]");
     } else if (std::strcmp(arg, "--isa") == 0) {
@@ -263,6 +282,12 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
     return refuse("--drift-period needs --routing drift");
   }
   if (seen.count("--cache") != 0 && !o->gpu) return refuse("--cache needs --gpu");
+  if (seen.count("--host-memory") != 0 && !o->gpu) return refuse("--host-memory needs --gpu");
+  if (o->store != nullptr && o->write_store != nullptr) {
+    return refuse("--store and --write-store: the weights are either read or generated");
+  }
+  o->layers_given = seen.count("--layers") != 0;
+  o->format_given = seen.count("--format") != 0;
   if (seen.count("--cache-budget") != 0 && seen.count("--cache") == 0) {
     return refuse("--cache-budget needs --cache");
   }

@@ -33,6 +33,16 @@ struct RunOptions {
   // (--cache-budget, 0: none); 0 (no --cache): the residency stays as placed.
   qmoe_cache_policy cache = static_cast<qmoe_cache_policy>(0);
   uint32_t cache_budget = 0;
+  // --host-memory (with --gpu): the host experts page-locked (cudaHostRegister) so that the
+  // residency copies run on the copy engine without the host staging them, or left pageable.
+  bool pin_host_experts = true;
+  // --store FILE: the weights read from an expert store (qmoe/qmoe_store.h) instead of
+  // generated; its first --layers layers (default: all). --write-store FILE: the generated
+  // weights written to one first.
+  const char* store = nullptr;
+  const char* write_store = nullptr;
+  bool layers_given = false;  // --layers was on the command line
+  bool format_given = false;  // --format was
 };
 
 void print_run_usage(std::FILE* out);

@@ -88,8 +88,19 @@ void print_results(std::FILE* out, const RunRecord& r, const RunMetrics& m) {
   const DecodeResult& d = r.decode;
   const RunBandwidth& bw = r.bandwidth;
   std::fprintf(out, "\nResults (%u timed steps after 1 warm-up step)\n", o.tokens);
-  std::fprintf(out, "  %-24s %.2f s (%u threads)\n", "weight generation", r.model.generate_s,
-               r.model.generate_threads);
+  if (r.model.from_store) {
+    std::fprintf(
+        out, "  %-24s %.2f s from %s (%.2f GB/s, CRC-32C checked)\n", "weights loaded",
+        r.model.store_read_s, o.store,
+        r.model.store_read_s > 0 ? r.model.weight_bytes_total / r.model.store_read_s * 1e-9 : 0.0);
+  } else {
+    std::fprintf(out, "  %-24s %.2f s (%u threads)\n", "weight generation", r.model.generate_s,
+                 r.model.generate_threads);
+  }
+  if (o.write_store != nullptr) {
+    std::fprintf(out, "  %-24s %.2f s to %s\n", "expert store written", r.model.store_write_s,
+                 o.write_store);
+  }
   std::fprintf(out, "  %-24s %.0f of %.0f MiB of weights on huge pages\n", "weight memory",
                m.huge_page_bytes / (1 << 20), r.model.weight_bytes_total / (1 << 20));
   std::fprintf(out, "  %-24s %.2f s\n", "bandwidth measurement", bw.seconds);
@@ -168,7 +179,8 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
       " \"bandwidth\": {\"buffer_bytes\": %zu, \"one_thread_gbps\": %.3f, "
       "\"all_threads_gbps\": %.3f, \"reference_gbps\": %.3f, \"weights_gbps\": %.3f, "
       "\"weights_bytes_measured\": %zu},\n"
-      " \"timing\": {\"generate_s\": %.4f, \"bandwidth_s\": %.4f, \"decode_s\": %.6f, "
+      " \"timing\": {\"generate_s\": %.4f, \"store_read_s\": %.4f, \"store_write_s\": %.4f, "
+      "\"bandwidth_s\": %.4f, \"decode_s\": %.6f, "
       "\"moe_forward_s\": %.6f, \"route_s\": %.6f, \"tool_s\": %.6f, \"other_s\": %.6f, "
       "\"ms_per_step\": %.4f, \"step_min_ms\": %.4f, \"step_median_ms\": %.4f, \"step_max_ms\": "
       "%.4f, \"ms_per_token\": %.4f, \"ms_per_layer\": %.4f, "
@@ -189,12 +201,13 @@ void print_json(const RunRecord& r, const RunMetrics& m) {
       r.model.expert_bytes.total(), r.model.weight_bytes_total, m.huge_page_bytes, o.tokens,
       o.batch, o.seed, routing_name(o.routing), bw.buffer_bytes, bw.one_thread * 1e-9,
       bw.all_threads * 1e-9, bw.reference * 1e-9, bw.weights * 1e-9, bw.weights_bytes,
-      r.model.generate_s, bw.seconds, d.decode_s, d.moe_s, d.route_s, d.tool_s, m.other_s,
-      d.decode_s * 1e3 / o.tokens, m.step_min_ms, m.step_median_ms, m.step_max_ms,
-      d.decode_s * 1e3 / m.token_count, d.moe_s * 1e3 / m.layer_calls, r.total_s,
-      d.experts_computed, m.experts_per_token, m.experts_per_layer_step, m.bytes_read,
-      m.bytes_per_token, m.achieved * 1e-9, m.achieved_end_to_end * 1e-9, m.ratio, m.ratio_weights,
-      m.ratio_best_step, m.step_over_llc, d.checksum, d.max_abs_x, d.finite ? "true" : "false");
+      r.model.generate_s, r.model.store_read_s, r.model.store_write_s, bw.seconds, d.decode_s,
+      d.moe_s, d.route_s, d.tool_s, m.other_s, d.decode_s * 1e3 / o.tokens, m.step_min_ms,
+      m.step_median_ms, m.step_max_ms, d.decode_s * 1e3 / m.token_count,
+      d.moe_s * 1e3 / m.layer_calls, r.total_s, d.experts_computed, m.experts_per_token,
+      m.experts_per_layer_step, m.bytes_read, m.bytes_per_token, m.achieved * 1e-9,
+      m.achieved_end_to_end * 1e-9, m.ratio, m.ratio_weights, m.ratio_best_step, m.step_over_llc,
+      d.checksum, d.max_abs_x, d.finite ? "true" : "false");
 }
 
 }  // namespace

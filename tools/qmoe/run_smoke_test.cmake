@@ -49,11 +49,17 @@ foreach(bad "run;--layers;1;--tokens;1;--layers;2" "run;--json;--json;--layers;1
   endif()
 endforeach()
 # The hybrid decode's options: --residency needs --gpu and a fraction in [0, 1], --routing
-# takes uniform or zipf, and --gpu runs f32 activations only.
+# takes uniform, zipf or drift (drift and its period with --gpu), --gpu runs f32 activations
+# only, --cache (with --gpu) takes a policy and --cache-budget needs it, --host-memory (with
+# --gpu) takes pinned or pageable.
 foreach(bad "run;--residency;0.5;--layers;1" "run;--gpu;--residency;1.5;--layers;1"
             "run;--gpu;--residency;-0.5;--layers;1" "run;--gpu;--residency;1e-1;--layers;1"
             "run;--routing;pareto;--layers;1" "run;--gpu;--activations;bf16;--layers;1"
-            "run;--gpu;--gpu;--layers;1")
+            "run;--gpu;--gpu;--layers;1" "run;--routing;drift;--layers;1"
+            "run;--gpu;--drift-period;5;--layers;1" "run;--cache;lru;--layers;1"
+            "run;--gpu;--cache;mru;--layers;1" "run;--gpu;--cache-budget;2;--layers;1"
+            "run;--host-memory;pinned;--layers;1" "run;--gpu;--host-memory;locked;--layers;1"
+            "run;--gpu;--layers;1;--host-memory")
   execute_process(COMMAND ${QMOE} ${bad} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
   if(NOT rc EQUAL 2)
     message(FATAL_ERROR "qmoe ${bad} exited ${rc}, expected 2:\n${err}")
@@ -270,5 +276,41 @@ foreach(format "" int4)
     message(FATAL_ERROR "qmoe run --model gpt-oss-20b: the report does not name it:\n${report}")
   endif()
 endforeach()
+# An expert store: the weights written by --write-store and read back by --store decode to the
+# same checksum; a store that does not fit the options, or is missing, is refused.
+set(store_file "${CMAKE_CURRENT_BINARY_DIR}/qmoe_run_smoke_store.qmoe")
+file(REMOVE "${store_file}")
+set(store_checksums)
+foreach(mode "--write-store" "--store")
+  execute_process(COMMAND ${QMOE} run --layers 1 --tokens 2 --threads 2 ${mode} ${store_file} --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE json ERROR_VARIABLE report)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "qmoe run ${mode} exited ${rc}:\n${report}")
+  endif()
+  string(JSON checksum GET "${json}" checksum)
+  list(APPEND store_checksums ${checksum})
+endforeach()
+list(GET store_checksums 0 written_checksum)
+list(GET store_checksums 1 read_checksum)
+if(NOT written_checksum STREQUAL read_checksum OR NOT report MATCHES "CRC-32C checked")
+  message(FATAL_ERROR "qmoe run --store decoded ${read_checksum}, --write-store "
+                      "${written_checksum}:\n${report}")
+endif()
+foreach(bad "--store;${store_file};--layers;2" "--store;${store_file};--model;gpt-oss-20b"
+            "--store;${store_file};--format;int3" "--store;${store_file};--write-store;x.qmoe"
+            "--store")
+  execute_process(COMMAND ${QMOE} run ${bad} --tokens 1 RESULT_VARIABLE rc OUTPUT_QUIET
+                  ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2)
+    message(FATAL_ERROR "qmoe run ${bad} exited ${rc}, expected 2:\n${err}")
+  endif()
+endforeach()
+file(REMOVE "${store_file}")
+execute_process(COMMAND ${QMOE} run --store ${store_file} --tokens 1 RESULT_VARIABLE rc
+                OUTPUT_QUIET ERROR_VARIABLE err)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "cannot open")
+  message(FATAL_ERROR "qmoe run --store of a missing file exited ${rc}:\n${err}")
+endif()
+
 message(STATUS "qmoe run smoke test passed (checksum ${f32_checksum}, bf16 ${bf16_checksum}, "
                "formats ${seen})")

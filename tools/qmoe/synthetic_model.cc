@@ -193,3 +193,29 @@ bool SyntheticLayer::generate(const ModelShape& shape, const ExpertBytes& bytes,
   }
   return true;
 }
+
+bool SyntheticLayer::load(const qmoe_expert_store* store, uint32_t layer,
+                          const qmoe_expert_store_info& info, std::string* error) {
+  const size_t total = info.expert_bytes * info.num_experts;
+  void* memory = nullptr;
+  if (qmoe_alloc_weight_memory(total, &memory) != QMOE_STATUS_OK) {
+    *error = "out of memory allocating " + std::to_string(total >> 20) + " MiB for layer " +
+             std::to_string(layer);
+    return false;
+  }
+  data_ = static_cast<unsigned char*>(memory);
+  bytes_ = total;
+  std::vector<uint32_t> ids(info.num_experts);
+  std::vector<const void*> records(info.num_experts);
+  for (uint32_t e = 0; e < info.num_experts; ++e) {
+    ids[e] = e;
+    records[e] = data_ + size_t{e} * info.expert_bytes;
+  }
+  if (qmoe_expert_store_read(store, layer, ids.data(), info.num_experts, 1, data_, total) !=
+          QMOE_STATUS_OK ||
+      qmoe_expert_store_create_set(store, layer, records.data(), &set_) != QMOE_STATUS_OK) {
+    *error = qmoe_last_error_message();
+    return false;
+  }
+  return true;
+}

@@ -13,6 +13,7 @@
 
 #include "model_presets.h"
 #include "qmoe/qmoe.h"
+#include "qmoe/qmoe_store.h"
 #include "weight_formats.h"
 
 // splitmix64: small, fast, and good enough for synthetic weights and router logits.
@@ -81,6 +82,11 @@ class SyntheticLayer {
   bool generate(const ModelShape& shape, const ExpertBytes& bytes, uint64_t seed, uint32_t layer,
                 const unsigned char* scale_table, unsigned threads,
                 const std::function<void(uint32_t)>& on_expert_done, std::string* error);
+
+  // Or reads layer `layer` of an expert store, every expert's record (CRC-32C checked) into one
+  // allocation, and creates the set over the records.
+  bool load(const qmoe_expert_store* store, uint32_t layer, const qmoe_expert_store_info& info,
+            std::string* error);
 
   const qmoe_expert_set* set() const { return set_; }
   // The layer's weight allocation (all experts' codes and scales).
