@@ -13,13 +13,16 @@ every weight format (INT4, INT3, MXFP4, NVFP4) from canonical codes and a scale 
 (Library.matrix), and the code importers (ONNX Runtime INT4, packed INT3, gpt-oss and ggml
 MXFP4, ModelOpt NVFP4); qmoe_gemm; expert sets built from such matrices (Library.expert_set)
 or from ONNX Runtime QMoE-layout INT4 weights; routing, qmoe_moe_forward and qmoe_moe_forward
-on logits; the expert cache's policy (qmoe_cache.h: Library.expert_cache). A failing call
+on logits; the expert cache's policy (qmoe_cache.h: Library.expert_cache); expert store files
+(qmoe_store.h: Library.write_expert_store, Library.open_expert_store, whose ExpertStore reads
+records and loads a layer's ExpertSet). A failing call
 raises QmoeError with the status name and qmoe_last_error_message(). Library.lib is the raw
 CDLL (argtypes set) for timing loops that want one bare ctypes call per iteration.
 """
 
 import ctypes
 import math
+import os
 import weakref
 
 import numpy as np
@@ -130,6 +133,21 @@ class ExpertCacheStats(ctypes.Structure):
         ("hits", ctypes.c_uint64),
         ("promotions", ctypes.c_uint64),
         ("evictions", ctypes.c_uint64),
+    ]
+
+
+class ExpertStoreInfo(ctypes.Structure):
+    """qmoe_expert_store_info."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_layers", ctypes.c_uint32),
+        ("num_experts", ctypes.c_uint32),
+        ("hidden", ctypes.c_uint32),
+        ("intermediate", ctypes.c_uint32),
+        ("fc1_format", ctypes.c_int),
+        ("fc2_format", ctypes.c_int),
+        ("expert_bytes", ctypes.c_size_t),
+        ("file_bytes", ctypes.c_uint64),
     ]
 
 
@@ -370,6 +388,12 @@ _SIGNATURES = {
     "qmoe_expert_cache_get_residency": (_INT, [_P, _U32, _P, _U32, ctypes.POINTER(_U32)]),
     "qmoe_expert_cache_set_residency": (_INT, [_P, _U32, _P, _U32]),
     "qmoe_expert_cache_get_stats": (_INT, [_P, _U32, ctypes.POINTER(ExpertCacheStats)]),
+    "qmoe_expert_store_write": (_INT, [ctypes.c_char_p, _P, _U32]),
+    "qmoe_expert_store_open": (_INT, [ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "qmoe_expert_store_close": (_INT, [_P]),
+    "qmoe_expert_store_get_info": (_INT, [_P, ctypes.POINTER(ExpertStoreInfo)]),
+    "qmoe_expert_store_read": (_INT, [_P, _U32, _P, _U32, _INT, _P, _SZ]),
+    "qmoe_expert_store_create_set": (_INT, [_P, _U32, _P, ctypes.POINTER(_P)]),
 }
 
 
@@ -499,6 +523,59 @@ class ExpertCache:
         if self.handle is not None:
             self.library.check(self.library.lib.qmoe_expert_cache_destroy(self.handle),
                                "qmoe_expert_cache_destroy")
+            self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class ExpertStore:
+    """A qmoe_expert_store (Library.open_expert_store): an expert store file, open. `info` is
+    a dict of its qmoe_expert_store_info fields (num_layers, num_experts, hidden,
+    intermediate, fc1_format, fc2_format, expert_bytes, file_bytes)."""
+
+    def __init__(self, library, handle, info):
+        self.library, self.handle, self.info = library, handle, info
+
+    def _layer(self, layer):
+        layer = _u32(layer, "layer")
+        if layer >= self.info["num_layers"]:
+            raise ValueError(f"layer {layer} is not below the {self.info['num_layers']} layers")
+        return layer
+
+    def read(self, layer, ids, verify=True):
+        """The records of experts `ids` of `layer`, one after another (expert_bytes each), in
+        a uint8 array of weight memory (Library.weight_memory)."""
+        flat = np.ascontiguousarray(_exact_integer_array(ids, np.uint32, "ids").reshape(-1))
+        if flat.size and flat.max() >= self.info["num_experts"]:
+            raise ValueError(f"ids: each must be below {self.info['num_experts']}")
+        nbytes = max(1, flat.size * self.info["expert_bytes"])
+        memory = self.library.weight_memory(nbytes)
+        self.library.check(self.library.lib.qmoe_expert_store_read(
+            self.handle, self._layer(layer), flat.ctypes.data, flat.size, int(bool(verify)),
+            memory.ctypes.data, nbytes), "qmoe_expert_store_read")
+        return memory
+
+    def load_layer(self, layer, verify=True):
+        """`layer` read whole and its ExpertSet made over the records (which the set keeps
+        alive)."""
+        layer = self._layer(layer)
+        experts, record = self.info["num_experts"], self.info["expert_bytes"]
+        memory = self.read(layer, np.arange(experts, dtype=np.uint32), verify)
+        records = (_P * experts)(*[memory.ctypes.data + e * record for e in range(experts)])
+        handle = _P()
+        self.library.check(self.library.lib.qmoe_expert_store_create_set(
+            self.handle, layer, records, ctypes.byref(handle)), "qmoe_expert_store_create_set")
+        return ExpertSet(self.library, handle, [memory], experts * record, experts,
+                         self.info["hidden"])
+
+    def close(self):
+        if self.handle is not None:
+            self.library.check(self.library.lib.qmoe_expert_store_close(self.handle),
+                               "qmoe_expert_store_close")
             self.handle = None
 
     def __enter__(self):
@@ -916,6 +993,28 @@ class Library:
         self.check(self.lib.qmoe_expert_cache_create(ctypes.byref(d), ctypes.byref(handle)),
                    "qmoe_expert_cache_create")
         return ExpertCache(self, handle, d.num_layers, d.num_experts, d.num_slots)
+
+    def write_expert_store(self, path, expert_sets):
+        """Writes the layers' ExpertSets (one shape) to an expert store file at `path`."""
+        if not expert_sets:
+            raise ValueError("expert_sets: no layers")
+        handles = (_P * len(expert_sets))(*[s.handle for s in expert_sets])
+        self.check(self.lib.qmoe_expert_store_write(os.fsencode(path), handles,
+                                                    len(expert_sets)), "qmoe_expert_store_write")
+
+    def open_expert_store(self, path):
+        """An ExpertStore over the file at `path` (its header checked)."""
+        handle = _P()
+        self.check(self.lib.qmoe_expert_store_open(os.fsencode(path), ctypes.byref(handle)),
+                   "qmoe_expert_store_open")
+        info = ExpertStoreInfo()
+        info.struct_size = ctypes.sizeof(ExpertStoreInfo)
+        status = self.lib.qmoe_expert_store_get_info(handle, ctypes.byref(info))
+        if status != QMOE_STATUS_OK:
+            self.lib.qmoe_expert_store_close(handle)
+            self.check(status, "qmoe_expert_store_get_info")
+        return ExpertStore(self, handle,
+                           {name: getattr(info, name) for name, _ in ExpertStoreInfo._fields_[1:]})
 
     def route_topk(self, logits, k, renormalize=True):
         """qmoe_moe_route_topk on float32 logits [m, E]: (ids int32 [m, k], weights float32)."""

@@ -55,6 +55,7 @@ imported; the reason is printed).
 import gc
 import os
 import sys
+import tempfile
 import traceback
 
 try:
@@ -732,16 +733,15 @@ class DenseLayer:
         return self.fc2[e]
 
 
-def mixed_format_set(library, rng):
-    """An ExpertSet of EXPERTS experts whose projections cycle through the four formats
-    (expert e: FC1 in format e % 4, FC2 in format (e + 1) % 4), from matrices that only the
-    set holds once this returns; and the DenseLayer of the same weights."""
-    formats = (INT4, INT3, MXFP4, NVFP4)
+def mixed_format_set(library, rng, formats=(INT4, INT3, MXFP4, NVFP4)):
+    """An ExpertSet of EXPERTS experts whose projections cycle through `formats` (expert e:
+    FC1 in format e % len, FC2 in format (e + 1) % len; by default all four), from matrices
+    that only the set holds once this returns; and the DenseLayer of the same weights."""
     fc1, fc2, dense1, dense2 = [], [], [], []
     for e in range(EXPERTS):
         for matrices, dense_list, weight_format, n, k in (
-                (fc1, dense1, formats[e % 4], 2 * INTER, HIDDEN),
-                (fc2, dense2, formats[(e + 1) % 4], HIDDEN, INTER)):
+                (fc1, dense1, formats[e % len(formats)], 2 * INTER, HIDDEN),
+                (fc2, dense2, formats[(e + 1) % len(formats)], HIDDEN, INTER)):
             block = format_block(weight_format)
             codes = canonical_formats.encode_codes(weight_format,
                                                    random_codes(rng, weight_format, n, k))
@@ -782,6 +782,73 @@ def check_format_experts(library, checks, context, rng):
             checks.expect(ratio <= 1.0 and y.guards_intact(),
                           f"qmoe_moe_forward, {libqmoe.ACCURACY_NAMES[accuracy]}, experts in "
                           f"all four formats: worst error / bound {ratio:.2g} (<= 1)")
+
+
+def library_refuses(checks, what, call, status_name):
+    """`call` must reach the library and fail with `status_name` (QmoeError)."""
+    try:
+        call()
+    except libqmoe.QmoeError as error:
+        checks.expect(error.status_name == status_name,
+                      f"{what}: refused with {error.status_name} ({status_name} expected)")
+        return
+    checks.expect(False, f"{what}: accepted")
+
+
+def check_store(library, checks, context, rng):
+    """Library.write_expert_store / open_expert_store: an NVFP4 layer (global scales) written,
+    read back whole and run to the bits of the set written; records read by id; a set of mixed
+    formats, a missing file and bad arguments refused."""
+    mixed, _ = mixed_format_set(library, rng)
+    uniform, _ = mixed_format_set(library, rng, formats=(NVFP4,))
+    fd, path = tempfile.mkstemp(suffix=".qmoe")
+    os.close(fd)
+    try:
+        with mixed:
+            library_refuses(checks, "write_expert_store: experts of four formats in one layer",
+                            lambda: library.write_expert_store(path, [mixed]),
+                            "QMOE_STATUS_INVALID_ARGUMENT")
+        checks.refused("write_expert_store: no layers",
+                       lambda: library.write_expert_store(path, []))
+        with uniform:
+            library.write_expert_store(path, [uniform, uniform])
+            with library.open_expert_store(path) as store:
+                info = store.info
+                checks.expect(info["num_layers"] == 2 and info["num_experts"] == EXPERTS and
+                              info["hidden"] == HIDDEN and info["fc1_format"] == NVFP4 and
+                              info["file_bytes"] == os.path.getsize(path),
+                              f"open_expert_store: info {info}")
+                records = store.read(1, [2, 0])
+                header = records.view(np.uint32)
+                step = info["expert_bytes"] // 4
+                checks.expect(bytes(records[:4]) == b"QREC" and header[1] == 1 and
+                              header[2] == 2 and header[step + 2] == 0,
+                              "ExpertStore.read: the records of experts 2 and 0 of layer 1")
+                loaded = store.load_layer(1)
+                m = 3
+                x = rng.uniform(-1.0, 1.0, size=(m, HIDDEN)).astype(np.float32)
+                ids, weights = library.route_topk(
+                    qmoe_parity.draw_logits(rng, m, EXPERTS, TOP_K), TOP_K)
+                with loaded:
+                    for accuracy in (EXACT, FAST):
+                        want = library.moe_forward(context, uniform, accuracy, x, ids, weights)
+                        got = library.moe_forward(context, loaded, accuracy, x, ids, weights)
+                        checks.expect(np.array_equal(want.view(np.uint32), got.view(np.uint32)),
+                                      f"load_layer, {libqmoe.ACCURACY_NAMES[accuracy]}: the "
+                                      "bits of the set written")
+                checks.refused("ExpertStore.read: layer 2 of 2", lambda: store.read(2, [0]))
+                checks.refused("ExpertStore.read: an id of E", lambda: store.read(0, [EXPERTS]))
+                checks.refused("ExpertStore.read: fractional ids", lambda: store.read(0, [0.5]))
+            library_refuses(checks, "ExpertStore.read: a closed store",
+                            lambda: store.read(0, [0]), "QMOE_STATUS_INVALID_ARGUMENT")
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) - 1)
+        library_refuses(checks, "open_expert_store: a truncated file",
+                        lambda: library.open_expert_store(path), "QMOE_STATUS_CORRUPT_DATA")
+    finally:
+        os.remove(path)
+    library_refuses(checks, "open_expert_store: a missing file",
+                    lambda: library.open_expert_store(path), "QMOE_STATUS_IO_ERROR")
 
 
 def check_cache(library, checks):
@@ -846,7 +913,8 @@ def main():
                       lambda: check_format_importers(library, checks, context, rng),
                       lambda: check_format_refusals(library, checks, rng),
                       lambda: check_format_experts(library, checks, context, rng),
-                      lambda: check_cache(library, checks)):
+                      lambda: check_cache(library, checks),
+                      lambda: check_store(library, checks, context, rng)):
             # A valid form that raises is a failure too; the other groups still run.
             try:
                 group()
