@@ -45,6 +45,18 @@ qmoe_status resolve_expert_set(const qmoe_expert_set* handle, const char* functi
   return QMOE_STATUS_OK;
 }
 
+qmoe_status publish_expert_set(ExpertSet* impl, const char* function, qmoe_expert_set** set) {
+  qmoe_expert_set* shell = HandlePool<qmoe_expert_set>::acquire();
+  if (shell == nullptr) {
+    delete impl;
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the set handle failed");
+  }
+  shell->set = impl;
+  shell->magic.store(kLiveMagic, std::memory_order_release);
+  *set = shell;
+  return QMOE_STATUS_OK;
+}
+
 }  // namespace qmoe
 
 extern "C" {
@@ -110,15 +122,7 @@ QMOE_API qmoe_status qmoe_expert_set_create(const qmoe_expert_set_desc* desc,
 
   ExpertSet* impl = nullptr;
   if (qmoe_status s = make_expert_set(d, __func__, &impl); s != QMOE_STATUS_OK) return s;
-  qmoe_expert_set* shell = HandlePool<qmoe_expert_set>::acquire();
-  if (shell == nullptr) {
-    delete impl;
-    QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "allocating the set handle failed");
-  }
-  shell->set = impl;
-  shell->magic.store(kLiveMagic, std::memory_order_release);
-  *set = shell;
-  return QMOE_STATUS_OK;
+  return publish_expert_set(impl, __func__, set);
 }
 
 QMOE_API qmoe_status qmoe_expert_set_destroy(qmoe_expert_set* set) {

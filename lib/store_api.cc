@@ -4,11 +4,18 @@
 //
 // Handles: as with expert sets (lib/expert_set_api.cc), the caller holds a shell {magic,
 // StoreFile*} that is never freed, so a closed handle is rejected, not a use-after-free.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "lib/error.h"
@@ -50,6 +57,103 @@ qmoe_status resolve_layer(const qmoe_expert_store* handle, uint32_t layer, const
   if (layer >= layers) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "layer %u is not below the %u layers",
                 layer, layers);
+  }
+  return QMOE_STATUS_OK;
+}
+
+// The set of `layer` over records record_at(e) for each expert: each record's header checked,
+// the projections described in place, `owner` (the mapping, or null) held by the set.
+template <typename RecordAt>
+qmoe_status make_store_set(const StoreFile& file, uint32_t layer, RecordAt record_at,
+                           std::shared_ptr<const unsigned char> owner, const char* function,
+                           qmoe_expert_set** set) {
+  const StoreShape& shape = file.header().shape;
+  const RecordLayout& layout = file.layout();
+  std::vector<qmoe_quant_matrix> fc1, fc2;
+  std::vector<const qmoe_quant_matrix*> fc1_ptrs, fc2_ptrs;
+  try {
+    fc1.resize(shape.experts);
+    fc2.resize(shape.experts);
+    fc1_ptrs.resize(shape.experts);
+    fc2_ptrs.resize(shape.experts);
+  } catch (const std::bad_alloc&) {
+    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "cannot allocate %u expert descriptions",
+                shape.experts);
+  }
+  for (uint32_t e = 0; e < shape.experts; ++e) {
+    const unsigned char* r = record_at(e);
+    if (r == nullptr || reinterpret_cast<uintptr_t>(r) % kPlaneAlign != 0) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                  "records[%u] = %p is NULL or not 64-byte aligned", e,
+                  static_cast<const void*>(r));
+    }
+    RecordHeader h;
+    RecordMismatch why;
+    if (!file.record_matches(r, layer, e, &h, &why)) {
+      return fail(owner != nullptr ? QMOE_STATUS_CORRUPT_DATA : QMOE_STATUS_INVALID_ARGUMENT,
+                  function, "records[%u] holds %s, not expert %u of layer %u", e, why.text, e,
+                  layer);
+    }
+    fc1[e] = describe_record_projection(r, shape.fc1, layout.fc1, h.fc1_global_scale);
+    fc2[e] = describe_record_projection(r, shape.fc2, layout.fc2, h.fc2_global_scale);
+    fc1_ptrs[e] = &fc1[e];
+    fc2_ptrs[e] = &fc2[e];
+  }
+  qmoe_expert_set_desc d;
+  qmoe_expert_set_desc_init(&d);
+  d.num_experts = shape.experts;
+  d.hidden = shape.hidden;
+  d.intermediate = shape.intermediate;
+  d.swiglu_fusion = static_cast<qmoe_swiglu_fusion>(shape.fusion);
+  d.fc1 = fc1_ptrs.data();
+  d.fc2 = fc2_ptrs.data();
+  d.swiglu_alpha = shape.alpha;
+  d.swiglu_beta = shape.beta;
+  d.swiglu_limit = shape.limit;
+  ExpertSet* impl = nullptr;
+  if (const qmoe_status s = make_expert_set(d, function, &impl); s != QMOE_STATUS_OK) return s;
+  impl->owner = std::move(owner);
+  return publish_expert_set(impl, function, set);
+}
+
+size_t page_bytes() {
+  static const size_t bytes = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return bytes;
+}
+
+// A record's pages in the mapping: from the page holding its first byte to the end of the page
+// holding its last (records are 4096-aligned; pages may be larger).
+struct PageSpan {
+  const unsigned char* begin;
+  size_t bytes;
+};
+PageSpan record_pages(const StoreFile& file, uint32_t layer, uint32_t expert) {
+  const uint64_t first = file.record_offset(layer, expert);
+  const uint64_t last = first + file.header().expert_bytes;  // one past
+  const uint64_t page = page_bytes();
+  const uint64_t begin = first / page * page, end = (last + page - 1) / page * page;
+  return {file.mapping().get() + begin, static_cast<size_t>(end - begin)};
+}
+
+// resolve_layer, the mapping present, ids non-null (with num_ids > 0) and below E.
+qmoe_status check_mapped_ids(const qmoe_expert_store* handle, uint32_t layer, const uint32_t* ids,
+                             uint32_t num_ids, const char* function, const StoreFile** file) {
+  if (const qmoe_status s = resolve_layer(handle, layer, function, file); s != QMOE_STATUS_OK) {
+    return s;
+  }
+  if ((*file)->mapping() == nullptr) {
+    return fail(QMOE_STATUS_IO_ERROR, function, "'%s' could not be mapped at open: %s",
+                (*file)->path().c_str(), (*file)->map_error());
+  }
+  if (ids == nullptr && num_ids > 0) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "ids is NULL with num_ids = %u", num_ids);
+  }
+  const uint32_t experts = (*file)->header().shape.experts;
+  for (uint32_t i = 0; i < num_ids; ++i) {
+    if (ids[i] >= experts) {
+      return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                  "ids[%u] = %u is not below the %u experts", i, ids[i], experts);
+    }
   }
   return QMOE_STATUS_OK;
 }
@@ -207,47 +311,72 @@ QMOE_API qmoe_status qmoe_expert_store_create_set(const qmoe_expert_store* store
     return s;
   }
   if (records == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "records is NULL");
-  const StoreShape& shape = file->header().shape;
-  const RecordLayout& layout = file->layout();
-  std::vector<qmoe_quant_matrix> fc1, fc2;
-  std::vector<const qmoe_quant_matrix*> fc1_ptrs, fc2_ptrs;
-  try {
-    fc1.resize(shape.experts);
-    fc2.resize(shape.experts);
-    fc1_ptrs.resize(shape.experts);
-    fc2_ptrs.resize(shape.experts);
-  } catch (const std::bad_alloc&) {
-    QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "cannot allocate %u expert descriptions", shape.experts);
+  return make_store_set(
+      *file, layer, [records](uint32_t e) { return static_cast<const unsigned char*>(records[e]); },
+      nullptr, __func__, set);
+}
+
+QMOE_API qmoe_status qmoe_expert_store_map_layer(const qmoe_expert_store* store, uint32_t layer,
+                                                 qmoe_expert_set** set) {
+  using namespace qmoe;
+  if (set == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "set out-pointer is NULL");
+  *set = nullptr;
+  const StoreFile* file = nullptr;
+  if (const qmoe_status s = resolve_layer(store, layer, __func__, &file); s != QMOE_STATUS_OK) {
+    return s;
   }
-  for (uint32_t e = 0; e < shape.experts; ++e) {
-    const unsigned char* r = static_cast<const unsigned char*>(records[e]);
-    if (r == nullptr || reinterpret_cast<uintptr_t>(r) % kPlaneAlign != 0) {
-      QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "records[%u] = %p is NULL or not 64-byte aligned", e,
-                records[e]);
-    }
-    RecordHeader h;
-    RecordMismatch why;
-    if (!file->record_matches(r, layer, e, &h, &why)) {
-      QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "records[%u] holds %s, not expert %u of layer %u", e,
-                why.text, e, layer);
-    }
-    fc1[e] = describe_record_projection(r, shape.fc1, layout.fc1, h.fc1_global_scale);
-    fc2[e] = describe_record_projection(r, shape.fc2, layout.fc2, h.fc2_global_scale);
-    fc1_ptrs[e] = &fc1[e];
-    fc2_ptrs[e] = &fc2[e];
+  if (file->mapping() == nullptr) {
+    QMOE_FAIL(QMOE_STATUS_IO_ERROR, "'%s' could not be mapped at open: %s", file->path().c_str(),
+              file->map_error());
   }
-  qmoe_expert_set_desc d;
-  qmoe_expert_set_desc_init(&d);
-  d.num_experts = shape.experts;
-  d.hidden = shape.hidden;
-  d.intermediate = shape.intermediate;
-  d.swiglu_fusion = static_cast<qmoe_swiglu_fusion>(shape.fusion);
-  d.fc1 = fc1_ptrs.data();
-  d.fc2 = fc2_ptrs.data();
-  d.swiglu_alpha = shape.alpha;
-  d.swiglu_beta = shape.beta;
-  d.swiglu_limit = shape.limit;
-  return qmoe_expert_set_create(&d, set);
+  return make_store_set(
+      *file, layer, [file, layer](uint32_t e) { return file->mapped_record(layer, e); },
+      file->mapping(), __func__, set);
+}
+
+QMOE_API qmoe_status qmoe_expert_store_prefetch(const qmoe_expert_store* store, uint32_t layer,
+                                                const uint32_t* ids, uint32_t num_ids) {
+  using namespace qmoe;
+  const StoreFile* file = nullptr;
+  if (const qmoe_status s = check_mapped_ids(store, layer, ids, num_ids, __func__, &file);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  for (uint32_t i = 0; i < num_ids; ++i) {
+    const PageSpan span = record_pages(*file, layer, ids[i]);
+    // Advice: the kernel starts reading and returns; failing advice changes nothing.
+    (void)::madvise(const_cast<unsigned char*>(span.begin), span.bytes, MADV_WILLNEED);
+  }
+  return QMOE_STATUS_OK;
+}
+
+QMOE_API qmoe_status qmoe_expert_store_ready(const qmoe_expert_store* store, uint32_t layer,
+                                             const uint32_t* ids, uint32_t num_ids,
+                                             uint8_t* ready) {
+  using namespace qmoe;
+  const StoreFile* file = nullptr;
+  if (const qmoe_status s = check_mapped_ids(store, layer, ids, num_ids, __func__, &file);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  if (ready == nullptr && num_ids > 0) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "ready is NULL");
+  unsigned char vec[256];
+  for (uint32_t i = 0; i < num_ids; ++i) {
+    const PageSpan span = record_pages(*file, layer, ids[i]);
+    const size_t pages = span.bytes / page_bytes();
+    uint8_t all = 1;
+    for (size_t done = 0; done < pages && all; done += sizeof vec) {
+      const size_t n = std::min(pages - done, sizeof vec);
+      if (::mincore(const_cast<unsigned char*>(span.begin) + done * page_bytes(), n * page_bytes(),
+                    vec) != 0) {
+        QMOE_FAIL(QMOE_STATUS_IO_ERROR, "mincore on layer %u expert %u: %s", layer, ids[i],
+                  std::strerror(errno));
+      }
+      for (size_t p = 0; p < n; ++p) all &= vec[p] & 1u;
+    }
+    ready[i] = all;
+  }
+  return QMOE_STATUS_OK;
 }
 
 }  // extern "C"

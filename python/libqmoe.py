@@ -15,7 +15,8 @@ MXFP4, ModelOpt NVFP4); qmoe_gemm; expert sets built from such matrices (Library
 or from ONNX Runtime QMoE-layout INT4 weights; routing, qmoe_moe_forward and qmoe_moe_forward
 on logits; the expert cache's policy (qmoe_cache.h: Library.expert_cache); expert store files
 (qmoe_store.h: Library.write_expert_store, Library.open_expert_store, whose ExpertStore reads
-records and loads a layer's ExpertSet). A failing call
+records, loads or maps a layer's ExpertSet, prefetches and tells ready experts). A failing
+call
 raises QmoeError with the status name and qmoe_last_error_message(). Library.lib is the raw
 CDLL (argtypes set) for timing loops that want one bare ctypes call per iteration.
 """
@@ -394,6 +395,9 @@ _SIGNATURES = {
     "qmoe_expert_store_get_info": (_INT, [_P, ctypes.POINTER(ExpertStoreInfo)]),
     "qmoe_expert_store_read": (_INT, [_P, _U32, _P, _U32, _INT, _P, _SZ]),
     "qmoe_expert_store_create_set": (_INT, [_P, _U32, _P, ctypes.POINTER(_P)]),
+    "qmoe_expert_store_map_layer": (_INT, [_P, _U32, ctypes.POINTER(_P)]),
+    "qmoe_expert_store_prefetch": (_INT, [_P, _U32, _P, _U32]),
+    "qmoe_expert_store_ready": (_INT, [_P, _U32, _P, _U32, _P]),
 }
 
 
@@ -549,9 +553,7 @@ class ExpertStore:
     def read(self, layer, ids, verify=True):
         """The records of experts `ids` of `layer`, one after another (expert_bytes each), in
         a uint8 array of weight memory (Library.weight_memory)."""
-        flat = np.ascontiguousarray(_exact_integer_array(ids, np.uint32, "ids").reshape(-1))
-        if flat.size and flat.max() >= self.info["num_experts"]:
-            raise ValueError(f"ids: each must be below {self.info['num_experts']}")
+        flat = self._ids(ids)
         nbytes = max(1, flat.size * self.info["expert_bytes"])
         memory = self.library.weight_memory(nbytes)
         self.library.check(self.library.lib.qmoe_expert_store_read(
@@ -571,6 +573,38 @@ class ExpertStore:
             self.handle, layer, records, ctypes.byref(handle)), "qmoe_expert_store_create_set")
         return ExpertSet(self.library, handle, [memory], experts * record, experts,
                          self.info["hidden"])
+
+    def map_layer(self, layer):
+        """`layer`'s ExpertSet over the file mapped read-only (no copy; the page cache holds
+        what it can). The set keeps the mapping, also after close()."""
+        handle = _P()
+        self.library.check(self.library.lib.qmoe_expert_store_map_layer(
+            self.handle, self._layer(layer), ctypes.byref(handle)), "qmoe_expert_store_map_layer")
+        return ExpertSet(self.library, handle, None,
+                         self.info["num_experts"] * self.info["expert_bytes"],
+                         self.info["num_experts"], self.info["hidden"])
+
+    def _ids(self, ids):
+        flat = np.ascontiguousarray(_exact_integer_array(ids, np.uint32, "ids").reshape(-1))
+        if flat.size and flat.max() >= self.info["num_experts"]:
+            raise ValueError(f"ids: each must be below {self.info['num_experts']}")
+        return flat
+
+    def prefetch(self, layer, ids):
+        """Asks the OS to start reading these experts of `layer` (advice; returns at once)."""
+        flat = self._ids(ids)
+        self.library.check(self.library.lib.qmoe_expert_store_prefetch(
+            self.handle, self._layer(layer), flat.ctypes.data, flat.size),
+            "qmoe_expert_store_prefetch")
+
+    def ready(self, layer, ids):
+        """A bool array: whether each expert's record is wholly in the page cache now."""
+        flat = self._ids(ids)
+        out = np.zeros(max(1, flat.size), dtype=np.uint8)
+        self.library.check(self.library.lib.qmoe_expert_store_ready(
+            self.handle, self._layer(layer), flat.ctypes.data, flat.size, out.ctypes.data),
+            "qmoe_expert_store_ready")
+        return out[:flat.size].astype(bool)
 
     def close(self):
         if self.handle is not None:

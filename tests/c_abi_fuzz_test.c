@@ -705,7 +705,7 @@ static void documented_refusals(void) {
 
 /* ---- the randomised loop -------------------------------------------------------------------- */
 
-enum { kFunctions = 57 };
+enum { kFunctions = 60 };
 
 static uint32_t accepted[kFunctions]; /* calls that returned OK, per function */
 
@@ -1373,6 +1373,37 @@ static void fuzz_one(uint32_t f) {
       for (i = 0; i < 3; ++i) layers[i] = below(6) ? live_set : any_set();
       current_call = "qmoe_expert_store_write";
       s = qmoe_expert_store_write(below(8) ? write_path : "", below(8) ? layers : NULL, below(4));
+      break;
+    }
+    case 57: {
+      qmoe_expert_set* set = (qmoe_expert_set*)(void*)foreign;
+      current_call = "qmoe_expert_store_map_layer";
+      s = qmoe_expert_store_map_layer(any_store(), below(3), below(8) ? &set : NULL);
+      if (s == QMOE_STATUS_OK) {
+        CHECK(qmoe_expert_set_destroy(set) == QMOE_STATUS_OK);
+      } else if (set != (qmoe_expert_set*)(void*)foreign) {
+        CHECK(set == NULL);
+      }
+      break;
+    }
+    case 58:
+    case 59: {
+      uint32_t ids[4];
+      uint8_t ready[5] = {9, 9, 9, 9, 9};
+      uint32_t i, n = below(5);
+      for (i = 0; i < 4; ++i) ids[i] = below(8) ? below(kExperts) : (uint32_t)next_u64();
+      if (f == 58) {
+        current_call = "qmoe_expert_store_prefetch";
+        s = qmoe_expert_store_prefetch(any_store(), below(3), below(8) ? ids : NULL, n);
+      } else {
+        current_call = "qmoe_expert_store_ready";
+        s = qmoe_expert_store_ready(any_store(), below(3), below(8) ? ids : NULL, n,
+                                    below(8) ? ready : NULL);
+        CHECK(ready[4] == 9);
+        if (s == QMOE_STATUS_OK) {
+          for (i = 0; i < n; ++i) CHECK(ready[i] <= 1);
+        }
+      }
       break;
     }
     default:

@@ -15,7 +15,9 @@
  * Typical use: a runtime writes the store once from its expert sets (qmoe_expert_store_write,
  * or `qmoe run --write-store`), then at load time opens it and, per layer, reads the experts it
  * keeps in host memory (qmoe_expert_store_read into qmoe_alloc_weight_memory memory; pinned, if
- * a GPU will copy them) and creates the layer's set over them.
+ * a GPU will copy them) and creates the layer's set over them; or, for a model larger than
+ * memory, maps the layers (qmoe_expert_store_map_layer) and lets the page cache hold what fits,
+ * prefetching the experts it predicts and computing the ready ones first.
  *
  * A store handle is immutable after open: any number of threads may read from it at once.
  */
@@ -101,6 +103,38 @@ QMOE_API qmoe_status qmoe_expert_store_read(const qmoe_expert_store* store, uint
 QMOE_API qmoe_status qmoe_expert_store_create_set(const qmoe_expert_store* store, uint32_t layer,
                                                   const void* const* records,
                                                   qmoe_expert_set** set);
+
+/// Creates `layer`'s expert set over the file itself, mapped read-only (mmap, MAP_SHARED): no
+/// copy and no allocation of the weights; each expert's pages come from the OS page cache when
+/// a kernel first reads them (a read from the device then, unless prefetched), and the OS may
+/// drop them again under memory pressure. The way to run a model larger than memory, or to
+/// start decoding before a model is read (llama.cpp's mmap); a runtime with the memory reads
+/// layers into weight memory instead (huge pages, which a file mapping does not get: the CPU
+/// kernels run markedly slower on 4 KiB pages: qmoe_alloc_weight_memory). Records are not
+/// CRC-checked (read with verify for that); their headers are. The set keeps the mapping: it stays
+/// valid after qmoe_expert_store_close, until destroyed. The file must not be truncated while such
+/// a set is used (the OS signals a read past a file's end: SIGBUS). INVALID_ARGUMENT for a bad
+/// handle, a layer out of range or a NULL set; IO_ERROR when the file could not be mapped at
+/// open (the message has the OS's reason); CORRUPT_DATA for a record whose header names
+/// another layer or expert; otherwise as qmoe_expert_set_create.
+QMOE_API qmoe_status qmoe_expert_store_map_layer(const qmoe_expert_store* store, uint32_t layer,
+                                                 qmoe_expert_set** set);
+
+/// Asks the OS to start reading experts ids[0..num_ids) of `layer` into the page cache
+/// (madvise MADV_WILLNEED on their records) and returns at once: a runtime prefetches the
+/// experts it predicts for a coming layer while computing the current one. Advice only: it may
+/// read less, and nothing fails for it. INVALID_ARGUMENT for a bad handle, a layer or id out of
+/// range, NULL ids with num_ids > 0; IO_ERROR when the file is not mapped.
+QMOE_API qmoe_status qmoe_expert_store_prefetch(const qmoe_expert_store* store, uint32_t layer,
+                                                const uint32_t* ids, uint32_t num_ids);
+
+/// ready[i] = 1 when every page of expert ids[i]'s record of `layer` is in the page cache (a
+/// mapped set reads it at memory speed), else 0 (mincore): ready experts first, e.g. as the
+/// run mask of one qmoe_moe_forward while the others arrive, then the rest with accumulate.
+/// A snapshot: pages can come and go right after. Errors as qmoe_expert_store_prefetch, and
+/// INVALID_ARGUMENT for a NULL ready with num_ids > 0.
+QMOE_API qmoe_status qmoe_expert_store_ready(const qmoe_expert_store* store, uint32_t layer,
+                                             const uint32_t* ids, uint32_t num_ids, uint8_t* ready);
 
 #ifdef __cplusplus
 } /* extern "C" */

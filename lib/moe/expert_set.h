@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct ExpertSet {
   // Every byte range the plans read (codes, planes, biases of all experts), as [begin, end)
   // address pairs sorted and merged: a forward checks its outputs against them in O(log).
   std::vector<std::pair<uintptr_t, uintptr_t>> weight_ranges;
+  // What the weights live in, when the library made that memory (an expert store file mapped
+  // by qmoe_expert_store_map_layer): held until the set is destroyed, so the memory outlives
+  // every use of the set whatever the caller closes first. Null for the caller's memory.
+  std::shared_ptr<const void> owner;
 
   /// Whether [p, p + bytes) shares a byte with any weight of the set.
   bool overlaps_weights(const void* p, size_t bytes) const;
@@ -44,6 +49,10 @@ struct ExpertSet {
 /// `function`, the expert and the field.
 qmoe_status make_expert_set(const qmoe_expert_set_desc& desc, const char* function,
                             ExpertSet** set);
+
+/// A handle for a set made by make_expert_set (which it then owns), or OUT_OF_MEMORY (the set
+/// deleted). lib/expert_set_api.cc, with the handle shells.
+qmoe_status publish_expert_set(ExpertSet* impl, const char* function, qmoe_expert_set** set);
 
 /// The live ExpertSet behind a handle, or INVALID_ARGUMENT (message names `function`).
 qmoe_status resolve_expert_set(const qmoe_expert_set* handle, const char* function,

@@ -1,6 +1,7 @@
 #include "lib/store/store_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,8 +58,23 @@ qmoe_status StoreFile::open(const char* path, const char* function) {
     return fail(QMOE_STATUS_CORRUPT_DATA, function,
                 "'%s' is %zd bytes, shorter than an expert store's header", path, got);
   }
-  return decode_store_header(bytes, static_cast<uint64_t>(st.st_size), path, function, &header_,
-                             &layout_);
+  if (const qmoe_status s = decode_store_header(bytes, static_cast<uint64_t>(st.st_size), path,
+                                                function, &header_, &layout_);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
+  // Address space only: pages come from the page cache when first touched. A failure here is
+  // not the file's fault, and reads work without the mapping: map_layer reports it.
+  const size_t bytes_mapped = static_cast<size_t>(header_.file_bytes);
+  void* p = ::mmap(nullptr, bytes_mapped, PROT_READ, MAP_SHARED, fd_, 0);
+  if (p == MAP_FAILED) {
+    std::snprintf(map_error_, sizeof map_error_, "%s", std::strerror(errno));
+  } else {
+    mapping_.reset(static_cast<const unsigned char*>(p), [bytes_mapped](const unsigned char* m) {
+      ::munmap(const_cast<unsigned char*>(m), bytes_mapped);
+    });
+  }
+  return QMOE_STATUS_OK;
 }
 
 bool StoreFile::record_matches(const unsigned char* record, uint32_t layer, uint32_t expert,
@@ -77,8 +93,7 @@ bool StoreFile::record_matches(const unsigned char* record, uint32_t layer, uint
 qmoe_status StoreFile::read_record(uint32_t layer, uint32_t expert, bool verify, unsigned char* dst,
                                    const char* function) const {
   const uint64_t bytes = header_.expert_bytes;
-  const uint64_t offset =
-      header_.data_offset + (uint64_t{layer} * header_.shape.experts + expert) * bytes;
+  const uint64_t offset = record_offset(layer, expert);
   const ssize_t got = pread_full(fd_, dst, bytes, offset);
   if (got < 0) {
     return fail(QMOE_STATUS_IO_ERROR, function, "cannot read layer %u expert %u of '%s': %s", layer,

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "lib/store/store_layout.h"
@@ -36,6 +37,21 @@ class StoreFile {
   qmoe_status read_record(uint32_t layer, uint32_t expert, bool verify, unsigned char* dst,
                           const char* function) const;
 
+  /// The whole file mapped read-only (MAP_SHARED: the page cache's own pages), made at open;
+  /// null when mmap failed (*map_error then has the OS's reason). Shared: a set made over it
+  /// holds a reference, so it is unmapped when the store and every such set are gone.
+  const std::shared_ptr<const unsigned char>& mapping() const { return mapping_; }
+  const char* map_error() const { return map_error_; }
+
+  /// The record of (layer, expert) in the mapping (which must exist), and the record's bytes.
+  const unsigned char* mapped_record(uint32_t layer, uint32_t expert) const {
+    return mapping_.get() + record_offset(layer, expert);
+  }
+  uint64_t record_offset(uint32_t layer, uint32_t expert) const {
+    return header_.data_offset +
+           (uint64_t{layer} * header_.shape.experts + expert) * header_.expert_bytes;
+  }
+
   /// Whether the record at `record` (its first 64 bytes) belongs to (layer, expert), its header
   /// in *header; *why names what it holds instead when not.
   bool record_matches(const unsigned char* record, uint32_t layer, uint32_t expert,
@@ -46,6 +62,8 @@ class StoreFile {
   std::string path_;
   StoreHeader header_;
   RecordLayout layout_;
+  std::shared_ptr<const unsigned char> mapping_;
+  char map_error_[96] = {};
 };
 
 }  // namespace qmoe

@@ -836,11 +836,24 @@ def check_store(library, checks, context, rng):
                         checks.expect(np.array_equal(want.view(np.uint32), got.view(np.uint32)),
                                       f"load_layer, {libqmoe.ACCURACY_NAMES[accuracy]}: the "
                                       "bits of the set written")
+                mapped = store.map_layer(1)
+                store.prefetch(1, [3, 1])
+                checks.expect(store.ready(1, np.arange(EXPERTS)).shape == (EXPERTS,),
+                              "ExpertStore.ready: one answer an expert")
+                checks.refused("ExpertStore.ready: an id of E", lambda: store.ready(1, [EXPERTS]))
+                checks.refused("ExpertStore.map_layer: layer 2 of 2", lambda: store.map_layer(2))
                 checks.refused("ExpertStore.read: layer 2 of 2", lambda: store.read(2, [0]))
                 checks.refused("ExpertStore.read: an id of E", lambda: store.read(0, [EXPERTS]))
                 checks.refused("ExpertStore.read: fractional ids", lambda: store.read(0, [0.5]))
             library_refuses(checks, "ExpertStore.read: a closed store",
                             lambda: store.read(0, [0]), "QMOE_STATUS_INVALID_ARGUMENT")
+            with mapped:  # after close: the set keeps the mapping
+                for accuracy in (EXACT, FAST):
+                    want = library.moe_forward(context, uniform, accuracy, x, ids, weights)
+                    got = library.moe_forward(context, mapped, accuracy, x, ids, weights)
+                    checks.expect(np.array_equal(want.view(np.uint32), got.view(np.uint32)),
+                                  f"map_layer after close, {libqmoe.ACCURACY_NAMES[accuracy]}: "
+                                  "the bits of the set written")
         with open(path, "r+b") as f:
             f.truncate(os.path.getsize(path) - 1)
         library_refuses(checks, "open_expert_store: a truncated file",

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -801,6 +803,110 @@ TEST(ExpertStore, ConcurrentReads) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], 0) << t;
+}
+
+// Whether this process maps `path` (/proc/self/maps).
+bool process_maps(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find(path) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A layer mapped from the file runs to the bits of the set written, after the store is closed
+// too; the mapping goes when the last set over it does.
+TEST(ExpertStore, MappedLayerRunsAndOutlivesTheStore) {
+  const Layers layers = int_layers(small_layer_a(), 2, make_int4_matrix, 19);
+  TempPath path;
+  ASSERT_EQ(qmoe_expert_store_write(path.c_str(), layers.handles.data(), 2), QMOE_STATUS_OK);
+  auto ctx = default_context();
+  const std::vector<float> want =
+      layer_outputs(ctx.get(), layers.handles[1], layers.experts, layers.hidden, 20);
+  qmoe_expert_store* store = nullptr;
+  ASSERT_EQ(qmoe_expert_store_open(path.c_str(), &store), QMOE_STATUS_OK);
+  qmoe_expert_set* a = nullptr;
+  qmoe_expert_set* b = nullptr;
+  ASSERT_EQ(qmoe_expert_store_map_layer(store, 1, &a), QMOE_STATUS_OK) << qmoe_last_error_message();
+  ASSERT_EQ(qmoe_expert_store_map_layer(store, 1, &b), QMOE_STATUS_OK);
+  expect_same_bits(layer_outputs(ctx.get(), a, layers.experts, layers.hidden, 20), want);
+  EXPECT_TRUE(process_maps(path.str()));
+  ASSERT_EQ(qmoe_expert_store_close(store), QMOE_STATUS_OK);
+  expect_same_bits(layer_outputs(ctx.get(), b, layers.experts, layers.hidden, 20), want);
+  EXPECT_EQ(qmoe_expert_set_destroy(b), QMOE_STATUS_OK);
+  EXPECT_TRUE(process_maps(path.str())) << "a still uses the mapping";
+  expect_same_bits(layer_outputs(ctx.get(), a, layers.experts, layers.hidden, 20), want);
+  EXPECT_EQ(qmoe_expert_set_destroy(a), QMOE_STATUS_OK);
+  EXPECT_FALSE(process_maps(path.str())) << "the mapping outlived every set and the store";
+}
+
+TEST(ExpertStore, MappedLayerRefusals) {
+  const Layers layers = int_layers(small_layer_b(), 2, make_int4_matrix, 21);
+  TempPath path, swapped;
+  ASSERT_EQ(qmoe_expert_store_write(path.c_str(), layers.handles.data(), 2), QMOE_STATUS_OK);
+  StorePtr store = open_store(path);
+  qmoe_expert_set* set = reinterpret_cast<qmoe_expert_set*>(&set);
+  EXPECT_EQ(qmoe_expert_store_map_layer(store.get(), 2, &set), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(set, nullptr);
+  EXPECT_EQ(qmoe_expert_store_map_layer(store.get(), 0, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_expert_store_map_layer(nullptr, 0, &set), QMOE_STATUS_INVALID_ARGUMENT);
+  // Layer 1's experts 2 and 3 swapped in the file: mapping layer 1 is refused, layer 0 is not.
+  auto bytes = read_file(path.str());
+  const size_t eb = store_info(store.get()).expert_bytes, E = layers.experts;
+  std::swap_ranges(bytes.begin() + static_cast<long>(4096 + (E + 2) * eb),
+                   bytes.begin() + static_cast<long>(4096 + (E + 3) * eb),
+                   bytes.begin() + static_cast<long>(4096 + (E + 3) * eb));
+  write_file(swapped.str(), bytes);
+  StorePtr bad = open_store(swapped);
+  EXPECT_EQ(qmoe_expert_store_map_layer(bad.get(), 1, &set), QMOE_STATUS_CORRUPT_DATA);
+  EXPECT_NE(std::strstr(qmoe_last_error_message(), "records[2] holds expert 3 of layer 1"), nullptr)
+      << qmoe_last_error_message();
+  ASSERT_EQ(qmoe_expert_store_map_layer(bad.get(), 0, &set), QMOE_STATUS_OK);
+  qmoe_expert_set_destroy(set);
+}
+
+// After a read the records are in the page cache: ready says so (within a deadline, as the
+// cache is the OS's). Prefetch is advice and succeeds; bad arguments are refused.
+TEST(ExpertStore, PrefetchAndReady) {
+  const Layers layers = int_layers(small_layer_b(), 2, make_int4_matrix, 22);
+  TempPath path;
+  ASSERT_EQ(qmoe_expert_store_write(path.c_str(), layers.handles.data(), 2), QMOE_STATUS_OK);
+  StorePtr store = open_store(path);
+  const qmoe_expert_store_info info = store_info(store.get());
+  std::vector<uint32_t> all(info.num_experts);
+  for (uint32_t e = 0; e < info.num_experts; ++e) all[e] = info.num_experts - 1 - e;
+  ASSERT_EQ(qmoe_expert_store_prefetch(store.get(), 1, all.data(), info.num_experts),
+            QMOE_STATUS_OK);
+  WeightMemory memory = weight_memory(info.expert_bytes * info.num_experts);
+  ASSERT_EQ(qmoe_expert_store_read(store.get(), 1, all.data(), info.num_experts, 1, memory.get(),
+                                   info.expert_bytes * info.num_experts),
+            QMOE_STATUS_OK);
+  std::vector<uint8_t> ready(info.num_experts + 1, 7);
+  bool all_ready = false;
+  for (int attempt = 0; attempt < 200 && !all_ready; ++attempt) {
+    ASSERT_EQ(qmoe_expert_store_ready(store.get(), 1, all.data(), info.num_experts, ready.data()),
+              QMOE_STATUS_OK)
+        << qmoe_last_error_message();
+    all_ready = std::count(ready.begin(), ready.end() - 1, 1) == info.num_experts;
+    if (!all_ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(all_ready);
+  EXPECT_EQ(ready.back(), 7) << "ready wrote past num_ids";
+  for (uint8_t r : ready) EXPECT_TRUE(r == 0 || r == 1 || r == 7);
+  const uint32_t bad_id = info.num_experts;
+  EXPECT_EQ(qmoe_expert_store_ready(store.get(), 1, &bad_id, 1, ready.data()),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_expert_store_ready(store.get(), 2, all.data(), 1, ready.data()),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_expert_store_ready(store.get(), 1, all.data(), 1, nullptr),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_expert_store_ready(store.get(), 1, nullptr, 1, ready.data()),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_expert_store_ready(store.get(), 1, nullptr, 0, nullptr), QMOE_STATUS_OK);
+  EXPECT_EQ(qmoe_expert_store_prefetch(store.get(), 1, &bad_id, 1), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_expert_store_prefetch(nullptr, 1, all.data(), 1), QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(qmoe_expert_store_prefetch(store.get(), 1, nullptr, 0), QMOE_STATUS_OK);
 }
 
 TEST(ExpertStore, StatusNames) {
