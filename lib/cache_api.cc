@@ -14,6 +14,7 @@
 
 #include "lib/abi_enum.h"
 #include "lib/cache/layer_cache.h"
+#include "lib/distinct_ids.h"
 #include "lib/error.h"
 #include "lib/handle_pool.h"
 #include "lib/struct_size.h"
@@ -250,19 +251,9 @@ QMOE_API qmoe_status qmoe_expert_cache_set_residency(qmoe_expert_cache* cache, u
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "count = %u is above the %u slots", count,
               impl->num_slots);
   }
-  std::vector<uint8_t> seen;
-  try {
-    seen.assign(impl->num_experts, 0);
-  } catch (const std::bad_alloc&) {
-    QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "allocating %u flags failed", impl->num_experts);
-  }
-  for (uint32_t i = 0; i < count; ++i) {
-    if (ids[i] >= impl->num_experts) {
-      QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "ids[%u] = %u is not below num_experts = %u", i,
-                ids[i], impl->num_experts);
-    }
-    if (seen[ids[i]]) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "expert %u is given twice", ids[i]);
-    seen[ids[i]] = 1;
+  if (const qmoe_status s = check_distinct_ids(ids, count, impl->num_experts, "ids", __func__);
+      s != QMOE_STATUS_OK) {
+    return s;
   }
   std::lock_guard<std::mutex> lock(impl->mutex);
   impl->layers[layer].set_residency(ids, count);

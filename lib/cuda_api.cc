@@ -15,6 +15,7 @@
 #include "lib/cuda_backend.h"
 #include "lib/cuda_handles.h"
 #include "lib/cuda_moe_params.h"
+#include "lib/distinct_ids.h"
 #include "lib/error.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/gemm/activation_dtype.h"
@@ -74,25 +75,6 @@ qmoe_status check_gpu_format(const qmoe_quant_matrix& w, const char* function, c
 }
 
 // Distinct ids in [0, e_count).
-qmoe_status check_resident_ids(const uint32_t* ids, uint32_t count, uint32_t e_count,
-                               const char* function) {
-  std::vector<bool> seen;
-  try {
-    seen.assign(e_count, false);
-  } catch (const std::bad_alloc&) {
-    return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating %u flags failed", e_count);
-  }
-  for (uint32_t i = 0; i < count; ++i) {
-    const uint32_t e = ids[i];
-    if (e >= e_count || seen[e]) {
-      return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                  "resident[%u] = %u is outside [0, %u) or given twice", i, e, e_count);
-    }
-    seen[e] = true;
-  }
-  return QMOE_STATUS_OK;
-}
-
 // The MoE layer's kernels are compiled per format and launched once per layer call: every
 // expert's FC1 and FC2 must have one format. All E are checked, resident or not, so that any
 // expert may later take a slot.
@@ -195,7 +177,8 @@ qmoe_status create(const qmoe_cuda_expert_set_desc* desc_in, qmoe_cuda_expert_se
                   "num_resident = %u must be in [1, %u] (0 only with num_slots set)",
                   desc->num_resident, e_count);
     }
-    if (qmoe_status s = check_resident_ids(desc->resident, desc->num_resident, e_count, function);
+    if (qmoe_status s =
+            check_distinct_ids(desc->resident, desc->num_resident, e_count, "resident", function);
         s != QMOE_STATUS_OK) {
       return s;
     }
@@ -338,7 +321,8 @@ qmoe_status check_residency_update(const qmoe_cuda_expert_set* set, const qmoe_e
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "resident is NULL with num_resident = %u",
                 num_resident);
   }
-  if (qmoe_status s = check_resident_ids(resident, num_resident, set->num_experts, function);
+  if (qmoe_status s =
+          check_distinct_ids(resident, num_resident, set->num_experts, "resident", function);
       s != QMOE_STATUS_OK) {
     return s;
   }

@@ -87,13 +87,13 @@ void LayerCache::admit_and_evict() {
   // (each admission needs a victim it strictly beats, and victims only get stronger), so the
   // others are never sorted. In a steady state that leaves few or none.
   const bool free_slot = resident_count_ < num_slots_;
+  // One scan lists the residents (the possible victims) and finds the weakest score.
   double weakest = 0.0;
-  bool any_resident = false;
+  victims_.clear();
   for (uint32_t e = 0; e < num_experts_; ++e) {
-    if (is_resident_[e] && (!any_resident || scores_[e] < weakest)) {
-      weakest = scores_[e];
-      any_resident = true;
-    }
+    if (!is_resident_[e]) continue;
+    if (victims_.empty() || scores_[e] < weakest) weakest = scores_[e];
+    victims_.push_back(e);
   }
   candidates_.clear();
   for (uint32_t e = 0; e < num_experts_; ++e) {
@@ -102,10 +102,6 @@ void LayerCache::admit_and_evict() {
     }
   }
   if (candidates_.empty()) return;
-  victims_.clear();
-  for (uint32_t e = 0; e < num_experts_; ++e) {
-    if (is_resident_[e]) victims_.push_back(e);
-  }
   // Best candidate first: highest score, then more selections this step, then the lower id.
   // Weakest resident first: lowest score, then fewer selections this step, then the higher id.
   // Scores, counts and ids are all compared exactly, so the orders are total and the result

@@ -571,10 +571,14 @@ TEST(ExpertCacheApi, SetResidencyChangesNothingWhenRefused) {
   const uint32_t twice[] = {1, 2, 1}, too_many[] = {1, 2, 3, 4}, outside[] = {1, 8};
   EXPECT_EQ(qmoe_expert_cache_set_residency(cache.get(), 0, twice, 3),
             QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(qmoe_last_error_message(), "ids[2] = 1 is given twice"), nullptr)
+      << qmoe_last_error_message();
   EXPECT_EQ(qmoe_expert_cache_set_residency(cache.get(), 0, too_many, 4),
             QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(qmoe_expert_cache_set_residency(cache.get(), 0, outside, 2),
             QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(qmoe_last_error_message(), "ids[1] = 8 is not below 8"), nullptr)
+      << qmoe_last_error_message();
   EXPECT_EQ(qmoe_expert_cache_set_residency(cache.get(), 0, nullptr, 1),
             QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(qmoe_expert_cache_set_residency(cache.get(), 2, good, 2), QMOE_STATUS_INVALID_ARGUMENT);
