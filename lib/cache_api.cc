@@ -137,13 +137,12 @@ QMOE_API qmoe_status qmoe_expert_cache_create(const qmoe_expert_cache_desc* desc
     QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "allocating %u layers of %u experts failed", d.num_layers,
               d.num_experts);
   }
-  qmoe_expert_cache* shell = HandlePool<qmoe_expert_cache>::acquire();
+  qmoe_expert_cache* shell =
+      HandlePool<qmoe_expert_cache>::publish(&qmoe_expert_cache::cache, impl, kLiveMagic);
   if (shell == nullptr) {
     delete impl;
     QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "allocating the cache handle failed");
   }
-  shell->cache = impl;
-  shell->magic.store(kLiveMagic, std::memory_order_release);
   *cache = shell;
   return QMOE_STATUS_OK;
 }

@@ -46,13 +46,12 @@ qmoe_status resolve_expert_set(const qmoe_expert_set* handle, const char* functi
 }
 
 qmoe_status publish_expert_set(ExpertSet* impl, const char* function, qmoe_expert_set** set) {
-  qmoe_expert_set* shell = HandlePool<qmoe_expert_set>::acquire();
+  qmoe_expert_set* shell =
+      HandlePool<qmoe_expert_set>::publish(&qmoe_expert_set::set, impl, kLiveMagic);
   if (shell == nullptr) {
     delete impl;
     return fail(QMOE_STATUS_OUT_OF_MEMORY, function, "allocating the set handle failed");
   }
-  shell->set = impl;
-  shell->magic.store(kLiveMagic, std::memory_order_release);
   *set = shell;
   return QMOE_STATUS_OK;
 }

@@ -59,6 +59,18 @@ class HandlePool {
     return shell->magic.compare_exchange_strong(live, dead, std::memory_order_acq_rel);
   }
 
+  /// A live shell holding `impl` in its `field` (stored before the magic, which publishes it
+  /// with release: check_handle's acquire load sees the pointer), or nullptr when out of memory
+  /// (`impl` untouched: the caller frees it and fails).
+  template <typename Impl>
+  static Shell* publish(Impl* Shell::*field, Impl* impl, uint64_t live) {
+    Shell* shell = acquire();
+    if (shell == nullptr) return nullptr;
+    shell->*field = impl;
+    shell->magic.store(live, std::memory_order_release);
+    return shell;
+  }
+
   /// Queue a shell the caller has already marked dead.
   static void release(Shell* shell) {
     HandlePool& pool = instance();

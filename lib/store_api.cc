@@ -61,6 +61,16 @@ qmoe_status resolve_layer(const qmoe_expert_store* handle, uint32_t layer, const
   return QMOE_STATUS_OK;
 }
 
+// The start of a call that makes a set: the out-pointer non-null and cleared, then the handle
+// and the layer.
+qmoe_status begin_set_call(const qmoe_expert_store* handle, uint32_t layer, qmoe_expert_set** set,
+                           const char* function, const StoreFile** file) {
+  if (set == nullptr)
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "set out-pointer is NULL");
+  *set = nullptr;
+  return resolve_layer(handle, layer, function, file);
+}
+
 // The set of `layer` over records record_at(e) for each expert: each record's header checked,
 // the projections described in place, `owner` (the mapping, or null) held by the set.
 template <typename RecordAt>
@@ -210,13 +220,12 @@ QMOE_API qmoe_status qmoe_expert_store_open(const char* path, qmoe_expert_store*
     delete file;
     return opened;
   }
-  qmoe_expert_store* shell = HandlePool<qmoe_expert_store>::acquire();
+  qmoe_expert_store* shell =
+      HandlePool<qmoe_expert_store>::publish(&qmoe_expert_store::file, file, kLiveMagic);
   if (shell == nullptr) {
     delete file;
     QMOE_FAIL(QMOE_STATUS_OUT_OF_MEMORY, "cannot allocate the store handle");
   }
-  shell->file = file;
-  shell->magic.store(kLiveMagic, std::memory_order_release);
   *store = shell;
   return QMOE_STATUS_OK;
 }
@@ -304,10 +313,9 @@ QMOE_API qmoe_status qmoe_expert_store_create_set(const qmoe_expert_store* store
                                                   const void* const* records,
                                                   qmoe_expert_set** set) {
   using namespace qmoe;
-  if (set == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "set out-pointer is NULL");
-  *set = nullptr;
   const StoreFile* file = nullptr;
-  if (const qmoe_status s = resolve_layer(store, layer, __func__, &file); s != QMOE_STATUS_OK) {
+  if (const qmoe_status s = begin_set_call(store, layer, set, __func__, &file);
+      s != QMOE_STATUS_OK) {
     return s;
   }
   if (records == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "records is NULL");
@@ -319,10 +327,9 @@ QMOE_API qmoe_status qmoe_expert_store_create_set(const qmoe_expert_store* store
 QMOE_API qmoe_status qmoe_expert_store_map_layer(const qmoe_expert_store* store, uint32_t layer,
                                                  qmoe_expert_set** set) {
   using namespace qmoe;
-  if (set == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "set out-pointer is NULL");
-  *set = nullptr;
   const StoreFile* file = nullptr;
-  if (const qmoe_status s = resolve_layer(store, layer, __func__, &file); s != QMOE_STATUS_OK) {
+  if (const qmoe_status s = begin_set_call(store, layer, set, __func__, &file);
+      s != QMOE_STATUS_OK) {
     return s;
   }
   if (file->mapping() == nullptr) {
