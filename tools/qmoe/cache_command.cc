@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "commands.h"
 #include "memory_limit.h"
 #include "model_presets.h"
+#include "option_scanner.h"
 #include "option_values.h"
 #include "qmoe/qmoe.h"
 #include "routing_trace_file.h"
@@ -195,114 +195,105 @@ int parse_cache_options(int argc, char** argv, CacheOptions* o, bool* help) {
     *help = true;
     return 0;
   }
-  std::set<std::string> seen;
+  OptionScanner s("cache", print_cache_usage, argc, argv);
   size_t model_count = 0;
   const ModelPreset* model = model_presets(&model_count);  // the default: the first
   parse_policy("all", &o->rows);
-  for (int i = 0; i < argc; ++i) {
-    const char* arg = argv[i];
-    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
-    auto bad = [&](const char* what) {
-      std::fprintf(stderr, "qmoe cache: %s %s\n\n", arg, what);
-      print_cache_usage(stderr);
-      return 2;
-    };
-    if (std::strncmp(arg, "--", 2) == 0 && !seen.insert(arg).second) return bad("is given twice");
-    if (std::strcmp(arg, "--json") == 0) {
+  int code = 0;
+  while (s.next(&code)) {
+    if (s.is("--json")) {
       o->json = true;
+      s.flag();
       continue;
     }
-    if (std::strcmp(arg, "--model") == 0) {
-      model = find_model_preset(value);
+    if (s.is("--model")) {
+      model = find_model_preset(s.value());
       if (model == nullptr) {
         const std::string names = "takes one of " + model_preset_names(", ");
-        return bad(names.c_str());
+        return s.bad(names.c_str());
       }
-    } else if (std::strcmp(arg, "--layers") == 0) {
-      if (!parse_u32(value, 1, 100000, &o->shape.layers))
-        return bad("takes a count in [1, 100000]");
-    } else if (std::strcmp(arg, "--format") == 0) {
-      const RunFormat* format = find_run_format(value);
+    } else if (s.is("--layers")) {
+      if (!parse_u32(s.value(), 1, 100000, &o->shape.layers))
+        return s.bad("takes a count in [1, 100000]");
+    } else if (s.is("--format")) {
+      const RunFormat* format = find_run_format(s.value());
       if (format == nullptr) {
         const std::string names = "takes " + run_format_names(", ");
-        return bad(names.c_str());
+        return s.bad(names.c_str());
       }
       o->shape.format = format->format;
-    } else if (std::strcmp(arg, "--tokens") == 0) {
-      if (!parse_u32(value, 1, 65536, &o->tokens)) return bad("takes a count in [1, 65536]");
-    } else if (std::strcmp(arg, "--steps") == 0) {
-      if (!parse_u32(value, kMinSteps, kMaxSteps, &o->steps)) {
-        return bad("takes a count in [10, 100000000] (the first tenth is the warm-up)");
+    } else if (s.is("--tokens")) {
+      if (!parse_u32(s.value(), 1, 65536, &o->tokens)) return s.bad("takes a count in [1, 65536]");
+    } else if (s.is("--steps")) {
+      if (!parse_u32(s.value(), kMinSteps, kMaxSteps, &o->steps)) {
+        return s.bad("takes a count in [10, 100000000] (the first tenth is the warm-up)");
       }
       o->steps_given = true;
-    } else if (std::strcmp(arg, "--residency") == 0) {
-      if (!parse_fraction(value, &o->residency) || o->residency <= 0.0) {
-        return bad("takes a fraction in (0, 1]");
+    } else if (s.is("--residency")) {
+      if (!parse_fraction(s.value(), &o->residency) || o->residency <= 0.0) {
+        return s.bad("takes a fraction in (0, 1]");
       }
-    } else if (std::strcmp(arg, "--routing") == 0) {
-      if (!parse_cache_routing(value, &o->routing)) return bad("takes uniform, zipf or drift");
-    } else if (std::strcmp(arg, "--drift-period") == 0) {
-      if (!parse_u32(value, 1, UINT32_MAX, &o->drift_period)) return bad("takes a count >= 1");
-    } else if (std::strcmp(arg, "--policy") == 0) {
-      if (!parse_policy(value, &o->rows)) return bad("takes all, static, lru, lfu or lfru");
-    } else if (std::strcmp(arg, "--half-life") == 0) {
-      if (!parse_half_life(value, &o->half_life)) return bad("takes a decimal number of steps > 0");
-    } else if (std::strcmp(arg, "--budget") == 0) {
-      if (!parse_u32(value, 0, UINT32_MAX, &o->budget)) return bad("takes a count (0: no limit)");
-    } else if (std::strcmp(arg, "--seed") == 0) {
-      if (!parse_u64(value, &o->seed)) return bad("takes an unsigned integer");
-    } else if (std::strcmp(arg, "--trace") == 0) {
-      if (value == nullptr || *value == '\0') return bad("takes a file name");
-      o->trace_path = value;
-    } else if (std::strcmp(arg, "--write-trace") == 0) {
-      if (value == nullptr || *value == '\0') return bad("takes a file name");
-      o->write_trace_path = value;
+    } else if (s.is("--routing")) {
+      if (!parse_cache_routing(s.value(), &o->routing))
+        return s.bad("takes uniform, zipf or drift");
+    } else if (s.is("--drift-period")) {
+      if (!parse_u32(s.value(), 1, UINT32_MAX, &o->drift_period))
+        return s.bad("takes a count >= 1");
+    } else if (s.is("--policy")) {
+      if (!parse_policy(s.value(), &o->rows)) return s.bad("takes all, static, lru, lfu or lfru");
+    } else if (s.is("--half-life")) {
+      if (!parse_half_life(s.value(), &o->half_life))
+        return s.bad("takes a decimal number of steps > 0");
+    } else if (s.is("--budget")) {
+      if (!parse_u32(s.value(), 0, UINT32_MAX, &o->budget))
+        return s.bad("takes a count (0: no limit)");
+    } else if (s.is("--seed")) {
+      if (!parse_u64(s.value(), &o->seed)) return s.bad("takes an unsigned integer");
+    } else if (s.is("--trace")) {
+      if (s.value() == nullptr || *s.value() == '\0') return s.bad("takes a file name");
+      o->trace_path = s.value();
+    } else if (s.is("--write-trace")) {
+      if (s.value() == nullptr || *s.value() == '\0') return s.bad("takes a file name");
+      o->write_trace_path = s.value();
     } else {
-      std::fprintf(stderr, "qmoe cache: unknown option '%s'\n\n", arg);
-      print_cache_usage(stderr);
-      return 2;
+      return s.unknown();
     }
-    ++i;  // the option's value
   }
+  if (code != 0) return code;
   // The model's shape and depth; its own format unless --format named one.
   const qmoe_weight_format format = o->shape.format;
   const uint32_t layers = o->shape.layers;
   apply_model_preset(*model, &o->shape);
-  o->shape.format = seen.count("--format") != 0 ? format : model->format;
-  o->shape.layers = seen.count("--layers") != 0 ? layers : model->moe_layers;
+  o->shape.format = s.given("--format") ? format : model->format;
+  o->shape.layers = s.given("--layers") ? layers : model->moe_layers;
   // An option that would change nothing is refused, so that nobody reads a table believing it
   // did.
-  auto refuse = [](const char* why) {
-    std::fprintf(stderr, "qmoe cache: %s\n\n", why);
-    print_cache_usage(stderr);
-    return 2;
-  };
   if (!o->trace_path.empty()) {
     for (const char* draw_option :
          {"--routing", "--drift-period", "--tokens", "--layers", "--seed", "--write-trace"}) {
-      if (seen.count(draw_option) != 0) {
+      if (s.given(draw_option)) {
         const std::string why = std::string(draw_option) +
                                 " describes a synthetic draw; with --trace the file is the routing";
-        return refuse(why.c_str());
+        return s.refuse(why.c_str());
       }
     }
   }
-  if (seen.count("--drift-period") != 0 && o->routing != RoutingKind::kDrift) {
-    return refuse("--drift-period needs --routing drift");
+  if (s.given("--drift-period") && o->routing != RoutingKind::kDrift) {
+    return s.refuse("--drift-period needs --routing drift");
   }
-  if (seen.count("--half-life") != 0 && !has_row(*o, CacheRow::kLfru)) {
-    return refuse("--half-life is LFRU's: it needs --policy lfru or all");
+  if (s.given("--half-life") && !has_row(*o, CacheRow::kLfru)) {
+    return s.refuse("--half-life is LFRU's: it needs --policy lfru or all");
   }
-  if (seen.count("--budget") != 0 && !has_row(*o, CacheRow::kLru) && !has_row(*o, CacheRow::kLfu) &&
+  if (s.given("--budget") && !has_row(*o, CacheRow::kLru) && !has_row(*o, CacheRow::kLfu) &&
       !has_row(*o, CacheRow::kLfru)) {
-    return refuse("--budget limits the online policies: it needs --policy lru, lfu, lfru or all");
+    return s.refuse("--budget limits the online policies: it needs --policy lru, lfu, lfru or all");
   }
   // A drawn trace holds ids and weights, 8 bytes a selection; a file's is checked once its
   // header is read.
   if (o->trace_path.empty()) {
     if (const std::string why = over_memory(*o, 8.0, "fewer --steps, --tokens or --layers");
         !why.empty()) {
-      return refuse(why.c_str());
+      return s.refuse(why.c_str());
     }
   }
   return 0;

@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <cstring>
-#include <set>
 #include <string>
 
 #include "model_presets.h"
+#include "option_scanner.h"
 #include "option_values.h"
 #include "tier_names.h"
 #include "weight_formats.h"
@@ -189,110 +189,99 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
     *help = true;
     return 0;
   }
-  std::set<std::string> seen;
+  OptionScanner s("run", print_run_usage, argc, argv);
   size_t model_count = 0;
   const ModelPreset* model = model_presets(&model_count);  // the default: the first
-  for (int i = 0; i < argc; ++i) {
-    const char* arg = argv[i];
-    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
-    auto bad = [&](const char* what) {
-      std::fprintf(stderr, "qmoe run: %s %s\n\n", arg, what);
-      print_run_usage(stderr);
-      return 2;
-    };
-    if (std::strncmp(arg, "--", 2) == 0 && !seen.insert(arg).second) return bad("is given twice");
-    if (std::strcmp(arg, "--json") == 0) {
+  int code = 0;
+  while (s.next(&code)) {
+    if (s.is("--json")) {
       o->json = true;
+      s.flag();
       continue;
     }
-    if (std::strcmp(arg, "--gpu") == 0) {
+    if (s.is("--gpu")) {
       o->gpu = true;
+      s.flag();
       continue;
     }
-    if (std::strcmp(arg, "--model") == 0) {
-      model = find_model_preset(value);
+    if (s.is("--model")) {
+      model = find_model_preset(s.value());
       if (model == nullptr) {
         const std::string names = "takes one of " + model_preset_names(", ");
-        return bad(names.c_str());
+        return s.bad(names.c_str());
       }
-    } else if (std::strcmp(arg, "--layers") == 0) {
-      if (!parse_u32(value, 1, 100000, &o->shape.layers)) return bad("takes a count >= 1");
-    } else if (std::strcmp(arg, "--tokens") == 0) {
-      if (!parse_u32(value, 1, 100000000, &o->tokens)) return bad("takes a count >= 1");
-    } else if (std::strcmp(arg, "--batch") == 0) {
-      if (!parse_u32(value, 1, 65536, &o->batch)) return bad("takes a count in [1, 65536]");
-    } else if (std::strcmp(arg, "--threads") == 0) {
+    } else if (s.is("--layers")) {
+      if (!parse_u32(s.value(), 1, 100000, &o->shape.layers)) return s.bad("takes a count >= 1");
+    } else if (s.is("--tokens")) {
+      if (!parse_u32(s.value(), 1, 100000000, &o->tokens)) return s.bad("takes a count >= 1");
+    } else if (s.is("--batch")) {
+      if (!parse_u32(s.value(), 1, 65536, &o->batch)) return s.bad("takes a count in [1, 65536]");
+    } else if (s.is("--threads")) {
       static_assert(QMOE_MAX_THREADS == 1024u, "the message below names the limit");
-      if (!parse_u32(value, 0, QMOE_MAX_THREADS, &o->threads)) {
-        return bad("takes a count in [0, 1024] (0 = one per core)");
+      if (!parse_u32(s.value(), 0, QMOE_MAX_THREADS, &o->threads)) {
+        return s.bad("takes a count in [0, 1024] (0 = one per core)");
       }
-    } else if (std::strcmp(arg, "--seed") == 0) {
-      if (!parse_u64(value, &o->seed)) return bad("takes an unsigned integer");
-    } else if (std::strcmp(arg, "--format") == 0) {
+    } else if (s.is("--seed")) {
+      if (!parse_u64(s.value(), &o->seed)) return s.bad("takes an unsigned integer");
+    } else if (s.is("--format")) {
       std::string complaint;
-      if (!parse_format(value, &o->shape.format, &complaint)) return bad(complaint.c_str());
-    } else if (std::strcmp(arg, "--accuracy") == 0) {
-      if (!parse_accuracy(value, &o->accuracy)) return bad("takes exact or fast");
-    } else if (std::strcmp(arg, "--activations") == 0) {
-      if (!parse_activations(value, &o->activations)) return bad("takes f32, f16 or bf16");
-    } else if (std::strcmp(arg, "--routing") == 0) {
-      if (!parse_routing(value, &o->routing)) return bad("takes uniform, zipf or drift");
-    } else if (std::strcmp(arg, "--drift-period") == 0) {
-      if (!parse_u32(value, 1, UINT32_MAX, &o->drift_period)) return bad("takes a count >= 1");
-    } else if (std::strcmp(arg, "--cache") == 0) {
-      if (!parse_cache_policy(value, &o->cache)) return bad("takes lru, lfu or lfru");
-    } else if (std::strcmp(arg, "--cache-budget") == 0) {
-      if (!parse_u32(value, 0, UINT32_MAX, &o->cache_budget)) {
-        return bad("takes a count (0: no limit)");
+      if (!parse_format(s.value(), &o->shape.format, &complaint)) return s.bad(complaint.c_str());
+    } else if (s.is("--accuracy")) {
+      if (!parse_accuracy(s.value(), &o->accuracy)) return s.bad("takes exact or fast");
+    } else if (s.is("--activations")) {
+      if (!parse_activations(s.value(), &o->activations)) return s.bad("takes f32, f16 or bf16");
+    } else if (s.is("--routing")) {
+      if (!parse_routing(s.value(), &o->routing)) return s.bad("takes uniform, zipf or drift");
+    } else if (s.is("--drift-period")) {
+      if (!parse_u32(s.value(), 1, UINT32_MAX, &o->drift_period))
+        return s.bad("takes a count >= 1");
+    } else if (s.is("--cache")) {
+      if (!parse_cache_policy(s.value(), &o->cache)) return s.bad("takes lru, lfu or lfru");
+    } else if (s.is("--cache-budget")) {
+      if (!parse_u32(s.value(), 0, UINT32_MAX, &o->cache_budget)) {
+        return s.bad("takes a count (0: no limit)");
       }
-    } else if (std::strcmp(arg, "--store") == 0 || std::strcmp(arg, "--write-store") == 0) {
-      if (value == nullptr || value[0] == '\0') return bad("takes a file name");
-      (arg[2] == 's' ? o->store : o->write_store) = value;
-    } else if (std::strcmp(arg, "--host-memory") == 0) {
-      if (value != nullptr && std::strcmp(value, "pinned") == 0) {
+    } else if (s.is("--store") || s.is("--write-store")) {
+      if (s.value() == nullptr || s.value()[0] == '\0') return s.bad("takes a file name");
+      (s.is("--store") ? o->store : o->write_store) = s.value();
+    } else if (s.is("--host-memory")) {
+      if (s.value() != nullptr && std::strcmp(s.value(), "pinned") == 0) {
         o->pin_host_experts = true;
-      } else if (value != nullptr && std::strcmp(value, "pageable") == 0) {
+      } else if (s.value() != nullptr && std::strcmp(s.value(), "pageable") == 0) {
         o->pin_host_experts = false;
       } else {
-        return bad("takes pinned or pageable");
+        return s.bad("takes pinned or pageable");
       }
-    } else if (std::strcmp(arg, "--residency") == 0) {
-      if (!parse_fraction(value, &o->residency)) return bad("takes a fraction in [0, 1]");
-    } else if (std::strcmp(arg, "--isa") == 0) {
+    } else if (s.is("--residency")) {
+      if (!parse_fraction(s.value(), &o->residency)) return s.bad("takes a fraction in [0, 1]");
+    } else if (s.is("--isa")) {
       std::string complaint;
-      if (!parse_isa(value, &o->isa, &complaint)) return bad(complaint.c_str());
+      if (!parse_isa(s.value(), &o->isa, &complaint)) return s.bad(complaint.c_str());
     } else {
-      std::fprintf(stderr, "qmoe run: unknown option '%s'\n\n", arg);
-      print_run_usage(stderr);
-      return 2;
+      return s.unknown();
     }
-    ++i;  // the option's value
   }
+  if (code != 0) return code;
   // The model's shape; its own format unless --format named one.
   apply_model_preset(*model, &o->shape);
-  if (seen.count("--format") == 0) o->shape.format = model->format;
-  auto refuse = [](const char* why) {
-    std::fprintf(stderr, "qmoe run: %s\n\n", why);
-    print_run_usage(stderr);
-    return 2;
-  };
-  if (seen.count("--residency") != 0 && !o->gpu) return refuse("--residency needs --gpu");
-  if (o->routing == RoutingKind::kDrift && !o->gpu) return refuse("--routing drift needs --gpu");
-  if (seen.count("--drift-period") != 0 && o->routing != RoutingKind::kDrift) {
-    return refuse("--drift-period needs --routing drift");
+  if (!s.given("--format")) o->shape.format = model->format;
+  if (s.given("--residency") && !o->gpu) return s.refuse("--residency needs --gpu");
+  if (o->routing == RoutingKind::kDrift && !o->gpu) return s.refuse("--routing drift needs --gpu");
+  if (s.given("--drift-period") && o->routing != RoutingKind::kDrift) {
+    return s.refuse("--drift-period needs --routing drift");
   }
-  if (seen.count("--cache") != 0 && !o->gpu) return refuse("--cache needs --gpu");
-  if (seen.count("--host-memory") != 0 && !o->gpu) return refuse("--host-memory needs --gpu");
+  if (s.given("--cache") && !o->gpu) return s.refuse("--cache needs --gpu");
+  if (s.given("--host-memory") && !o->gpu) return s.refuse("--host-memory needs --gpu");
   if (o->store != nullptr && o->write_store != nullptr) {
-    return refuse("--store and --write-store: the weights are either read or generated");
+    return s.refuse("--store and --write-store: the weights are either read or generated");
   }
-  o->layers_given = seen.count("--layers") != 0;
-  o->format_given = seen.count("--format") != 0;
-  if (seen.count("--cache-budget") != 0 && seen.count("--cache") == 0) {
-    return refuse("--cache-budget needs --cache");
+  o->layers_given = s.given("--layers");
+  o->format_given = s.given("--format");
+  if (s.given("--cache-budget") && !s.given("--cache")) {
+    return s.refuse("--cache-budget needs --cache");
   }
   if (o->gpu && o->activations != QMOE_DTYPE_F32) {
-    return refuse("--gpu runs f32 activations (--activations f32)");
+    return s.refuse("--gpu runs f32 activations (--activations f32)");
   }
   return 0;
 }
