@@ -1,10 +1,13 @@
 #include "run_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "memory_limit.h"
 #include "moe_layer_call.h"
@@ -128,21 +131,44 @@ int generate_run_model(const RunOptions& options, qmoe_context* context, RunMode
 int load_run_model(const RunOptions& options, qmoe_context* context, const qmoe_expert_store* store,
                    const qmoe_expert_store_info& info, RunModel* model) {
   const auto start = Clock::now();
-  Progress progress("reading weights", options.shape.layers, true);
-  for (uint32_t l = 0; l < options.shape.layers; ++l) {
-    model->layers.push_back(std::make_unique<SyntheticLayer>());
-    std::string error;
-    if (!model->layers.back()->load(store, l, info, &error)) {
-      std::fprintf(stderr, "\nqmoe run: %s\n", error.c_str());
-      return 1;
-    }
-    progress.update(l + 1);
-    if (l > 0) continue;
-    if (const int code = size_workspace(options, context, model); code != 0) return code;
+  const uint32_t layers = options.shape.layers;
+  for (uint32_t l = 0; l < layers; ++l) model->layers.push_back(std::make_unique<SyntheticLayer>());
+  std::string error;
+  if (!model->layers[0]->load(store, 0, info, &error)) {
+    std::fprintf(stderr, "qmoe run: %s\n", error.c_str());
+    return 1;
   }
+  if (const int code = size_workspace(options, context, model); code != 0) return code;
+  // The other layers on every hardware thread (reads of one store may run at once), each
+  // thread taking the next layer; the first failure is reported.
+  Progress progress("reading weights", layers, true);
+  std::atomic<uint32_t> next{1}, done{1};
+  std::mutex failure_mutex;
+  std::string failure;
+  auto work = [&](bool report) {
+    for (uint32_t l = next.fetch_add(1); l < layers; l = next.fetch_add(1)) {
+      std::string why;
+      if (!model->layers[l]->load(store, l, info, &why)) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (failure.empty()) failure = why;
+      }
+      const uint32_t finished = done.fetch_add(1) + 1;
+      if (report) progress.update(finished);
+    }
+  };
+  const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), layers));
+  std::vector<std::thread> helpers;
+  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work, false);
+  work(true);
+  for (std::thread& helper : helpers) helper.join();
   progress.finish();
+  if (!failure.empty()) {
+    std::fprintf(stderr, "qmoe run: %s\n", failure.c_str());
+    return 1;
+  }
   model->from_store = true;
   model->store_read_s = seconds_since(start);
+  model->store_read_threads = threads;
   return 0;
 }
 

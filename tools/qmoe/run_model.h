@@ -24,6 +24,7 @@ struct RunModel {
   // generate_s. --write-store: the seconds writing it.
   bool from_store = false;
   double store_read_s = 0.0, store_write_s = 0.0;
+  unsigned store_read_threads = 1;
 };
 
 // Sizes the weights of `shape`. Returns 0; 1 when the library cannot size them; 2 when they
@@ -35,8 +36,9 @@ int size_run_model(const ModelShape& shape, RunModel* model);
 // memory.
 int generate_run_model(const RunOptions& options, qmoe_context* context, RunModel* model);
 
-// --store: reads every layer of options.shape from the open store (CRC-32C checked) and sizes
-// the workspace; returns as generate_run_model.
+// --store: reads every layer of options.shape from the open store (CRC-32C checked; layer 0
+// first, to size the workspace, then the others on every hardware thread); returns as
+// generate_run_model.
 int load_run_model(const RunOptions& options, qmoe_context* context, const qmoe_expert_store* store,
                    const qmoe_expert_store_info& info, RunModel* model);
 

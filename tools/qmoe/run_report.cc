@@ -90,9 +90,10 @@ void print_results(std::FILE* out, const RunRecord& r, const RunMetrics& m) {
   std::fprintf(out, "\nResults (%u timed steps after 1 warm-up step)\n", o.tokens);
   if (r.model.from_store) {
     std::fprintf(
-        out, "  %-24s %.2f s from %s (%.2f GB/s, CRC-32C checked)\n", "weights loaded",
-        r.model.store_read_s, o.store,
-        r.model.store_read_s > 0 ? r.model.weight_bytes_total / r.model.store_read_s * 1e-9 : 0.0);
+        out, "  %-24s %.2f s from %s (%.2f GB/s on %u threads, CRC-32C checked)\n",
+        "weights loaded", r.model.store_read_s, o.store,
+        r.model.store_read_s > 0 ? r.model.weight_bytes_total / r.model.store_read_s * 1e-9 : 0.0,
+        r.model.store_read_threads);
   } else {
     std::fprintf(out, "  %-24s %.2f s (%u threads)\n", "weight generation", r.model.generate_s,
                  r.model.generate_threads);
