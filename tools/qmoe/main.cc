@@ -20,6 +20,8 @@ void print_usage(std::FILE* out) {
                "  cache [options]      replay a routing trace through the expert cache\n"
                "                       policies (static, LRU, LFU, LFRU) and compare hit\n"
                "                       rates and copies (qmoe cache --help for its options)\n"
+               "  store FILE [--verify] what an expert store file holds; --verify checks\n"
+               "                       every record's CRC-32C\n"
                "  version              library version\n");
 }
 
@@ -32,6 +34,7 @@ int dispatch(int argc, char** argv) {
   if (std::strcmp(command, "info") == 0) return run_info_command(argc - 2, argv + 2);
   if (std::strcmp(command, "run") == 0) return run_run_command(argc - 2, argv + 2);
   if (std::strcmp(command, "cache") == 0) return run_cache_command(argc - 2, argv + 2);
+  if (std::strcmp(command, "store") == 0) return run_store_command(argc - 2, argv + 2);
   if (std::strcmp(command, "version") == 0) {
     if (argc == 3 && (std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0)) {
       std::printf("usage: qmoe version\n");

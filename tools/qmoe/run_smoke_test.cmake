@@ -305,7 +305,31 @@ foreach(bad "--store;${store_file};--layers;2" "--store;${store_file};--model;gp
     message(FATAL_ERROR "qmoe run ${bad} exited ${rc}, expected 2:\n${err}")
   endif()
 endforeach()
+# qmoe store describes the file and, with --verify, checks every record.
+execute_process(COMMAND ${QMOE} store ${store_file} --verify --json RESULT_VARIABLE rc
+                OUTPUT_VARIABLE json ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "qmoe store --verify exited ${rc}:\n${err}")
+endif()
+string(JSON verified GET "${json}" verified)
+string(JSON store_layers GET "${json}" layers)
+string(JSON store_experts GET "${json}" experts)
+if(NOT verified STREQUAL "ON" AND NOT verified STREQUAL "true" OR NOT store_layers EQUAL 1
+   OR NOT store_experts EQUAL 128)
+  message(FATAL_ERROR "qmoe store --verify: unexpected JSON:\n${json}")
+endif()
+foreach(bad "store" "store;${store_file};--bogus" "store;${store_file};${store_file}")
+  execute_process(COMMAND ${QMOE} ${bad} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2)
+    message(FATAL_ERROR "qmoe ${bad} exited ${rc}, expected 2:\n${err}")
+  endif()
+endforeach()
 file(REMOVE "${store_file}")
+execute_process(COMMAND ${QMOE} store ${store_file} RESULT_VARIABLE rc OUTPUT_QUIET
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "cannot open")
+  message(FATAL_ERROR "qmoe store of a missing file exited ${rc}:\n${err}")
+endif()
 execute_process(COMMAND ${QMOE} run --store ${store_file} --tokens 1 RESULT_VARIABLE rc
                 OUTPUT_QUIET ERROR_VARIABLE err)
 if(NOT rc EQUAL 1 OR NOT err MATCHES "cannot open")
