@@ -109,8 +109,8 @@ QMOE_API qmoe_status qmoe_expert_store_create_set(const qmoe_expert_store* store
 /// a kernel first reads them (a read from the device then, unless prefetched), and the OS may
 /// drop them again under memory pressure. The way to run a model larger than memory, or to
 /// start decoding before a model is read (llama.cpp's mmap); a runtime with the memory reads
-/// layers into weight memory instead (huge pages, which a file mapping does not get: the CPU
-/// kernels run markedly slower on 4 KiB pages: qmoe_alloc_weight_memory). Records are not
+/// layers into weight memory instead (huge pages, which a file mapping does not get: on 4 KiB
+/// pages the CPU kernels take more TLB misses; qmoe_alloc_weight_memory). Records are not
 /// CRC-checked (read with verify for that); their headers are. The set keeps the mapping: it stays
 /// valid after qmoe_expert_store_close, until destroyed. The file must not be truncated while such
 /// a set is used (the OS signals a read past a file's end: SIGBUS). INVALID_ARGUMENT for a bad

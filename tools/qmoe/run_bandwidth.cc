@@ -41,6 +41,8 @@ double best_read_roof(const RunBandwidth& bandwidth) {
 // different speed from one process to the next; this is the roof of the pages the decode reads.
 int measure_weights_bandwidth(const RunContext& run, const RunModel& model,
                               RunBandwidth* bandwidth) {
+  // Mapped layers have no weight memory of their own to measure (the report says so).
+  if (model.mapped) return 0;
   const auto start = Clock::now();
   for (int pass = 0; pass < 2; ++pass) {
     double seconds = 0.0;

@@ -56,7 +56,10 @@ int run_run_command(int argc, char** argv) {
   if (options.store != nullptr) {
     if (const int code = open_run_store(&options, &store); code != 0) return code;
   }
-  if (const int code = size_run_model(options.shape, &model); code != 0) return code;
+  model.mapped_sizing = options.map_store;
+  if (const int code = size_run_model(options.shape, options.map_store, &model); code != 0) {
+    return code;
+  }
   if (const int code = open_run_context(options, &run); code != 0) return code;
   print_run_header(out, options, run, model);
 

@@ -62,8 +62,8 @@ int size_workspace(const RunOptions& options, qmoe_context* context, RunModel* m
   call.top_k = options.shape.top_k;
   QMOE_CHECK(moe_layer_workspace_size(call, &model->workspace_bytes));
   const double workspace = static_cast<double>(model->workspace_bytes);
-  if (model->usable_memory > 0 &&
-      model->weight_bytes_total + workspace > 0.8 * model->usable_memory) {
+  const double weights = model->mapped_sizing ? 0.0 : model->weight_bytes_total;
+  if (model->usable_memory > 0 && weights + workspace > 0.8 * model->usable_memory) {
     std::fprintf(stderr,
                  "\nqmoe run: the weights (%.1f GB) and a --batch %u workspace (%.1f GB) are "
                  "over 80%% of the %.1f GB of memory this process may use\n",
@@ -76,7 +76,7 @@ int size_workspace(const RunOptions& options, qmoe_context* context, RunModel* m
 
 }  // namespace
 
-int size_run_model(const ModelShape& shape, RunModel* model) {
+int size_run_model(const ModelShape& shape, bool mapped, RunModel* model) {
   std::string error;
   if (!expert_bytes(shape, &model->expert_bytes, &error)) {
     std::fprintf(stderr, "qmoe run: qmoe_quant_matrix_codes_size failed: %s\n", error.c_str());
@@ -86,7 +86,8 @@ int size_run_model(const ModelShape& shape, RunModel* model) {
   model->weight_bytes_total = per_layer * shape.layers;
   model->usable_memory = usable_memory_bytes();
   const double usable = model->usable_memory;
-  if (usable > 0 && model->weight_bytes_total > 0.7 * usable) {
+  // Mapped weights are the page cache's to hold or drop: they are not this process's memory.
+  if (!mapped && usable > 0 && model->weight_bytes_total > 0.7 * usable) {
     std::fprintf(stderr,
                  "qmoe run: %u layers need %.1f GB of weights, over 70%% of the %.1f GB of "
                  "memory this process may use (physical memory, or its cgroup's limit); at "
@@ -133,8 +134,13 @@ int load_run_model(const RunOptions& options, qmoe_context* context, const qmoe_
   const auto start = Clock::now();
   const uint32_t layers = options.shape.layers;
   for (uint32_t l = 0; l < layers; ++l) model->layers.push_back(std::make_unique<SyntheticLayer>());
+  const bool mapped = options.map_store;
+  auto take = [&](uint32_t l, std::string* why) {
+    return mapped ? model->layers[l]->map(store, l, why)
+                  : model->layers[l]->load(store, l, info, why);
+  };
   std::string error;
-  if (!model->layers[0]->load(store, 0, info, &error)) {
+  if (!take(0, &error)) {
     std::fprintf(stderr, "qmoe run: %s\n", error.c_str());
     return 1;
   }
@@ -148,7 +154,7 @@ int load_run_model(const RunOptions& options, qmoe_context* context, const qmoe_
   auto work = [&](bool report) {
     for (uint32_t l = next.fetch_add(1); l < layers; l = next.fetch_add(1)) {
       std::string why;
-      if (!model->layers[l]->load(store, l, info, &why)) {
+      if (!take(l, &why)) {
         std::lock_guard<std::mutex> lock(failure_mutex);
         if (failure.empty()) failure = why;
       }
@@ -167,6 +173,7 @@ int load_run_model(const RunOptions& options, qmoe_context* context, const qmoe_
     return 1;
   }
   model->from_store = true;
+  model->mapped = mapped;
   model->store_read_s = seconds_since(start);
   model->store_read_threads = threads;
   return 0;

@@ -23,13 +23,16 @@ struct RunModel {
   // --store: the seconds reading (and checking) every layer from the file, instead of
   // generate_s. --write-store: the seconds writing it.
   bool from_store = false;
+  bool mapped = false;         // --map: the sets are over the mapped file (no weight memory)
+  bool mapped_sizing = false;  // set before loading with --map: the weights are not counted
   double store_read_s = 0.0, store_write_s = 0.0;
   unsigned store_read_threads = 1;
 };
 
 // Sizes the weights of `shape`. Returns 0; 1 when the library cannot size them; 2 when they
 // would fill over 70% of the usable memory (the message says how many layers fit).
-int size_run_model(const ModelShape& shape, RunModel* model);
+// With `mapped` (--map) the weights are not counted against memory.
+int size_run_model(const ModelShape& shape, bool mapped, RunModel* model);
 
 // Generates every layer and sizes the workspace. Returns 0; 1 when a library call or an
 // allocation fails; 2 when the weights and the workspace would fill over 80% of the usable

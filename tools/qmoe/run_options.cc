@@ -176,6 +176,9 @@ void print_run_usage(std::FILE* out) {
       "                        --write-store or qmoe_expert_store_write) instead of generating\n"
       "                        them: its first --layers layers (default all); --model must\n"
       "                        match its experts and widths, --format its format\n"
+      "  --map                 with --store: run on the file mapped read-only (the page cache\n"
+      "                        holds the weights, 4 KiB pages) instead of reading it into\n"
+      "                        weight memory (huge pages)\n"
       "  --json                JSON summary on stdout, human report on stderr\n"
       "  --help                this text\n",
       presets[0].name, models.c_str(), run_format_names("|").c_str(), formats.c_str(),
@@ -196,6 +199,11 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
   while (s.next(&code)) {
     if (s.is("--json")) {
       o->json = true;
+      s.flag();
+      continue;
+    }
+    if (s.is("--map")) {
+      o->map_store = true;
       s.flag();
       continue;
     }
@@ -274,6 +282,10 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
   if (s.given("--host-memory") && !o->gpu) return s.refuse("--host-memory needs --gpu");
   if (o->store != nullptr && o->write_store != nullptr) {
     return s.refuse("--store and --write-store: the weights are either read or generated");
+  }
+  if (o->map_store && o->store == nullptr) return s.refuse("--map needs --store");
+  if (o->map_store && o->gpu) {
+    return s.refuse("--map runs on the CPU: --gpu reads the weights into memory (--store alone)");
   }
   o->layers_given = s.given("--layers");
   o->format_given = s.given("--format");

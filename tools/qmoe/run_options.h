@@ -41,6 +41,9 @@ struct RunOptions {
   // weights written to one first.
   const char* store = nullptr;
   const char* write_store = nullptr;
+  // --map (with --store): the layers made over the file mapped read-only instead of read into
+  // weight memory: the page cache holds them (qmoe_expert_store_map_layer).
+  bool map_store = false;
   bool layers_given = false;  // --layers was on the command line
   bool format_given = false;  // --format was
 };

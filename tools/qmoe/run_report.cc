@@ -88,7 +88,10 @@ void print_results(std::FILE* out, const RunRecord& r, const RunMetrics& m) {
   const DecodeResult& d = r.decode;
   const RunBandwidth& bw = r.bandwidth;
   std::fprintf(out, "\nResults (%u timed steps after 1 warm-up step)\n", o.tokens);
-  if (r.model.from_store) {
+  if (r.model.mapped) {
+    std::fprintf(out, "  %-24s %.2f s from %s (mapped read-only: the page cache holds them)\n",
+                 "weights mapped", r.model.store_read_s, o.store);
+  } else if (r.model.from_store) {
     std::fprintf(
         out, "  %-24s %.2f s from %s (%.2f GB/s on %u threads, CRC-32C checked)\n",
         "weights loaded", r.model.store_read_s, o.store,
@@ -126,6 +129,11 @@ void print_results(std::FILE* out, const RunRecord& r, const RunMetrics& m) {
   std::fprintf(out, "  %-24s %.2f (the same over the step the least host noise hit)\n",
                "ratio, best step", m.ratio_best_step);
   print_cache_note(out, r, m);
+  if (r.model.mapped) {
+    std::fprintf(out, "  %-24s not measured (the weights are the store's file, mapped)\n",
+                 "weights' read bandwidth");
+    return;
+  }
   std::fprintf(out, "  %-24s %.2f GB/s over the first %u layers' weights (%.0f MiB, %s)\n",
                "weights' read bandwidth", bw.weights * 1e-9, bw.weights_layers,
                static_cast<double>(bw.weights_bytes) / (1 << 20), bandwidth_threads(r.run));

@@ -290,15 +290,24 @@ foreach(mode "--write-store" "--store")
   string(JSON checksum GET "${json}" checksum)
   list(APPEND store_checksums ${checksum})
 endforeach()
+# --map: the same layer over the mapped file, the same checksum.
+execute_process(COMMAND ${QMOE} run --tokens 2 --threads 2 --store ${store_file} --map --json
+                RESULT_VARIABLE rc OUTPUT_VARIABLE json ERROR_VARIABLE report)
+if(NOT rc EQUAL 0 OR NOT report MATCHES "weights mapped")
+  message(FATAL_ERROR "qmoe run --store --map exited ${rc}:\n${report}")
+endif()
+string(JSON checksum GET "${json}" checksum)
+list(APPEND store_checksums ${checksum})
+list(GET store_checksums 2 mapped_checksum)
 list(GET store_checksums 0 written_checksum)
 list(GET store_checksums 1 read_checksum)
-if(NOT written_checksum STREQUAL read_checksum OR NOT report MATCHES "CRC-32C checked")
-  message(FATAL_ERROR "qmoe run --store decoded ${read_checksum}, --write-store "
-                      "${written_checksum}:\n${report}")
+if(NOT written_checksum STREQUAL read_checksum OR NOT written_checksum STREQUAL mapped_checksum)
+  message(FATAL_ERROR "qmoe run --store decoded ${read_checksum}, --map ${mapped_checksum}, "
+                      "--write-store ${written_checksum}:\n${report}")
 endif()
 foreach(bad "--store;${store_file};--layers;2" "--store;${store_file};--model;gpt-oss-20b"
             "--store;${store_file};--format;int3" "--store;${store_file};--write-store;x.qmoe"
-            "--store")
+            "--store" "--map" "--store;${store_file};--map;--gpu")
   execute_process(COMMAND ${QMOE} run ${bad} --tokens 1 RESULT_VARIABLE rc OUTPUT_QUIET
                   ERROR_VARIABLE err)
   if(NOT rc EQUAL 2)

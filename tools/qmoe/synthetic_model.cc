@@ -219,3 +219,11 @@ bool SyntheticLayer::load(const qmoe_expert_store* store, uint32_t layer,
   }
   return true;
 }
+
+bool SyntheticLayer::map(const qmoe_expert_store* store, uint32_t layer, std::string* error) {
+  if (qmoe_expert_store_map_layer(store, layer, &set_) != QMOE_STATUS_OK) {
+    *error = qmoe_last_error_message();
+    return false;
+  }
+  return true;
+}

@@ -88,6 +88,9 @@ class SyntheticLayer {
   bool load(const qmoe_expert_store* store, uint32_t layer, const qmoe_expert_store_info& info,
             std::string* error);
 
+  // Or makes the set over the store's file, mapped (no weight memory: weight_data() is null).
+  bool map(const qmoe_expert_store* store, uint32_t layer, std::string* error);
+
   const qmoe_expert_set* set() const { return set_; }
   // The layer's weight allocation (all experts' codes and scales).
   const unsigned char* weight_data() const { return data_; }
