@@ -913,6 +913,46 @@ TEST(ExpertStore, PrefetchAndReady) {
   EXPECT_EQ(qmoe_expert_store_prefetch(store.get(), 1, nullptr, 0), QMOE_STATUS_OK);
 }
 
+// docs/abi.md's ready-experts-first pattern: two calls over complementary run masks, the second
+// accumulating, give the single call's outputs (to FP32 rounding of the one extra add).
+TEST(ExpertStore, ReadyExpertsFirstInTwoCalls) {
+  const Layers layers = int_layers(small_layer_b(), 1, make_int4_matrix, 23);
+  TempPath path;
+  ASSERT_EQ(qmoe_expert_store_write(path.c_str(), layers.handles.data(), 1), QMOE_STATUS_OK);
+  StorePtr store = open_store(path);
+  qmoe_expert_set* raw = nullptr;
+  ASSERT_EQ(qmoe_expert_store_map_layer(store.get(), 0, &raw), QMOE_STATUS_OK);
+  SetPtr set(raw);
+  auto ctx = default_context();
+  std::mt19937_64 rng(24);
+  const uint32_t m = 4, k = 3, H = layers.hidden, E = layers.experts;
+  std::vector<float> x(size_t{m} * H);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : x) v = u(rng);
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  random_routing(m, E, k, rng, &ids, &weights);
+  std::vector<float> once(size_t{m} * H), twice(size_t{m} * H, NAN);
+  ASSERT_EQ(moe_forward(ctx.get(), set.get(), QMOE_ACCURACY_EXACT, m, x.data(), H, ids.data(),
+                        weights.data(), k, once.data(), H, nullptr),
+            QMOE_STATUS_OK);
+  std::vector<uint8_t> first(E), second(E);
+  for (uint32_t e = 0; e < E; ++e) first[e] = e % 2, second[e] = 1 - e % 2;  // "ready": odd ids
+  MoeCallOptions call;
+  call.run_mask = first.data();
+  ASSERT_EQ(moe_forward(ctx.get(), set.get(), QMOE_ACCURACY_EXACT, m, x.data(), H, ids.data(),
+                        weights.data(), k, twice.data(), H, &call),
+            QMOE_STATUS_OK);
+  call.run_mask = second.data();
+  call.accumulate = 1;
+  ASSERT_EQ(moe_forward(ctx.get(), set.get(), QMOE_ACCURACY_EXACT, m, x.data(), H, ids.data(),
+                        weights.data(), k, twice.data(), H, &call),
+            QMOE_STATUS_OK);
+  for (size_t i = 0; i < once.size(); ++i) {
+    EXPECT_NEAR(twice[i], once[i], 1e-5f * (std::fabs(once[i]) + 1.0f)) << i;
+  }
+}
+
 TEST(ExpertStore, StatusNames) {
   EXPECT_STREQ(qmoe_status_string(QMOE_STATUS_IO_ERROR), "QMOE_STATUS_IO_ERROR");
   EXPECT_STREQ(qmoe_status_string(QMOE_STATUS_CORRUPT_DATA), "QMOE_STATUS_CORRUPT_DATA");
