@@ -1,15 +1,11 @@
 // The expert store ABI (include/qmoe/qmoe_store.h): qmoe_expert_store_* and the handle shells
-// behind them. The file's layout is lib/store/store_layout; reading it, lib/store/store_file;
-// writing it, lib/store/store_writer. This file checks arguments and nothing else.
+// behind them. The file's layout is lib/store/store_layout; reading and mapping it,
+// lib/store/store_file; writing it, lib/store/store_writer. This file checks arguments and
+// builds sets over records (make_store_set) from those parts.
 //
 // Handles: as with expert sets (lib/expert_set_api.cc), the caller holds a shell {magic,
 // StoreFile*} that is never freed, so a closed handle is rejected, not a use-after-free.
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -124,25 +120,6 @@ qmoe_status make_store_set(const StoreFile& file, uint32_t layer, RecordAt recor
   if (const qmoe_status s = make_expert_set(d, function, &impl); s != QMOE_STATUS_OK) return s;
   impl->owner = std::move(owner);
   return publish_expert_set(impl, function, set);
-}
-
-size_t page_bytes() {
-  static const size_t bytes = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  return bytes;
-}
-
-// A record's pages in the mapping: from the page holding its first byte to the end of the page
-// holding its last (records are 4096-aligned; pages may be larger).
-struct PageSpan {
-  const unsigned char* begin;
-  size_t bytes;
-};
-PageSpan record_pages(const StoreFile& file, uint32_t layer, uint32_t expert) {
-  const uint64_t first = file.record_offset(layer, expert);
-  const uint64_t last = first + file.header().expert_bytes;  // one past
-  const uint64_t page = page_bytes();
-  const uint64_t begin = first / page * page, end = (last + page - 1) / page * page;
-  return {file.mapping().get() + begin, static_cast<size_t>(end - begin)};
 }
 
 // resolve_layer, the mapping present, ids non-null (with num_ids > 0) and below E.
@@ -349,11 +326,7 @@ QMOE_API qmoe_status qmoe_expert_store_prefetch(const qmoe_expert_store* store, 
       s != QMOE_STATUS_OK) {
     return s;
   }
-  for (uint32_t i = 0; i < num_ids; ++i) {
-    const PageSpan span = record_pages(*file, layer, ids[i]);
-    // Advice: the kernel starts reading and returns; failing advice changes nothing.
-    (void)::madvise(const_cast<unsigned char*>(span.begin), span.bytes, MADV_WILLNEED);
-  }
+  for (uint32_t i = 0; i < num_ids; ++i) file->prefetch_record(layer, ids[i]);
   return QMOE_STATUS_OK;
 }
 
@@ -367,21 +340,13 @@ QMOE_API qmoe_status qmoe_expert_store_ready(const qmoe_expert_store* store, uin
     return s;
   }
   if (ready == nullptr && num_ids > 0) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "ready is NULL");
-  unsigned char vec[256];
   for (uint32_t i = 0; i < num_ids; ++i) {
-    const PageSpan span = record_pages(*file, layer, ids[i]);
-    const size_t pages = span.bytes / page_bytes();
-    uint8_t all = 1;
-    for (size_t done = 0; done < pages && all; done += sizeof vec) {
-      const size_t n = std::min(pages - done, sizeof vec);
-      if (::mincore(const_cast<unsigned char*>(span.begin) + done * page_bytes(), n * page_bytes(),
-                    vec) != 0) {
-        QMOE_FAIL(QMOE_STATUS_IO_ERROR, "mincore on layer %u expert %u: %s", layer, ids[i],
-                  std::strerror(errno));
-      }
-      for (size_t p = 0; p < n; ++p) all &= vec[p] & 1u;
+    bool in_memory = false;
+    if (const qmoe_status st = file->record_in_memory(layer, ids[i], &in_memory, __func__);
+        st != QMOE_STATUS_OK) {
+      return st;
     }
-    ready[i] = all;
+    ready[i] = in_memory ? 1 : 0;
   }
   return QMOE_STATUS_OK;
 }

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +29,21 @@ ssize_t pread_full(int fd, unsigned char* p, size_t n, uint64_t offset) {
     done += static_cast<size_t>(r);
   }
   return static_cast<ssize_t>(done);
+}
+
+size_t page_bytes() {
+  static const size_t bytes = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return bytes;
+}
+
+// The pages holding bytes [offset, offset + bytes) of the mapping, as [first, end) offsets:
+// records are 4096-aligned, pages may be larger (64 KiB on some AArch64 kernels).
+struct PageRange {
+  uint64_t first, end;
+};
+PageRange page_range(uint64_t offset, uint64_t bytes) {
+  const uint64_t page = page_bytes();
+  return {offset / page * page, (offset + bytes + page - 1) / page * page};
 }
 
 }  // namespace
@@ -119,6 +135,31 @@ qmoe_status StoreFile::read_record(uint32_t layer, uint32_t expert, bool verify,
                   path_.c_str(), layer, expert, h.crc, computed);
     }
   }
+  return QMOE_STATUS_OK;
+}
+
+void StoreFile::prefetch_record(uint32_t layer, uint32_t expert) const {
+  const PageRange r = page_range(record_offset(layer, expert), header_.expert_bytes);
+  // Advice: the kernel starts reading and returns; failing advice changes nothing.
+  (void)::madvise(const_cast<unsigned char*>(mapping_.get()) + r.first, r.end - r.first,
+                  MADV_WILLNEED);
+}
+
+qmoe_status StoreFile::record_in_memory(uint32_t layer, uint32_t expert, bool* in_memory,
+                                        const char* function) const {
+  const PageRange r = page_range(record_offset(layer, expert), header_.expert_bytes);
+  const uint64_t page = page_bytes();
+  unsigned char vec[256];
+  bool all = true;
+  for (uint64_t at = r.first; at < r.end && all; at += sizeof vec * page) {
+    const uint64_t pages = std::min<uint64_t>((r.end - at) / page, sizeof vec);
+    if (::mincore(const_cast<unsigned char*>(mapping_.get()) + at, pages * page, vec) != 0) {
+      return fail(QMOE_STATUS_IO_ERROR, function, "mincore on layer %u expert %u: %s", layer,
+                  expert, std::strerror(errno));
+    }
+    for (uint64_t p = 0; p < pages; ++p) all = all && (vec[p] & 1u) != 0;
+  }
+  *in_memory = all;
   return QMOE_STATUS_OK;
 }
 

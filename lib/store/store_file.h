@@ -52,6 +52,13 @@ class StoreFile {
            (uint64_t{layer} * header_.shape.experts + expert) * header_.expert_bytes;
   }
 
+  /// Asks the OS to read the record's pages of the mapping (MADV_WILLNEED; advice, no failure).
+  void prefetch_record(uint32_t layer, uint32_t expert) const;
+  /// *in_memory = whether every page of the record is in the page cache (mincore); IO_ERROR
+  /// naming `function` when mincore fails. Both need the mapping.
+  qmoe_status record_in_memory(uint32_t layer, uint32_t expert, bool* in_memory,
+                               const char* function) const;
+
   /// Whether the record at `record` (its first 64 bytes) belongs to (layer, expert), its header
   /// in *header; *why names what it holds instead when not.
   bool record_matches(const unsigned char* record, uint32_t layer, uint32_t expert,
