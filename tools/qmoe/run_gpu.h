@@ -47,6 +47,9 @@ struct GpuDecodeResult {
   // --cache: experts the schedule promotes over the timed steps, and those the hybrid pass's
   // begun updates copied (the same, or the conservation check fails).
   uint64_t scheduled_promotions = 0, copied_promotions = 0;
+  // --cache: each timed hybrid step's host time in the residency updates (every layer's finish
+  // and begin, before the step's graph is launched).
+  std::vector<double> update_host_ms;
   // --host-memory pinned: the seconds cudaHostRegister took over every layer's weights.
   double pin_seconds = 0.0;
 };
