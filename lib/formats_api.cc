@@ -32,7 +32,7 @@ QMOE_API qmoe_status qmoe_group_plane(const void* src, uint32_t n, uint32_t bloc
                                       size_t element_bytes, size_t src_row_stride,
                                       size_t src_block_stride, void* dst, size_t dst_bytes) {
   return qmoe::group_plane(__func__, src, n, blocks, element_bytes, src_row_stride,
-                           src_block_stride, dst, dst_bytes);
+                           src_block_stride, 0, dst, dst_bytes);
 }
 
 QMOE_API qmoe_status qmoe_import_int4_onnx(const uint8_t* src, uint32_t n, uint32_t k, void* dst,

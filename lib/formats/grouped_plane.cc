@@ -19,7 +19,7 @@ size_t grouped_plane_elements(uint32_t n, uint32_t blocks) {
 
 qmoe_status group_plane(const char* function, const void* src, uint32_t n, uint32_t blocks,
                         size_t element_bytes, size_t src_row_stride, size_t src_block_stride,
-                        void* dst, size_t dst_bytes) {
+                        size_t src_group_stride, void* dst, size_t dst_bytes) {
   if (src == nullptr || dst == nullptr) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "%s is NULL",
                 src == nullptr ? "src" : "dst");
@@ -32,10 +32,11 @@ qmoe_status group_plane(const char* function, const void* src, uint32_t n, uint3
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "element_bytes = %zu is not 1, 2 or 4",
                 element_bytes);
   }
-  if (!plane_strides_fit(n, blocks, src_row_stride, src_block_stride)) {
+  if (!grouped_plane_strides_fit(n, blocks, src_row_stride, src_block_stride, src_group_stride)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "src strides (row %zu, block %zu) do not describe an [n=%u, blocks=%u] plane",
-                src_row_stride, src_block_stride, n, blocks);
+                "src strides (row %zu, block %zu, group %zu) do not describe an [n=%u, blocks=%u] "
+                "plane",
+                src_row_stride, src_block_stride, src_group_stride, n, blocks);
   }
   const size_t elements = grouped_plane_elements(n, blocks);
   if (elements == 0 || elements > SIZE_MAX / element_bytes ||
@@ -46,8 +47,8 @@ qmoe_status group_plane(const char* function, const void* src, uint32_t n, uint3
   }
   // plane_strides_fit bounds each stride by 2^48, not a stride times up to 2^32 rows.
   size_t src_extent = 0;
-  if (!plane_bytes(src, n, blocks, src_row_stride, src_block_stride, 0, element_bytes,
-                   &src_extent)) {
+  if (!plane_bytes(src, n, blocks, src_row_stride, src_block_stride, src_group_stride,
+                   element_bytes, &src_extent)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "src strides (row %zu, block %zu) for %u rows run past the end of the address "
                 "space",
@@ -63,7 +64,9 @@ qmoe_status group_plane(const char* function, const void* src, uint32_t n, uint3
     const size_t group_base = size_t{r / kGroupRows} * kGroupRows * blocks + r % kGroupRows;
     for (uint32_t b = 0; b < blocks; ++b) {
       std::memcpy(out + (group_base + size_t{b} * kGroupRows) * element_bytes,
-                  in + (size_t{r} * src_row_stride + size_t{b} * src_block_stride) * element_bytes,
+                  in + (plane_row_offset(r, src_row_stride, src_group_stride) +
+                        size_t{b} * src_block_stride) *
+                           element_bytes,
                   element_bytes);
     }
   }

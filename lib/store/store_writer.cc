@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "lib/formats/grouped_plane.h"
 #include "lib/formats/quant_matrix.h"
 #include "lib/store/crc32c.h"
 #include "lib/store/store_layout.h"
@@ -53,32 +54,30 @@ StoreShape shape_of(const ExpertSet& set) {
   return s;
 }
 
-// Copies an [n, blocks] plane of `element` bytes, read as the description lays it out, into
-// the grouped order at dst (zeroed by the caller: the last group's padding rows stay zero).
-void gather_grouped(const void* src, uint32_t n, uint32_t blocks, size_t element, size_t row_stride,
-                    size_t block_stride, size_t group_stride, unsigned char* dst) {
-  const unsigned char* s = static_cast<const unsigned char*>(src);
-  for (uint32_t r = 0; r < n; ++r) {
-    const size_t row = plane_row_offset(r, row_stride, group_stride);
-    unsigned char* d = dst + (size_t{r / 8} * 8 * blocks + r % 8) * element;
-    for (uint32_t b = 0; b < blocks; ++b) {
-      std::memcpy(d + size_t{b} * 8 * element, s + (row + b * block_stride) * element, element);
-    }
-  }
-}
-
-void fill_projection(const qmoe_quant_matrix& w, const ProjectionPlanes& planes,
-                     unsigned char* record) {
+// A projection's planes into the record: the codes as they are, the scale and zero-point planes
+// regrouped from whatever strides describe them (group_plane, the importers' and
+// qmoe_group_plane's copy), the bias as it is.
+qmoe_status fill_projection(const qmoe_quant_matrix& w, const ProjectionPlanes& planes,
+                            unsigned char* record, const char* function) {
   std::memcpy(record + planes.codes, w.codes, planes.codes_bytes);
   const uint32_t blocks = w.k / w.block_size;
-  gather_grouped(w.scales, w.n, blocks, dtype_size(w.scale_dtype), w.scale_row_stride,
-                 w.scale_block_stride, w.scale_group_stride, record + planes.scales);
+  if (const qmoe_status s = group_plane(
+          function, w.scales, w.n, blocks, dtype_size(w.scale_dtype), w.scale_row_stride,
+          w.scale_block_stride, w.scale_group_stride, record + planes.scales, planes.scales_bytes);
+      s != QMOE_STATUS_OK) {
+    return s;
+  }
   if (w.zero_points != nullptr) {
-    gather_grouped(w.zero_points, w.n, blocks, 1, w.zero_point_row_stride,
-                   w.zero_point_block_stride, w.zero_point_group_stride,
-                   record + planes.zero_points);
+    if (const qmoe_status s =
+            group_plane(function, w.zero_points, w.n, blocks, 1, w.zero_point_row_stride,
+                        w.zero_point_block_stride, w.zero_point_group_stride,
+                        record + planes.zero_points, planes.zero_points_bytes);
+        s != QMOE_STATUS_OK) {
+      return s;
+    }
   }
   if (w.bias != nullptr) std::memcpy(record + planes.bias, w.bias, planes.bias_bytes);
+  return QMOE_STATUS_OK;
 }
 
 // write(2) until done; false with errno set on failure.
@@ -200,8 +199,15 @@ qmoe_status write_expert_store(const char* path, const ExpertSet* const* layers,
       rh.expert = e;
       rh.fc1_global_scale = layers[l]->fc1[e].w.global_scale;
       rh.fc2_global_scale = layers[l]->fc2[e].w.global_scale;
-      fill_projection(layers[l]->fc1[e].w, layout.fc1, r);
-      fill_projection(layers[l]->fc2[e].w, layout.fc2, r);
+      // The sets were validated, so their planes regroup; a refusal is passed on all the same.
+      if (const qmoe_status s = fill_projection(layers[l]->fc1[e].w, layout.fc1, r, function);
+          s != QMOE_STATUS_OK) {
+        return s;
+      }
+      if (const qmoe_status s = fill_projection(layers[l]->fc2[e].w, layout.fc2, r, function);
+          s != QMOE_STATUS_OK) {
+        return s;
+      }
       // The CRC covers the global scales in the header's bytes [16, 24) and everything after.
       encode_record_header(rh, r);
       rh.crc = crc32c(r + 16, layout.bytes - 16);
