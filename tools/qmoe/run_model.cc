@@ -1,16 +1,15 @@
 #include "run_model.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "memory_limit.h"
 #include "moe_layer_call.h"
+#include "parallel_items.h"
 #include "progress.h"
 #include "run_check.h"
 #include "run_clock.h"
@@ -145,28 +144,13 @@ int load_run_model(const RunOptions& options, qmoe_context* context, const qmoe_
     return 1;
   }
   if (const int code = size_workspace(options, context, model); code != 0) return code;
-  // The other layers on every hardware thread (reads of one store may run at once), each
-  // thread taking the next layer; the first failure is reported.
+  // The other layers on every hardware thread (reads of one store may run at once).
   Progress progress("reading weights", layers, true);
-  std::atomic<uint32_t> next{1}, done{1};
-  std::mutex failure_mutex;
-  std::string failure;
-  auto work = [&](bool report) {
-    for (uint32_t l = next.fetch_add(1); l < layers; l = next.fetch_add(1)) {
-      std::string why;
-      if (!take(l, &why)) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (failure.empty()) failure = why;
-      }
-      const uint32_t finished = done.fetch_add(1) + 1;
-      if (report) progress.update(finished);
-    }
-  };
   const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), layers));
-  std::vector<std::thread> helpers;
-  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work, false);
-  work(true);
-  for (std::thread& helper : helpers) helper.join();
+  const std::string failure = run_items_in_parallel(
+      1, layers, threads,
+      [&](uint32_t l, unsigned /*thread*/, std::string* why) { return take(l, why); },
+      [&](uint32_t finished) { progress.update(1 + finished); });
   progress.finish();
   if (!failure.empty()) {
     std::fprintf(stderr, "qmoe run: %s\n", failure.c_str());

@@ -7,19 +7,6 @@
 #include "run_clock.h"
 #include "weight_formats.h"
 
-namespace {
-
-bool is_run_format(qmoe_weight_format format) {
-  size_t count = 0;
-  const RunFormat* rows = run_formats(&count);
-  for (size_t i = 0; i < count; ++i) {
-    if (rows[i].format == format) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 int open_run_store(RunOptions* options, RunStore* store) {
   if (qmoe_expert_store_open(options->store, &store->store) != QMOE_STATUS_OK) {
     std::fprintf(stderr, "qmoe run: --store: %s\n", qmoe_last_error_message());
@@ -38,7 +25,7 @@ int open_run_store(RunOptions* options, RunStore* store) {
                  shape.experts, shape.hidden, shape.intermediate);
     return 2;
   }
-  if (info.fc1_format != info.fc2_format || !is_run_format(info.fc1_format) ||
+  if (info.fc1_format != info.fc2_format || find_run_format_of(info.fc1_format) == nullptr ||
       (options->format_given && info.fc1_format != shape.format)) {
     std::fprintf(stderr,
                  "qmoe run: --store %s holds FC1 of format %d and FC2 of format %d; qmoe run "

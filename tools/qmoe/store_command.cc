@@ -2,16 +2,15 @@
 // and with --verify every record of every layer read and its CRC-32C checked, on every
 // hardware thread: the check to run once after copying or downloading a model's store.
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "commands.h"
 #include "option_scanner.h"
+#include "parallel_items.h"
 #include "qmoe/qmoe_store.h"
 #include "run_clock.h"
 #include "run_report.h"
@@ -35,46 +34,38 @@ struct FreeWeights {
 };
 
 // Every record of every layer through qmoe_expert_store_read with verify, each thread reading
-// whole layers into its own buffer. Returns "" or the first failure's message.
+// whole layers into its own buffer (made at its first layer). Returns "" or the first failure's
+// message.
 std::string verify_store(const qmoe_expert_store* store, const qmoe_expert_store_info& info,
                          unsigned threads) {
-  std::atomic<uint32_t> next{0};
-  std::mutex mutex;
-  std::string failure;
-  auto work = [&] {
-    void* raw = nullptr;
-    const size_t bytes = info.expert_bytes * info.num_experts;
-    if (qmoe_alloc_weight_memory(bytes, &raw) != QMOE_STATUS_OK) {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (failure.empty()) failure = qmoe_last_error_message();
-      return;
-    }
-    std::unique_ptr<void, FreeWeights> memory(raw);
-    std::vector<uint32_t> ids(info.num_experts);
-    for (uint32_t e = 0; e < info.num_experts; ++e) ids[e] = e;
-    for (uint32_t l = next.fetch_add(1); l < info.num_layers; l = next.fetch_add(1)) {
-      if (qmoe_expert_store_read(store, l, ids.data(), info.num_experts, 1, raw, bytes) !=
-          QMOE_STATUS_OK) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (failure.empty()) failure = qmoe_last_error_message();
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work);
-  work();
-  for (std::thread& helper : helpers) helper.join();
-  return failure;
+  const size_t bytes = info.expert_bytes * info.num_experts;
+  std::vector<std::unique_ptr<void, FreeWeights>> buffers(threads);
+  std::vector<uint32_t> ids(info.num_experts);
+  for (uint32_t e = 0; e < info.num_experts; ++e) ids[e] = e;
+  return run_items_in_parallel(
+      0, info.num_layers, threads,
+      [&](uint32_t l, unsigned thread, std::string* why) {
+        if (buffers[thread] == nullptr) {
+          void* raw = nullptr;
+          if (qmoe_alloc_weight_memory(bytes, &raw) != QMOE_STATUS_OK) {
+            *why = qmoe_last_error_message();
+            return false;
+          }
+          buffers[thread].reset(raw);
+        }
+        if (qmoe_expert_store_read(store, l, ids.data(), info.num_experts, 1, buffers[thread].get(),
+                                   bytes) != QMOE_STATUS_OK) {
+          *why = qmoe_last_error_message();
+          return false;
+        }
+        return true;
+      },
+      nullptr);
 }
 
 const char* format_name(qmoe_weight_format format) {
-  size_t count = 0;
-  const RunFormat* rows = run_formats(&count);
-  for (size_t i = 0; i < count; ++i) {
-    if (rows[i].format == format) return rows[i].name;
-  }
-  return "unknown";
+  const RunFormat* row = find_run_format_of(format);
+  return row != nullptr ? row->name : "unknown";
 }
 
 }  // namespace

@@ -23,11 +23,16 @@ const RunFormat* run_formats(size_t* count) {
   return kFormats;
 }
 
-const RunFormat& run_format(qmoe_weight_format format) {
+const RunFormat* find_run_format_of(qmoe_weight_format format) {
   for (const RunFormat& row : kFormats) {
-    if (row.format == format) return row;
+    if (row.format == format) return &row;
   }
-  return kFormats[0];
+  return nullptr;
+}
+
+const RunFormat& run_format(qmoe_weight_format format) {
+  const RunFormat* row = find_run_format_of(format);
+  return row != nullptr ? *row : kFormats[0];
 }
 
 const RunFormat* find_run_format(const char* name) {

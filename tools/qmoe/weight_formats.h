@@ -32,6 +32,9 @@ const RunFormat& run_format(qmoe_weight_format format);
 // The row named `name`; null for anything else (null included).
 const RunFormat* find_run_format(const char* name);
 
+// The row of `format`; null for a value no row has (a file's field, read as it is).
+const RunFormat* find_run_format_of(qmoe_weight_format format);
+
 // "int4|int3|mxfp4|nvfp4": every name, joined by `separator`.
 std::string run_format_names(const char* separator);
 
