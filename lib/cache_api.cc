@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -92,16 +93,19 @@ QMOE_API qmoe_status qmoe_expert_cache_create(const qmoe_expert_cache_desc* desc
   if (cache == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "cache out-pointer is NULL");
   *cache = nullptr;
   if (desc == nullptr) QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "desc is NULL");
+  // Read only the fields the caller's struct has; admission_margin keeps its default.
   using D = qmoe_expert_cache_desc;
-  constexpr size_t kRequired = sizeof(D);  // one version so far
-  if (!struct_size_ok(desc->struct_size, kRequired)) {
+  constexpr size_t kRequired = offsetof(D, max_promotions_per_step) + sizeof(uint32_t);
+  static constexpr FieldSpan kFields[] = {QMOE_FIELD(D, admission_margin)};
+  if (!struct_size_ok(desc->struct_size, kRequired, kFields)) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
               "desc->struct_size is %zu, not the size of any version of the struct; set it to "
               "sizeof(qmoe_expert_cache_desc) (%zu)",
               desc->struct_size, sizeof(D));
   }
   D d;
-  std::memcpy(&d, desc, sizeof d);
+  qmoe_expert_cache_desc_init(&d);
+  std::memcpy(&d, desc, std::min(desc->struct_size, sizeof d));
   if (d.num_layers == 0 || d.num_experts == 0 || d.num_slots == 0) {
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT,
               "num_layers = %u, num_experts = %u and num_slots = %u must be >= 1", d.num_layers,
@@ -121,6 +125,10 @@ QMOE_API qmoe_status qmoe_expert_cache_create(const qmoe_expert_cache_desc* desc
     QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "half_life_steps = %g must be finite and > 0",
               static_cast<double>(d.half_life_steps));
   }
+  if (!(std::isfinite(d.admission_margin) && d.admission_margin >= 0.0f)) {
+    QMOE_FAIL(QMOE_STATUS_INVALID_ARGUMENT, "admission_margin = %g must be finite and >= 0",
+              static_cast<double>(d.admission_margin));
+  }
   // Other policies ignore the half-life; any value is given a harmless one.
   const float half_life = policy == QMOE_CACHE_POLICY_LFRU ? d.half_life_steps : 1.0f;
 
@@ -130,7 +138,7 @@ QMOE_API qmoe_status qmoe_expert_cache_create(const qmoe_expert_cache_desc* desc
     impl->layers.reserve(d.num_layers);
     for (uint32_t l = 0; l < d.num_layers; ++l) {
       impl->layers.emplace_back(d.num_experts, d.num_slots, static_cast<qmoe_cache_policy>(policy),
-                                half_life, d.max_promotions_per_step);
+                                half_life, d.max_promotions_per_step, d.admission_margin);
     }
   } catch (const std::bad_alloc&) {
     delete impl;

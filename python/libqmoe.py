@@ -122,6 +122,7 @@ class ExpertCacheDesc(ctypes.Structure):
         ("policy", ctypes.c_int),
         ("half_life_steps", ctypes.c_float),
         ("max_promotions_per_step", ctypes.c_uint32),
+        ("admission_margin", ctypes.c_float),
     ]
 
 
@@ -1011,7 +1012,7 @@ class Library:
         return ExpertSet(self, handle, keep, nbytes, e_count, hidden)
 
     def expert_cache(self, num_layers, num_experts, num_slots, policy="lfru",
-                     half_life_steps=32.0, max_promotions_per_step=0):
+                     half_life_steps=32.0, max_promotions_per_step=0, admission_margin=0.0):
         """A qmoe_expert_cache: `policy` "static", "lru", "lfu" or "lfru"."""
         if policy not in CACHE_POLICIES:
             raise ValueError(f"policy {policy!r} is not one of {sorted(CACHE_POLICIES)}")
@@ -1023,6 +1024,7 @@ class Library:
         d.policy = CACHE_POLICIES[policy]
         d.half_life_steps = float(half_life_steps)
         d.max_promotions_per_step = _u32(max_promotions_per_step, "max_promotions_per_step")
+        d.admission_margin = float(admission_margin)
         handle = _P()
         self.check(self.lib.qmoe_expert_cache_create(ctypes.byref(d), ctypes.byref(handle)),
                    "qmoe_expert_cache_create")

@@ -1211,6 +1211,7 @@ static void fuzz_one(uint32_t f) {
       d.policy = (qmoe_cache_policy)PICK(kEnums);
       d.half_life_steps = any_float();
       d.max_promotions_per_step = PICK(dims);
+      d.admission_margin = any_float();
       current_call = "qmoe_expert_cache_create";
       s = qmoe_expert_cache_create(below(8) ? &d : NULL, below(8) ? &cache : NULL);
       if (s == QMOE_STATUS_OK) {

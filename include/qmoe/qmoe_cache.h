@@ -22,7 +22,8 @@
  * highest score first (ties: more selections this step, then the lower id), up to
  * max_promotions_per_step: into a free slot while one is left, else in place of the resident
  * expert with the lowest score (ties: fewer selections this step, then the higher id), and only
- * when the newcomer's score is strictly greater. So an expert admitted in a step is never
+ * when the newcomer's score is greater than the resident's plus admission_margin (by default 0:
+ * strictly greater). So an expert admitted in a step is never
  * evicted in the same step, and the residency never exceeds num_slots. Under LRU every expert
  * selected in a step outranks every resident that was not, so LRU copies each miss unless
  * max_promotions_per_step limits it; LFU and LFRU copy an expert only once its count passes a
@@ -69,6 +70,14 @@ typedef struct qmoe_expert_cache_desc {
   /** Experts a layer may admit at one end_step (copies a step can afford), 0 for no limit
    * (default). qmoe_expert_cache_set_residency is not limited. */
   uint32_t max_promotions_per_step;
+  /** How much a newcomer's score must exceed a resident's for the newcomer to take its slot
+   * (an admission into a free slot needs none); finite and >= 0, default 0. In selections under
+   * LFU and LFRU: a promotion pays only when the newcomer wins more selections from the CPU
+   * than its copy costs, about (the copy's time) / (the CPU's time for one selection), so a
+   * margin of that size stops experts of nearly equal counts from trading places every step.
+   * In steps under LRU: a resident goes only when idle for more than the margin. Added after
+   * max_promotions_per_step: a struct_size that ends before it gets 0. */
+  float admission_margin;
 } qmoe_expert_cache_desc;
 
 /** Counters of one layer or of all, since the cache was created. */
@@ -94,8 +103,9 @@ QMOE_API void qmoe_expert_cache_desc_init(qmoe_expert_cache_desc* desc);
 
 /// A cache with no expert resident in any layer. INVALID_ARGUMENT for NULL pointers, a
 /// struct_size no version had, num_layers, num_experts or num_slots of 0, num_slots above
-/// num_experts, a policy that is not a qmoe_cache_policy, or (LFRU) a half-life that is not
-/// finite and > 0; OUT_OF_MEMORY when its state cannot be allocated.
+/// num_experts, a policy that is not a qmoe_cache_policy, (LFRU) a half-life that is not
+/// finite and > 0, or an admission margin that is not finite and >= 0; OUT_OF_MEMORY when its
+/// state cannot be allocated.
 QMOE_API qmoe_status qmoe_expert_cache_create(const qmoe_expert_cache_desc* desc,
                                               qmoe_expert_cache** cache);
 

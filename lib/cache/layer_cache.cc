@@ -16,12 +16,13 @@ constexpr double kForgottenFrequency = std::numeric_limits<double>::min();
 }  // namespace
 
 LayerCache::LayerCache(uint32_t num_experts, uint32_t num_slots, qmoe_cache_policy policy,
-                       float half_life_steps, uint32_t max_promotions)
+                       float half_life_steps, uint32_t max_promotions, float admission_margin)
     : num_experts_(num_experts),
       num_slots_(num_slots),
       policy_(policy),
       decay_(std::exp2(-1.0 / static_cast<double>(half_life_steps))),
       max_promotions_(max_promotions),
+      margin_(admission_margin),
       is_resident_(num_experts, 0),
       step_selections_(num_experts, 0),
       last_step_(num_experts, -1),
@@ -83,9 +84,10 @@ void LayerCache::end_step(uint64_t step) {
 }
 
 void LayerCache::admit_and_evict() {
-  // The weakest resident's score: with no free slot, only candidates above it can be admitted
-  // (each admission needs a victim it strictly beats, and victims only get stronger), so the
-  // others are never sorted. In a steady state that leaves few or none.
+  // The weakest resident's score: with no free slot, only candidates above it plus the margin
+  // can be admitted (each admission needs a victim it beats by more than the margin, and
+  // victims only get stronger), so the others are never sorted. In a steady state that leaves
+  // few or none.
   const bool free_slot = resident_count_ < num_slots_;
   // One scan lists the residents (the possible victims) and finds the weakest score.
   double weakest = 0.0;
@@ -97,7 +99,7 @@ void LayerCache::admit_and_evict() {
   }
   candidates_.clear();
   for (uint32_t e = 0; e < num_experts_; ++e) {
-    if (!is_resident_[e] && has_score(e) && (free_slot || scores_[e] > weakest)) {
+    if (!is_resident_[e] && has_score(e) && (free_slot || scores_[e] > weakest + margin_)) {
       candidates_.push_back(e);
     }
   }
@@ -134,11 +136,12 @@ void LayerCache::admit_and_evict() {
       ++resident_count_;
     } else {
       // Candidates come in falling score and victims in rising score, so once the best
-      // remaining candidate cannot beat the weakest remaining resident, none can. A newcomer
-      // is never a victim in its own step: a later candidate scores no higher than it.
+      // remaining candidate cannot beat the weakest remaining resident by the margin, none
+      // can. A newcomer is never a victim in its own step: a later candidate scores no higher
+      // than it.
       if (evicted == victims_needed) break;
       const uint32_t victim = victims_[evicted];
-      if (!(scores_[e] > scores_[victim])) break;
+      if (!(scores_[e] > scores_[victim] + margin_)) break;
       is_resident_[victim] = 0;
       ++evicted;
     }

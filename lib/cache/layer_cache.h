@@ -22,9 +22,9 @@ struct LayerCacheCounters {
 class LayerCache {
  public:
   /// num_slots in [1, num_experts]; half_life_steps > 0 and finite (used by LFRU only);
-  /// max_promotions 0 for none. Throws std::bad_alloc.
+  /// max_promotions 0 for none; admission_margin finite and >= 0. Throws std::bad_alloc.
   LayerCache(uint32_t num_experts, uint32_t num_slots, qmoe_cache_policy policy,
-             float half_life_steps, uint32_t max_promotions);
+             float half_life_steps, uint32_t max_promotions, float admission_margin);
 
   /// Counts ids[0, count) (each in [-1, E): the caller checked) as this step's selections.
   void observe(const int32_t* ids, size_t count);
@@ -57,6 +57,7 @@ class LayerCache {
   qmoe_cache_policy policy_;
   double decay_;  // LFRU: a count's factor per step, 2^(-1 / half_life)
   uint32_t max_promotions_;
+  double margin_;  // a newcomer takes a resident's slot only with a score above its + margin_
   uint32_t resident_count_ = 0;
   std::vector<uint8_t> is_resident_;            // [E]
   std::vector<uint32_t> step_selections_;       // [E] selections of the step in progress

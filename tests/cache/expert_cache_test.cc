@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -28,7 +29,7 @@ using CachePtr = std::unique_ptr<qmoe_expert_cache, CacheDeleter>;
 
 qmoe_expert_cache_desc cache_desc(uint32_t layers, uint32_t experts, uint32_t slots,
                                   qmoe_cache_policy policy, float half_life = 32.0f,
-                                  uint32_t budget = 0) {
+                                  uint32_t budget = 0, float margin = 0.0f) {
   qmoe_expert_cache_desc d;
   qmoe_expert_cache_desc_init(&d);
   d.num_layers = layers;
@@ -37,6 +38,7 @@ qmoe_expert_cache_desc cache_desc(uint32_t layers, uint32_t experts, uint32_t sl
   d.policy = policy;
   d.half_life_steps = half_life;
   d.max_promotions_per_step = budget;
+  d.admission_margin = margin;
   return d;
 }
 
@@ -170,6 +172,28 @@ TEST(ExpertCache, BudgetLimitsAdmissionsPerStep) {
   EXPECT_EQ(stats_of(cache.get(), 0).promotions, 6u);
 }
 
+// A newcomer takes a resident's slot only when its score passes the resident's by more than the
+// margin: selections under LFU (a fraction too), steps under LRU; a free slot needs no margin.
+TEST(ExpertCache, AdmissionMarginHoldsResidentsUntilANewcomerPassesIt) {
+  CachePtr lfu = make_cache(cache_desc(1, 3, 1, QMOE_CACHE_POLICY_LFU, 32.0f, 0, 2.0f));
+  EXPECT_EQ(step(lfu.get(), {0}), (Ids{0}));  // a free slot
+  EXPECT_EQ(step(lfu.get(), {1}), (Ids{0}));  // 1 against 1
+  EXPECT_EQ(step(lfu.get(), {1}), (Ids{0}));  // 2 against 1 + 2
+  EXPECT_EQ(step(lfu.get(), {1}), (Ids{0}));  // 3 against 1 + 2
+  EXPECT_EQ(step(lfu.get(), {1}), (Ids{1}));  // 4 against 1 + 2
+  CachePtr half = make_cache(cache_desc(1, 3, 1, QMOE_CACHE_POLICY_LFU, 32.0f, 0, 0.5f));
+  EXPECT_EQ(step(half.get(), {0}), (Ids{0}));
+  EXPECT_EQ(step(half.get(), {1}), (Ids{0}));  // 1 against 1.5
+  EXPECT_EQ(step(half.get(), {1}), (Ids{1}));  // 2 against 1.5
+  // LRU: expert 0 last selected at step 0 goes once a newcomer's step passes 0 + 2.
+  CachePtr lru = make_cache(cache_desc(1, 3, 1, QMOE_CACHE_POLICY_LRU, 32.0f, 0, 2.0f));
+  EXPECT_EQ(step(lru.get(), {0}), (Ids{0}));
+  EXPECT_EQ(step(lru.get(), {1}), (Ids{0}));  // step 1
+  EXPECT_EQ(step(lru.get(), {1}), (Ids{0}));  // step 2
+  EXPECT_EQ(step(lru.get(), {2}), (Ids{2}));  // step 3: 2, selected now, beats 1 (step 2) too
+  EXPECT_EQ(stats_of(lru.get(), 0).evictions, 1u);
+}
+
 TEST(ExpertCache, PaddingIsNotASelection) {
   CachePtr cache = make_cache(cache_desc(1, 4, 1, QMOE_CACHE_POLICY_LFU));
   EXPECT_EQ(step(cache.get(), {-1, 2, -1}), (Ids{2}));
@@ -204,11 +228,12 @@ TEST(ExpertCache, LayersAreIndependentAndStatsSumOverThem) {
 class ReferenceLayer {
  public:
   ReferenceLayer(uint32_t experts, uint32_t slots, qmoe_cache_policy policy, float half_life,
-                 uint32_t budget)
+                 uint32_t budget, float margin)
       : slots_(slots),
         policy_(policy),
         decay_(std::exp2(-1.0 / static_cast<double>(half_life))),
         budget_(budget),
+        margin_(margin),
         resident_(experts, false),
         now_(experts, 0),
         last_(experts, -1),
@@ -265,7 +290,7 @@ class ReferenceLayer {
         }
         if (best < 0) break;
         if (count >= slots_) {
-          if (weakest < 0 || !(score(best) > score(weakest))) break;
+          if (weakest < 0 || !(score(best) > score(weakest) + margin_)) break;
           resident_[weakest] = false;
           ++counters.evictions;
         }
@@ -309,6 +334,7 @@ class ReferenceLayer {
   qmoe_cache_policy policy_;
   double decay_;
   uint32_t budget_;
+  double margin_;
   std::vector<bool> resident_;
   std::vector<uint32_t> now_;
   std::vector<int64_t> last_;
@@ -321,6 +347,7 @@ TEST(ExpertCache, EveryPolicyMatchesTheReferenceOnRandomTraces) {
                                         QMOE_CACHE_POLICY_LFU, QMOE_CACHE_POLICY_LFRU};
   const uint32_t expert_counts[] = {1, 2, 5, 16, 128};
   const float half_lives[] = {1.0f, 2.5f, 32.0f};
+  const float margins[] = {0.0f, 0.0f, 0.5f, 1.0f, 2.5f, 4.0f};
   constexpr uint32_t kLayers = 2, kSteps = 80;
   int cases = 0;
   for (const qmoe_cache_policy policy : policies) {
@@ -329,12 +356,14 @@ TEST(ExpertCache, EveryPolicyMatchesTheReferenceOnRandomTraces) {
         const uint32_t slots = 1 + uint32_t(rng() % experts);
         const uint32_t budget = uint32_t(rng() % 4);  // 0: none
         const float half_life = half_lives[rng() % 3];
+        const float margin = margins[rng() % 6];
         // Skewed routing: squaring a uniform draw favours the low ids, whose popularity the
         // trace shifts by a rotation every 20 steps, so residents go stale and get replaced.
-        CachePtr cache = make_cache(cache_desc(kLayers, experts, slots, policy, half_life, budget));
+        CachePtr cache =
+            make_cache(cache_desc(kLayers, experts, slots, policy, half_life, budget, margin));
         ASSERT_NE(cache, nullptr);
         std::vector<ReferenceLayer> reference(
-            kLayers, ReferenceLayer(experts, slots, policy, half_life, budget));
+            kLayers, ReferenceLayer(experts, slots, policy, half_life, budget, margin));
         for (uint32_t s = 0; s < kSteps; ++s) {
           for (uint32_t l = 0; l < kLayers; ++l) {
             if (rng() % 20 == 0) {  // a runtime's placement now and then
@@ -363,7 +392,8 @@ TEST(ExpertCache, EveryPolicyMatchesTheReferenceOnRandomTraces) {
             const Ids got = residency(cache.get(), l);
             ASSERT_EQ(got, reference[l].residents())
                 << "policy " << policy << ", E " << experts << ", slots " << slots << ", budget "
-                << budget << ", half-life " << half_life << ", layer " << l << ", step " << s;
+                << budget << ", half-life " << half_life << ", margin " << margin << ", layer " << l
+                << ", step " << s;
             ASSERT_LE(got.size(), slots);
           }
         }
@@ -468,6 +498,7 @@ TEST(ExpertCacheApi, DescInitSetsTheDefaults) {
   EXPECT_EQ(d.policy, QMOE_CACHE_POLICY_LFRU);
   EXPECT_EQ(d.half_life_steps, 32.0f);
   EXPECT_EQ(d.max_promotions_per_step, 0u);
+  EXPECT_EQ(d.admission_margin, 0.0f);
   EXPECT_EQ(d.num_layers, 0u);
   qmoe_expert_cache_desc_init(nullptr);  // does nothing
 }
@@ -491,7 +522,17 @@ TEST(ExpertCacheApi, CreateRefusesBadDescriptions) {
       {"half-life NaN", [](qmoe_expert_cache_desc* d) { d->half_life_steps = NAN; }},
       {"half-life inf", [](qmoe_expert_cache_desc* d) { d->half_life_steps = INFINITY; }},
       {"struct_size 0", [](qmoe_expert_cache_desc* d) { d->struct_size = 0; }},
-      {"struct_size short", [](qmoe_expert_cache_desc* d) { d->struct_size -= 4; }},
+      {"struct_size before the budget's end",
+       [](qmoe_expert_cache_desc* d) {
+         d->struct_size = offsetof(qmoe_expert_cache_desc, max_promotions_per_step) + 2;
+       }},
+      {"struct_size inside the margin",
+       [](qmoe_expert_cache_desc* d) {
+         d->struct_size = offsetof(qmoe_expert_cache_desc, admission_margin) + 2;
+       }},
+      {"margin -1", [](qmoe_expert_cache_desc* d) { d->admission_margin = -1.0f; }},
+      {"margin NaN", [](qmoe_expert_cache_desc* d) { d->admission_margin = NAN; }},
+      {"margin inf", [](qmoe_expert_cache_desc* d) { d->admission_margin = INFINITY; }},
       {"struct_size huge", [](qmoe_expert_cache_desc* d) { d->struct_size = size_t{1} << 20; }},
   };
   for (const Case& c : cases) {
@@ -505,6 +546,15 @@ TEST(ExpertCacheApi, CreateRefusesBadDescriptions) {
   qmoe_expert_cache* cache = nullptr;
   EXPECT_EQ(qmoe_expert_cache_create(nullptr, &cache), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(qmoe_expert_cache_create(&good, nullptr), QMOE_STATUS_INVALID_ARGUMENT);
+  // A struct of the version before admission_margin: the bytes past it are not read (a NaN
+  // there would be refused), and the cache admits as with a margin of 0.
+  qmoe_expert_cache_desc older = cache_desc(1, 3, 1, QMOE_CACHE_POLICY_LFU);
+  older.struct_size = offsetof(qmoe_expert_cache_desc, admission_margin);
+  older.admission_margin = NAN;
+  CachePtr older_cache = make_cache(older);
+  ASSERT_NE(older_cache, nullptr);
+  EXPECT_EQ(step(older_cache.get(), {0}), (Ids{0}));
+  EXPECT_EQ(step(older_cache.get(), {1, 1}), (Ids{1}));
   // Only LFRU reads the half-life.
   qmoe_expert_cache_desc lru = cache_desc(1, 4, 4, QMOE_CACHE_POLICY_LRU, NAN);
   EXPECT_NE(make_cache(lru), nullptr);

@@ -898,6 +898,22 @@ def check_cache(library, checks):
         except libqmoe.QmoeError as error:
             checks.expect(error.status_name == "QMOE_STATUS_INVALID_ARGUMENT",
                           f"expert_cache: an expert placed twice is refused ({error})")
+    # The admission margin reaches the library: LFU with a margin of 2 keeps expert 0 (one
+    # selection) until expert 1 has four (the C++ test's steps).
+    with library.expert_cache(1, 3, 1, policy="lfu", admission_margin=2.0) as cache:
+        got = []
+        for ids in ([0], [1], [1], [1], [1]):
+            cache.observe(0, np.array(ids))
+            cache.end_step()
+            got.append(cache.residency(0).tolist())
+        checks.expect(got == [[0], [0], [0], [0], [1]],
+                      f"expert_cache: LFU with an admission margin of 2 {got}")
+    try:
+        library.expert_cache(1, 4, 2, admission_margin=-1.0)
+        checks.expect(False, "expert_cache: a negative admission margin is refused")
+    except libqmoe.QmoeError as error:
+        checks.expect("admission_margin" in error.message,
+                      f"expert_cache: a negative admission margin is refused ({error})")
     checks.refused("expert_cache: an unknown policy",
                    lambda: library.expert_cache(1, 4, 2, policy="mru"))
     try:

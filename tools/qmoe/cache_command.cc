@@ -55,6 +55,7 @@ struct CacheOptions {
   std::vector<CacheRow> rows;  // --policy, in the report's order
   float half_life = 32.0f;
   uint32_t budget = 0;
+  float margin = 0.0f;  // --margin: qmoe_expert_cache_desc's admission_margin
   uint64_t seed = 1;
   bool json = false;
 };
@@ -112,6 +113,8 @@ void print_cache_usage(std::FILE* out) {
       "  --half-life H         LFRU: steps after which a selection counts half (default 32)\n"
       "  --budget B            experts an online policy may admit per layer per step\n"
       "                        (default 0 = no limit)\n"
+      "  --margin A            how much a newcomer's score must exceed a resident's to take\n"
+      "                        its slot: selections (LFU, LFRU), steps (LRU); default 0\n"
       "  --seed S              seed of the routing (default 1)\n"
       "  --trace FILE          replay FILE's recorded routing instead of drawing one\n"
       "                        (docs/formats.md, \"Routing traces\"): its layers, experts,\n"
@@ -163,10 +166,8 @@ bool has_row(const CacheOptions& o, CacheRow row) {
 
 // A half-life of finite, positive float steps.
 bool parse_half_life(const char* value, float* half_life) {
-  double parsed = 0.0;
-  if (!parse_decimal(value, &parsed)) return false;
-  const float steps = static_cast<float>(parsed);
-  if (!(std::isfinite(steps) && steps > 0.0f)) return false;
+  float steps = 0.0f;
+  if (!parse_decimal_float(value, &steps) || !(steps > 0.0f)) return false;
   *half_life = steps;
   return true;
 }
@@ -247,6 +248,8 @@ int parse_cache_options(int argc, char** argv, CacheOptions* o, bool* help) {
     } else if (s.is("--budget")) {
       if (!parse_u32(s.value(), 0, UINT32_MAX, &o->budget))
         return s.bad("takes a count (0: no limit)");
+    } else if (s.is("--margin")) {
+      if (!parse_decimal_float(s.value(), &o->margin)) return s.bad("takes a decimal number >= 0");
     } else if (s.is("--seed")) {
       if (!parse_u64(s.value(), &o->seed)) return s.bad("takes an unsigned integer");
     } else if (s.is("--trace")) {
@@ -284,9 +287,13 @@ int parse_cache_options(int argc, char** argv, CacheOptions* o, bool* help) {
   if (s.given("--half-life") && !has_row(*o, CacheRow::kLfru)) {
     return s.refuse("--half-life is LFRU's: it needs --policy lfru or all");
   }
-  if (s.given("--budget") && !has_row(*o, CacheRow::kLru) && !has_row(*o, CacheRow::kLfu) &&
-      !has_row(*o, CacheRow::kLfru)) {
+  const bool online =
+      has_row(*o, CacheRow::kLru) || has_row(*o, CacheRow::kLfu) || has_row(*o, CacheRow::kLfru);
+  if (s.given("--budget") && !online) {
     return s.refuse("--budget limits the online policies: it needs --policy lru, lfu, lfru or all");
+  }
+  if (s.given("--margin") && !online) {
+    return s.refuse("--margin is the online policies': it needs --policy lru, lfu, lfru or all");
   }
   // A drawn trace holds ids and weights, 8 bytes a selection; a file's is checked once its
   // header is read.
@@ -448,8 +455,10 @@ void print_table(std::FILE* out, const CacheOptions& o, const CachePlan& plan,
   const std::string budget = o.budget == 0 ? "no limit" : std::to_string(o.budget);
   std::fprintf(out, "  %-13s %u of %u experts a layer (residency %g)\n", "slots", plan.slots,
                shape.experts, o.residency);
-  std::fprintf(out, "  %-13s LFRU half-life %g steps; promotions a layer a step: %s\n", "policies",
-               double(o.half_life), budget.c_str());
+  std::fprintf(out,
+               "  %-13s LFRU half-life %g steps; promotions a layer a step: %s; admission "
+               "margin %g\n",
+               "policies", double(o.half_life), budget.c_str(), double(o.margin));
   std::fprintf(out, "  %-13s the last %u steps (the first %u are the warm-up)\n", "steady state",
                steady_steps, plan.warmup_steps);
   std::fprintf(out,
@@ -500,12 +509,13 @@ void print_json(const CacheOptions& o, const CachePlan& plan,
       "\"file\": %s, \"file_steps\": %s, \"written_to\": %s, \"drift_period\": %s, "
       "\"seed\": %s, \"warmup_steps\": %u, \"steady_steps\": %u},\n"
       " \"cache\": {\"residency\": %.6g, \"slots\": %u, \"half_life_steps\": %.9g, "
-      "\"budget\": %u},\n"
+      "\"budget\": %u, \"admission_margin\": %.9g},\n"
       " \"policies\": [",
       qmoe_version_string(), shape.model, shape.layers, shape.experts, shape.top_k,
       run_format(shape.format).name, plan.expert_bytes, o.steps, o.tokens, routing.c_str(),
       file.c_str(), file_steps.c_str(), written_to.c_str(), drift_period.c_str(), seed.c_str(),
-      plan.warmup_steps, steady_steps, o.residency, plan.slots, double(o.half_life), o.budget);
+      plan.warmup_steps, steady_steps, o.residency, plan.slots, double(o.half_life), o.budget,
+      double(o.margin));
   for (size_t i = 0; i < results.size(); ++i) {
     const CacheReplayResult& r = results[i];
     const SpanRates whole = rates_of(r.whole, o.steps, plan.expert_bytes);
@@ -566,6 +576,7 @@ int run_cache_command(int argc, char** argv) {
   setup.warmup_steps = plan.warmup_steps;
   setup.half_life_steps = options.half_life;
   setup.max_promotions_per_step = options.budget;
+  setup.admission_margin = options.margin;
   std::vector<CacheReplayResult> results(options.rows.size());
   for (size_t i = 0; i < options.rows.size(); ++i) {
     if (const int code = replay_cache(options.rows[i], setup, trace, &results[i]); code != 0) {

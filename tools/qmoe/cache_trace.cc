@@ -143,6 +143,7 @@ class Replay {
     // The budget bounds what end_step admits; STATIC admits nothing there, so it is the online
     // policies' alone (set_residency is never limited).
     desc.max_promotions_per_step = is_static(row_) ? 0 : setup_.max_promotions_per_step;
+    desc.admission_margin = setup_.admission_margin;
     qmoe_expert_cache* raw = nullptr;
     QMOE_CACHE_CALL(qmoe_expert_cache_create(&desc, &raw));
     cache_.reset(raw);

@@ -35,6 +35,7 @@ struct CacheReplaySetup {
   uint32_t warmup_steps = 1;      // the first ones, in [1, steps): the steady state is the rest
   float half_life_steps = 32.0f;  // LFRU
   uint32_t max_promotions_per_step = 0;  // the online policies' budget; 0 for none
+  float admission_margin = 0.0f;         // the online policies' margin
 };
 
 // Counters summed over the layers, as qmoe_expert_cache_get_stats gives them.

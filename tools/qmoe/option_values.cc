@@ -47,6 +47,15 @@ bool parse_decimal(const char* text, double* value) {
   return true;
 }
 
+bool parse_decimal_float(const char* text, float* value) {
+  double parsed = 0.0;
+  if (!parse_decimal(text, &parsed)) return false;
+  const auto narrowed = static_cast<float>(parsed);
+  if (!std::isfinite(narrowed)) return false;
+  *value = narrowed;
+  return true;
+}
+
 bool parse_fraction(const char* text, double* value) {
   double parsed = 0.0;
   if (!parse_decimal(text, &parsed) || parsed > 1.0) return false;

@@ -15,6 +15,9 @@ bool parse_u32(const char* text, uint32_t min, uint32_t max, uint32_t* value);
 // A finite non-negative decimal: 0.25, 32, .5 (digits and at most one dot).
 bool parse_decimal(const char* text, double* value);
 
+// parse_decimal's number as a float, refused when it is too large for one.
+bool parse_decimal_float(const char* text, float* value);
+
 // A decimal in [0, 1].
 bool parse_fraction(const char* text, double* value);
 

@@ -41,6 +41,7 @@ qmoe_status build_residency_schedule(const RoutingTrace& trace, uint32_t steps, 
   d.policy = cache.policy;
   d.half_life_steps = cache.half_life_steps;
   d.max_promotions_per_step = cache.budget;
+  d.admission_margin = cache.admission_margin;
   qmoe_expert_cache* raw = nullptr;
   if (const qmoe_status s = qmoe_expert_cache_create(&d, &raw); s != QMOE_STATUS_OK) return s;
   const std::unique_ptr<qmoe_expert_cache, CacheDeleter> owner(raw);

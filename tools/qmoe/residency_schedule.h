@@ -46,6 +46,7 @@ struct ResidencySchedule {
 struct CacheChoice {
   qmoe_cache_policy policy = static_cast<qmoe_cache_policy>(0);  // 0: no cache
   uint32_t budget = 0;                                           // promotions a layer a step
+  float admission_margin = 0.0f;
   float half_life_steps = 32.0f;
 };
 

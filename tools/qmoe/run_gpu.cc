@@ -291,6 +291,7 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   CacheChoice cache_choice;
   cache_choice.policy = options.cache;
   cache_choice.budget = options.cache_budget;
+  cache_choice.admission_margin = options.cache_margin;
   ResidencySchedule schedule;
   QMOE_CHECK(build_residency_schedule(routing, steps, L, E, std::max(resident, 1u), resident_ids,
                                       cache_choice, &schedule));
@@ -646,11 +647,12 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
   const double promotions = g.scheduled_promotions / steps;
   if (options.cache != 0) {
     std::fprintf(out,
-                 "  %-28s %s, budget %u: %.2f experts promoted a step (%.1f MB copied on the copy "
-                 "stream; each step's time includes its residency updates, %.3f ms of them on "
-                 "the host before the launch)\n",
-                 "expert cache", cache_policy_name(options.cache), options.cache_budget, promotions,
-                 promotions * expert * 1e-6, median(g.update_host_ms));
+                 "  %-28s %s, budget %u, margin %g: %.2f experts promoted a step (%.1f MB copied "
+                 "on the copy stream; each step's time includes its residency updates, %.3f ms "
+                 "of them on the host before the launch)\n",
+                 "expert cache", cache_policy_name(options.cache), options.cache_budget,
+                 double(options.cache_margin), promotions, promotions * expert * 1e-6,
+                 median(g.update_host_ms));
   }
   if (options.pin_host_experts) {
     std::fprintf(out, "  %-28s page-locked (cudaHostRegister, %.2f s)\n", "host experts",
@@ -674,8 +676,8 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       "\"intermediate\": %u, \"format\": \"%s\", \"bytes_per_expert\": %.0f},\n"
       " \"decode\": {\"steps\": %u, \"batch\": %u, \"seed\": %" PRIu64
       ", \"routing\": \"%s\", \"residency\": %.4f, \"resident_per_layer\": %u, \"cache\": "
-      "\"%s\", \"cache_budget\": %u, \"promotions_per_step\": %.4f, \"update_host_ms_per_step\": "
-      "%.4f, "
+      "\"%s\", \"cache_budget\": %u, \"cache_margin\": %.9g, \"promotions_per_step\": %.4f, "
+      "\"update_host_ms_per_step\": %.4f, "
       "\"host_experts\": \"%s\"},\n"
       " \"hybrid_ms_per_step\": %.4f, \"hybrid_ms_per_token\": %.4f, \"hybrid_wall_ms_per_step\": "
       "%.4f,\n"
@@ -697,11 +699,11 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       options.shape.experts, options.shape.top_k, options.shape.hidden, options.shape.intermediate,
       run_format(options.shape.format).name, expert, options.tokens, options.batch, options.seed,
       routing_name(options.routing), options.residency, g.resident_per_layer,
-      cache_policy_name(options.cache), options.cache_budget, promotions, median(g.update_host_ms),
-      options.pin_host_experts ? "pinned" : "pageable", hybrid, hybrid / M, wall, resident,
-      cpu_floor, roof * 1e-9, bandwidth.reference * 1e-9, bandwidth.weights * 1e-9,
-      bandwidth.reference_after * 1e-9, cpu_floor > 0 ? hybrid / cpu_floor : 0.0,
-      resident > 0 ? hybrid / resident : 0.0, hit,
+      cache_policy_name(options.cache), options.cache_budget, double(options.cache_margin),
+      promotions, median(g.update_host_ms), options.pin_host_experts ? "pinned" : "pageable",
+      hybrid, hybrid / M, wall, resident, cpu_floor, roof * 1e-9, bandwidth.reference * 1e-9,
+      bandwidth.weights * 1e-9, bandwidth.reference_after * 1e-9,
+      cpu_floor > 0 ? hybrid / cpu_floor : 0.0, resident > 0 ? hybrid / resident : 0.0, hit,
       json_number(alone_ran, "%.4f", cpu_alone).c_str(),
       json_number(alone_ran && cpu_alone > 0, "%.4f", hybrid / cpu_alone).c_str(),
       json_number(alone_ran && cpu_floor > 0, "%.4f", cpu_alone / cpu_floor).c_str(), service,

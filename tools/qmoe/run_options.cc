@@ -168,6 +168,9 @@ void print_run_usage(std::FILE* out) {
       "                        copied on a copy stream while the CPU computes them\n"
       "  --cache-budget N      with --cache: at most N promotions a layer a step (default 0:\n"
       "                        no limit)\n"
+      "  --cache-margin A      with --cache: how much a newcomer's score must exceed a\n"
+      "                        resident's to take its slot, in selections (lfu, lfru) or\n"
+      "                        steps (lru); default 0\n"
       "  --host-memory pinned|pageable  with --gpu: the host experts page-locked, so copies\n"
       "                        to the GPU run on the copy engine alone (default), or pageable\n"
       "                        (the CUDA runtime stages each copy on the calling thread)\n"
@@ -249,6 +252,10 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
       if (!parse_u32(s.value(), 0, UINT32_MAX, &o->cache_budget)) {
         return s.bad("takes a count (0: no limit)");
       }
+    } else if (s.is("--cache-margin")) {
+      if (!parse_decimal_float(s.value(), &o->cache_margin)) {
+        return s.bad("takes a decimal number >= 0");
+      }
     } else if (s.is("--store") || s.is("--write-store")) {
       if (s.value() == nullptr || s.value()[0] == '\0') return s.bad("takes a file name");
       (s.is("--store") ? o->store : o->write_store) = s.value();
@@ -291,6 +298,9 @@ int parse_run_options(int argc, char** argv, RunOptions* o, bool* help) {
   o->format_given = s.given("--format");
   if (s.given("--cache-budget") && !s.given("--cache")) {
     return s.refuse("--cache-budget needs --cache");
+  }
+  if (s.given("--cache-margin") && !s.given("--cache")) {
+    return s.refuse("--cache-margin needs --cache");
   }
   if (o->gpu && o->activations != QMOE_DTYPE_F32) {
     return s.refuse("--gpu runs f32 activations (--activations f32)");

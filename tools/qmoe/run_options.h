@@ -33,6 +33,8 @@ struct RunOptions {
   // (--cache-budget, 0: none); 0 (no --cache): the residency stays as placed.
   qmoe_cache_policy cache = static_cast<qmoe_cache_policy>(0);
   uint32_t cache_budget = 0;
+  // --cache-margin: the cache's admission_margin (qmoe/qmoe_cache.h).
+  float cache_margin = 0.0f;
   // --host-memory (with --gpu): the host experts page-locked (cudaHostRegister) so that the
   // residency copies run on the copy engine without the host staging them, or left pageable.
   bool pin_host_experts = true;
