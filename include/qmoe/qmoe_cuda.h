@@ -123,7 +123,10 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_residency(const qmoe_cuda_expert_set* 
 /// stream must be ordered with the update by the caller (events), as must a CUDA graph that
 /// holds forwards of the set (it reads the map when it runs, so a replay after the update uses
 /// the new residency). One update of a set at a time. Not capturable: INVALID_ARGUMENT on a
-/// capturing stream. The host blocks only while an earlier update's copies have not yet run.
+/// capturing stream. The host blocks only while an earlier update's copies have not yet run,
+/// or while the pinned image this call stages the descriptions and map in (the set has two,
+/// used in turn by its updates, begins and finishes) has not been copied out since the call two
+/// before.
 /// *experts_copied (may be NULL) = the experts copied. INVALID_ARGUMENT for a NULL or destroyed
 /// handle or host set, an id outside [0, E) or given twice, more ids than slots, a host set of
 /// another shape or larger buffers, a stream of another device; UNSUPPORTED_FORMAT for a host
@@ -155,8 +158,8 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_begin_residency_update(
 /// descriptions and then the map that names them (forwards after this call use the whole new
 /// residency) and sets *finished = 1. With wait = 0 and the copies still running, enqueues
 /// nothing and sets *finished = 0 (call again between later steps); with wait != 0, `stream`
-/// waits for the copies (the host does not; it may wait for the begun update's map copy to have
-/// run on `stream`). *finished = 1 when no update is pending. Not capturable. INVALID_ARGUMENT
+/// waits for the copies (the host does not, beyond the staging image's wait described at
+/// qmoe_cuda_expert_set_update_residency). *finished = 1 when no update is pending. Not capturable. INVALID_ARGUMENT
 /// for a NULL or destroyed set, a NULL `finished`, a capturing stream or one of another device.
 /// After a CUDA error the residency is undefined until an update succeeds, as for
 /// qmoe_cuda_expert_set_update_residency.

@@ -176,9 +176,11 @@ qmoe_status check_device_pointer(const char* function, const char* what, const v
 namespace {
 
 void free_set(DeviceExpertSet* set) {
-  if (set->staging_read != nullptr) cudaEventDestroy(set->staging_read);
+  for (DeviceExpertSet::StagingImage& image : set->staging) {
+    if (image.read != nullptr) cudaEventDestroy(image.read);
+    if (image.bytes != nullptr) cudaFreeHost(image.bytes);
+  }
   if (set->copies_done != nullptr) cudaEventDestroy(set->copies_done);
-  if (set->staging != nullptr) cudaFreeHost(set->staging);
   if (set->memory != nullptr) cudaFree(set->memory);
   cudaGetLastError();
   delete set;
@@ -248,14 +250,16 @@ qmoe_status create_device_expert_set(const char* function, const CudaExpertUploa
   const size_t total = map_off + align_up(size_t{upload.num_experts} * sizeof(int32_t));
   cudaError_t e = cudaMalloc(&set->memory, total);
   const char* step = "cudaMalloc of the experts";
-  if (e == cudaSuccess) {
-    step = "cudaHostAlloc of the staging image";
-    e = cudaHostAlloc(reinterpret_cast<void**>(&set->staging), staging_bytes(*set),
-                      cudaHostAllocDefault);
-  }
-  if (e == cudaSuccess) {
-    step = "cudaEventCreateWithFlags";
-    e = cudaEventCreateWithFlags(&set->staging_read, cudaEventDisableTiming);
+  for (DeviceExpertSet::StagingImage& image : set->staging) {
+    if (e == cudaSuccess) {
+      step = "cudaHostAlloc of a staging image";
+      e = cudaHostAlloc(reinterpret_cast<void**>(&image.bytes), staging_bytes(*set),
+                        cudaHostAllocDefault);
+    }
+    if (e == cudaSuccess) {
+      step = "cudaEventCreateWithFlags";
+      e = cudaEventCreateWithFlags(&image.read, cudaEventDisableTiming);
+    }
   }
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&set->copies_done, cudaEventDisableTiming);
   if (e != cudaSuccess) {
@@ -343,16 +347,20 @@ qmoe_status plan_update(const char* function, const DeviceExpertSet* set,
 }
 
 // Enqueues on `stream` the copy of `map` (and, with the descriptions, of both description arrays
-// first: a forward that reads the new map reads the new slots) from the staging image, after the
-// staging image's last copies have run; records staging_read after them.
+// first: a forward that reads the new map reads the new slots) from the next staging image, after
+// that image's last copies have run; records the image's `read` event after them and returns it
+// in *read (also the point on `stream` after the new map).
 cudaError_t stage_map(DeviceExpertSet* set, const std::vector<int32_t>& map,
                       const std::vector<DeviceQuantMatrix>* fc1_host,
                       const std::vector<DeviceQuantMatrix>* fc2_host, cudaStream_t stream,
-                      const char** step) {
-  *step = "waiting for the last update's staging copies";
-  cudaError_t err = cudaEventSynchronize(set->staging_read);
+                      cudaEvent_t* read, const char** step) {
+  DeviceExpertSet::StagingImage& image = set->staging[set->next_staging];
+  set->next_staging = (set->next_staging + 1) % DeviceExpertSet::kStagingImages;
+  *read = image.read;
+  *step = "waiting for a staging image's last copies";
+  cudaError_t err = cudaEventSynchronize(image.read);
   const size_t desc_bytes = size_t{set->num_slots} * sizeof(DeviceQuantMatrix);
-  unsigned char* stage = set->staging;
+  unsigned char* stage = image.bytes;
   if (err == cudaSuccess && fc1_host != nullptr) {
     std::memcpy(stage, fc1_host->data(), desc_bytes);
     std::memcpy(stage + desc_bytes, fc2_host->data(), desc_bytes);
@@ -369,7 +377,7 @@ cudaError_t stage_map(DeviceExpertSet* set, const std::vector<int32_t>& map,
     err = cudaMemcpyAsync(set->residency, stage + 2 * desc_bytes, map.size() * sizeof(int32_t),
                           cudaMemcpyHostToDevice, stream);
   }
-  if (err == cudaSuccess) err = cudaEventRecord(set->staging_read, stream);
+  if (err == cudaSuccess) err = cudaEventRecord(image.read, stream);
   return err;
 }
 
@@ -404,11 +412,12 @@ qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
   if (qmoe_status s = refuse_while_pending(set, function); s != QMOE_STATUS_OK) return s;
   UpdatePlan plan;
   if (qmoe_status s = plan_update(function, set, upload, &plan); s != QMOE_STATUS_OK) return s;
-  // The staging image may still be the source of the last update's copies: stage_map waits.
   const char* step = "copying the experts";
   cudaError_t err = copy_all(plan.copies, upload.batched, stream);
+  cudaEvent_t map_staged = nullptr;
   if (err == cudaSuccess) {
-    err = stage_map(set, plan.slots.map, &plan.fc1_host, &plan.fc2_host, stream, &step);
+    err =
+        stage_map(set, plan.slots.map, &plan.fc1_host, &plan.fc2_host, stream, &map_staged, &step);
   }
   if (err != cudaSuccess) return forget_residency(set, err, function, step);
   set->map.swap(plan.slots.map);
@@ -439,13 +448,14 @@ qmoe_status begin_device_expert_set_update(const char* function, DeviceExpertSet
   // leaver's, and no entry of this map names it, so forwards after it read neither.
   for (const uint32_t e : plan.slots.copy_expert) unmapped[e] = -1;
   const char* step = nullptr;
-  cudaError_t err = stage_map(set, unmapped, nullptr, nullptr, stream, &step);
-  // The lease on the joiners' slots: staging_read was recorded on `stream` after the forwards
+  cudaEvent_t map_staged = nullptr;
+  cudaError_t err = stage_map(set, unmapped, nullptr, nullptr, stream, &map_staged, &step);
+  // The lease on the joiners' slots: map_staged was recorded on `stream` after the forwards
   // enqueued before this call (which may still read a leaver in such a slot) and after the map
   // that no longer names it, so the copies that overwrite the slots wait for it.
   if (err == cudaSuccess) {
     step = "making the copy stream wait for the stream";
-    err = cudaStreamWaitEvent(copy_stream, set->staging_read, 0);
+    err = cudaStreamWaitEvent(copy_stream, map_staged, 0);
   }
   if (err == cudaSuccess) {
     step = "copying the experts";
@@ -488,9 +498,10 @@ qmoe_status finish_device_expert_set_update(const char* function, DeviceExpertSe
     }
   }
   // The joiners' descriptions, then the map that names them.
+  cudaEvent_t map_staged = nullptr;
   if (err == cudaSuccess) {
     err = stage_map(set, set->pending.map, &set->pending.fc1_host, &set->pending.fc2_host, stream,
-                    &step);
+                    &map_staged, &step);
   }
   if (err != cudaSuccess) {
     *finished = false;

@@ -10,7 +10,7 @@
 // then the residency map, E int32 (expert -> slot, -1 when not resident).
 //
 // Who writes what. The host owns the mirrors below (slot_expert, map, the descriptions) and is
-// the only writer of the device copies, by stream-ordered copies from a pinned staging image:
+// the only writer of the device copies, by stream-ordered copies from pinned staging images:
 // first an expert's buffers into its slot, then the descriptions, then the map. The kernels only
 // read them. A slot is rewritten only when the map no longer names it, and the copies are
 // ordered after the forwards enqueued before them on the same stream. A begun update splits
@@ -60,8 +60,19 @@ struct DeviceExpertSet {
   std::vector<int32_t> map;                 // expert -> slot, -1: the device map's mirror
   std::vector<DeviceQuantMatrix> fc1_host;  // the device descriptions' mirrors
   std::vector<DeviceQuantMatrix> fc2_host;
-  unsigned char* staging;    // pinned: [fc1 descriptions][fc2 descriptions][map]
-  cudaEvent_t staging_read;  // recorded after the last copies out of `staging`
+  // Pinned images the device copies of the descriptions and the map are staged in, each
+  // [fc1 descriptions][fc2 descriptions][map], used in turn. An image is rewritten only after
+  // its `read` event (recorded after the copies out of it) has completed, a host wait. Two
+  // images, because a step's finish and the next update's begin stage one map each, back to
+  // back: with one image the begin would wait on the host for the finish's copies, which queue
+  // behind the forwards and the joiners' copies already on the stream; with two it waits only
+  // for the copies of two stagings ago.
+  static constexpr int kStagingImages = 2;
+  struct StagingImage {
+    unsigned char* bytes = nullptr;
+    cudaEvent_t read = nullptr;
+  } staging[kStagingImages];
+  int next_staging;  // the image the next staging writes
   // An update begun on a copy stream (begin_device_expert_set_update) and not yet finished:
   // the device map names the stayers only (the host `map` mirrors it), the joiners' buffers are
   // being copied into their slots, and these are the mirrors that finishing installs.

@@ -4,10 +4,11 @@
 // (--cache), the tool drives the expert cache (qmoe/qmoe_cache.h) as a runtime would, with the
 // begun residency updates of qmoe/qmoe_cuda.h at every step boundary:
 //
-//   step s's graph;  observe step s's routing, end_step -> the cache's list R_s;
-//   at the start of step s + 1: finish the update begun before step s (the stream waits for its
-//   copies, which ran during step s), then begin the update to R_s (the map keeps only the
-//   experts of both lists; R_s's newcomers are copied during step s + 1);  step s + 1's graph.
+//   step s's graph, and behind it the finish of the update begun before step s (the stream
+//   waits for its copies, which ran during step s, then maps its newcomers);
+//   observe step s's routing, end_step -> the cache's list R_s;
+//   at the start of step s + 1: begin the update to R_s (the map keeps only the experts of both
+//   lists; R_s's newcomers are copied during step s + 1);  step s + 1's graph.
 //
 // So step 0 runs with the initial residency I, and step s >= 1 with R_{s-2} and R_{s-1}'s common
 // experts (R_{-1} = I): a promoted expert is on the CPU for the step after its selection and on

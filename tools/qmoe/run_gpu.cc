@@ -405,14 +405,14 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   const bool any_cold = resident < E;
-  // --cache: the residency updates at the start of step s (residency_schedule.h): each layer's
-  // pending update finished (the stream waits for its copies), then the step's update begun,
-  // its copies on copy_stream. Step 0 restores the placement the pass starts from.
-  auto move_residency = [&](uint32_t s, uint64_t* copied_total) -> int {
+  // --cache (residency_schedule.h): before step s's graph, each layer's update to the list the
+  // schedule begins there, its copies on copy_stream (step 0 restores the placement the pass
+  // starts from); once the graph is launched, every begun update finished behind it (the stream
+  // waits for the copies, then maps the joiners), so the host enqueues the finishes while the
+  // graph runs and only the begins, which need the last step's routing, precede the launch.
+  auto begin_updates = [&](uint32_t s, uint64_t* copied_total) -> int {
     for (uint32_t l = 0; l < L; ++l) {
       qmoe_cuda_expert_set* set = gpu_sets[l].get();
-      int finished = 0;
-      QMOE_CHECK(qmoe_cuda_expert_set_finish_residency_update(set, stream, 1, &finished));
       uint32_t copied = 0;
       if (s == 0) {
         const std::vector<uint32_t>& first = schedule.initial[l];
@@ -426,6 +426,14 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
                                                                stream, copy_stream, &copied));
       }
       *copied_total += copied;
+    }
+    return 0;
+  };
+  auto finish_updates = [&]() -> int {
+    for (uint32_t l = 0; l < L; ++l) {
+      int finished = 0;
+      QMOE_CHECK(
+          qmoe_cuda_expert_set_finish_residency_update(gpu_sets[l].get(), stream, 1, &finished));
     }
     return 0;
   };
@@ -448,9 +456,9 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
       if (schedule.cached) {
         CUDA_CHECK(cudaEventRecord(start, stream));
         const auto update_start = Clock::now();
-        if (const int code = move_residency(s, &copied); code != 0) return code;
-        // The host's share: every layer's finish and begin before the graph is launched (the
-        // GPU has nothing of this step to run meanwhile).
+        if (const int code = begin_updates(s, &copied); code != 0) return code;
+        // The host's share before the launch: every layer's begin (the GPU has nothing of this
+        // step to run meanwhile).
         if (hybrid_pass && s > 0)
           result->update_host_ms.push_back(seconds_since(update_start) * 1e3);
       }
@@ -468,6 +476,9 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
       }
       if (!schedule.cached) CUDA_CHECK(cudaEventRecord(start, stream));
       CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      if (schedule.cached) {
+        if (const int code = finish_updates(); code != 0) return code;
+      }
       CUDA_CHECK(cudaEventRecord(stop, stream));
       CUDA_CHECK(cudaEventSynchronize(stop));
       const double wall = seconds_since(wall_start) * 1e3;
