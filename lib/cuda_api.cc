@@ -528,24 +528,7 @@ QMOE_API qmoe_status qmoe_cuda_moe_forward(const qmoe_cuda_expert_set* set,
               "workspace_bytes = %zu, qmoe_cuda_moe_workspace_size gives %zu", p.workspace_bytes,
               need);
   }
-  const CudaMoeCall call{p.accuracy,
-                         p.dtype,
-                         p.m_capacity,
-                         p.m,
-                         p.x,
-                         p.ldx,
-                         p.y,
-                         p.ldy,
-                         p.k,
-                         p.ids,
-                         p.weights,
-                         p.logits,
-                         p.renormalize != 0,
-                         p.accumulate != 0,
-                         p.workspace,
-                         p.workspace_bytes,
-                         stream,
-                         p.expected_tokens_per_expert};
+  const CudaMoeCall call = moe_call_of(p, stream);
   return cuda_backend()->moe_forward(__func__, set->set, call);
 }
 

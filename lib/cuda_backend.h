@@ -76,6 +76,7 @@ struct CudaMoeCall {
   size_t workspace_bytes;
   void* stream;
   float expected_tokens_per_expert;  // 0: none (checked: else in [1, m_capacity])
+  uint32_t* expert_counts;           // [E] selections per expert, or NULL (checked: aligned)
 };
 
 /// One qmoe_cuda_offload_create call (checked: the geometry passes ring_geometry_ok, every

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "lib/abi_enum.h"
@@ -14,8 +15,9 @@ namespace qmoe {
 qmoe_status read_moe_params(const qmoe_cuda_moe_params* params, const char* function,
                             qmoe_cuda_moe_params* out) {
   if (params == nullptr) return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params is NULL");
-  // Versions: up to workspace_bytes, then expected_tokens_per_expert.
-  const FieldSpan fields[] = {QMOE_FIELD(qmoe_cuda_moe_params, expected_tokens_per_expert)};
+  // Versions: up to workspace_bytes, then expected_tokens_per_expert, then expert_counts.
+  const FieldSpan fields[] = {QMOE_FIELD(qmoe_cuda_moe_params, expected_tokens_per_expert),
+                              QMOE_FIELD(qmoe_cuda_moe_params, expert_counts)};
   if (!struct_size_ok(params->struct_size,
                       offsetof(qmoe_cuda_moe_params, expected_tokens_per_expert), fields)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
@@ -34,6 +36,10 @@ qmoe_status read_moe_params(const qmoe_cuda_moe_params* params, const char* func
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function, "params->dtype %d is not F32, F16 or BF16",
                 enum_bits(out->dtype));
   }
+  if (reinterpret_cast<uintptr_t>(out->expert_counts) % alignof(uint32_t) != 0) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "params->expert_counts is not aligned to its 4-byte words");
+  }
   return QMOE_STATUS_OK;
 }
 
@@ -47,6 +53,30 @@ qmoe_status check_tokens_per_expert_hint(const qmoe_cuda_moe_params& p, const ch
                 static_cast<double>(hint), p.m_capacity);
   }
   return QMOE_STATUS_OK;
+}
+
+CudaMoeCall moe_call_of(const qmoe_cuda_moe_params& p, qmoe_cuda_stream stream) {
+  CudaMoeCall c{};
+  c.accuracy = p.accuracy;
+  c.dtype = p.dtype;
+  c.m_capacity = p.m_capacity;
+  c.m = p.m;
+  c.x = p.x;
+  c.ldx = p.ldx;
+  c.y = p.y;
+  c.ldy = p.ldy;
+  c.k = p.k;
+  c.ids = p.ids;
+  c.weights = p.weights;
+  c.logits = p.logits;
+  c.renormalize = p.renormalize != 0;
+  c.accumulate = p.accumulate != 0;
+  c.workspace = p.workspace;
+  c.workspace_bytes = p.workspace_bytes;
+  c.stream = stream;
+  c.expected_tokens_per_expert = p.expected_tokens_per_expert;
+  c.expert_counts = p.expert_counts;
+  return c;
 }
 
 }  // namespace qmoe

@@ -293,15 +293,7 @@ QMOE_API qmoe_status qmoe_cuda_offload_forward(qmoe_cuda_offload* session, uint3
   if (qmoe_status s = check_forward(session, layer, params, __func__, &p); s != QMOE_STATUS_OK) {
     return s;
   }
-  const CudaMoeCall call{p.accuracy,   p.dtype,
-                         p.m_capacity, p.m,
-                         p.x,          p.ldx,
-                         p.y,          p.ldy,
-                         p.k,          p.ids,
-                         p.weights,    nullptr,
-                         false,        p.accumulate != 0,
-                         p.workspace,  p.workspace_bytes,
-                         stream,       p.expected_tokens_per_expert};
+  const CudaMoeCall call = moe_call_of(p, stream);
   return cuda_backend()->offload_forward(__func__, session->session, layer, call);
 }
 

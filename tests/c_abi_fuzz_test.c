@@ -366,7 +366,8 @@ static void cuda_documented_refusals(void) {
   qmoe_cuda_moe_params_init(&mp);
   CHECK(mp.struct_size == sizeof mp && mp.accuracy == QMOE_ACCURACY_FAST &&
         mp.dtype == QMOE_DTYPE_F32 && mp.renormalize == 1 && mp.m_capacity == 0 && mp.m == NULL &&
-        mp.x == NULL && mp.ids == NULL && mp.workspace == NULL && mp.accumulate == 0);
+        mp.x == NULL && mp.ids == NULL && mp.workspace == NULL && mp.accumulate == 0 &&
+        mp.expected_tokens_per_expert == 0.0f && mp.expert_counts == NULL);
   EXPECT_STATUS(qmoe_cuda_moe_workspace_size(NULL, QMOE_ACCURACY_FAST, 1, 1, &bytes),
                 QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(qmoe_cuda_moe_workspace_size(foreign_cset, QMOE_ACCURACY_FAST, 1, 1, &bytes),

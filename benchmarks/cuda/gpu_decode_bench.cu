@@ -33,6 +33,10 @@
 //   .../concatenated                   the layer (M = 1, 4) and the stack (routing not early)
 //                                      with FC1's gate and up rows concatenated (the other
 //                                      rows interleave them)
+//   .../expert_counts                  the stack (fast, routing not early) with every layer
+//                                      writing its selections per expert (expert_counts) into
+//                                      a [48, E] buffer, copied to pinned host memory after
+//                                      each replay (what a runtime's expert cache reads)
 //   .../general_walk                   the layer and the stack (M = 1, routing not early) on
 //                                      the kernels that also hold the general INT4 walk, on
 //                                      the same bytes: the others run the lean walk's
@@ -46,6 +50,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -506,7 +511,7 @@ void BM_MoeLayer(benchmark::State& state, MoeShape shape, qmoe_accuracy accuracy
 }
 
 void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, bool lean,
-                   qmoe_swiglu_fusion fusion) {
+                   qmoe_swiglu_fusion fusion, bool counts) {
   constexpr uint32_t kLayers = 48, m = 1, kSets = 16;
   const MoeShape& shape = kQwen3;
   const uint32_t kExperts = shape.experts, kTopK = shape.top_k, kHidden = shape.hidden;
@@ -531,8 +536,16 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
   const std::vector<int32_t> h_ids = routing_ids(shape, kSets, m);
   DeviceMemory all_ids(h_ids.size() * 4), ids(size_t{kLayers} * kTopK * 4), wts(kTopK * 4),
       residency(kExperts * 4), count(4), acts(size_t{kLayers + 1} * kHidden * 2),
-      ws(shape.workspace_bytes(m));
+      ws(shape.workspace_bytes(m)), d_counts(size_t{kLayers} * kExperts * 4);
   const std::vector<float> h_w(kTopK, 1.0f / kTopK);
+  uint32_t* h_counts = nullptr;  // pinned: the copy after each replay is asynchronous
+  if (counts) BENCH_CUDA(cudaMallocHost(&h_counts, size_t{kLayers} * kExperts * 4), state);
+  struct PinnedFree {
+    uint32_t* p;
+    ~PinnedFree() {
+      if (p != nullptr) cudaFreeHost(p);
+    }
+  } h_counts_guard{h_counts};
   std::vector<int32_t> h_res(kExperts);
   for (uint32_t e = 0; e < kExperts; ++e) h_res[e] = static_cast<int32_t>(e);
   BENCH_CUDA(cudaMemcpy(all_ids.p, h_ids.data(), h_ids.size() * 4, cudaMemcpyHostToDevice), state);
@@ -560,6 +573,7 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
     p.residency = residency.as<const int32_t>();
     p.workspace = ws.p;
     p.inputs_ready_early = early;  // the routing is written before the graph launch
+    if (counts) p.expert_counts = d_counts.as<uint32_t>() + size_t{l} * kExperts;
     launched = launch_moe_layer(p, stream);
   }
   BENCH_CUDA(cudaStreamEndCapture(stream, &graph), state);
@@ -585,6 +599,10 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
     set_routing();
     cudaEventRecord(a, stream);
     cudaGraphLaunch(exec, stream);
+    if (counts) {
+      cudaMemcpyAsync(h_counts, d_counts.p, size_t{kLayers} * kExperts * 4, cudaMemcpyDeviceToHost,
+                      stream);
+    }
     cudaEventRecord(b, stream);
     cudaEventSynchronize(b);
     float ms = 0;
@@ -596,6 +614,16 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
   uint32_t error = 0;
   BENCH_CUDA(cudaMemcpy(&error, ws.p, 4, cudaMemcpyDeviceToHost), state);
   if (error != 0) state.SkipWithError("the layer reported an input error");
+  if (counts) {  // the last replay's routing: one selection per slot (every weight is 1 / k)
+    std::vector<uint32_t> want(size_t{kLayers} * kExperts, 0);
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      const int32_t* set_ids = h_ids.data() + size_t{(replay - 1 + l) % kSets} * kTopK;
+      for (uint32_t j = 0; j < kTopK; ++j) ++want[size_t{l} * kExperts + set_ids[j]];
+    }
+    if (std::memcmp(want.data(), h_counts, want.size() * 4) != 0) {
+      state.SkipWithError("expert_counts differ from the routing");
+    }
+  }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   cudaGraphExecDestroy(exec);
@@ -717,16 +745,22 @@ void register_all() {
     for (bool early : {false, true}) {
       const std::string name = std::string("gpu/moe_stack48/qwen3/") + level(a) + "/m:1" +
                                (early ? "/early_routing" : "");
-      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early, true, kInterleaved)
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early, true, kInterleaved, false)
           ->UseManualTime()
           ->MinTime(0.3);
       if (!early) {
         benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeStack48, a, early,
-                                     false, kInterleaved)
+                                     false, kInterleaved, false)
             ->UseManualTime()
             ->MinTime(0.3);
         benchmark::RegisterBenchmark((name + "/concatenated").c_str(), BM_MoeStack48, a, early,
-                                     true, QMOE_SWIGLU_CONCATENATED)
+                                     true, QMOE_SWIGLU_CONCATENATED, false)
+            ->UseManualTime()
+            ->MinTime(0.3);
+      }
+      if (!early && a == QMOE_ACCURACY_FAST) {
+        benchmark::RegisterBenchmark((name + "/expert_counts").c_str(), BM_MoeStack48, a, early,
+                                     true, kInterleaved, true)
             ->UseManualTime()
             ->MinTime(0.3);
       }

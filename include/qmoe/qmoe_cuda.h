@@ -146,9 +146,10 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_update_residency(
 /// qmoe_cuda_expert_set_finish_residency_update maps the joiners. The host does not wait for
 /// the copies when the host set's buffers are pinned (cudaHostRegister, cudaHostAlloc); from
 /// pageable memory the CUDA runtime first waits for the copy stream's earlier work, the lease
-/// included, then stages the bytes before the call returns. Arguments, buffers' lifetime (until the copies have run), the copy count and the
-/// refusals as for qmoe_cuda_expert_set_update_residency; also INVALID_ARGUMENT while an update
-/// begun earlier is not finished (both calls refuse then), and for a capturing copy_stream.
+/// included, then stages the bytes before the call returns. Arguments, buffers' lifetime (until the
+/// copies have run), the copy count and the refusals as for qmoe_cuda_expert_set_update_residency;
+/// also INVALID_ARGUMENT while an update begun earlier is not finished (both calls refuse then),
+/// and for a capturing copy_stream.
 QMOE_API qmoe_status qmoe_cuda_expert_set_begin_residency_update(
     qmoe_cuda_expert_set* set, const qmoe_expert_set* experts, const uint32_t* resident,
     uint32_t num_resident, qmoe_cuda_stream stream, qmoe_cuda_stream copy_stream,
@@ -159,9 +160,9 @@ QMOE_API qmoe_status qmoe_cuda_expert_set_begin_residency_update(
 /// residency) and sets *finished = 1. With wait = 0 and the copies still running, enqueues
 /// nothing and sets *finished = 0 (call again between later steps); with wait != 0, `stream`
 /// waits for the copies (the host does not, beyond the staging image's wait described at
-/// qmoe_cuda_expert_set_update_residency). *finished = 1 when no update is pending. Not capturable. INVALID_ARGUMENT
-/// for a NULL or destroyed set, a NULL `finished`, a capturing stream or one of another device.
-/// After a CUDA error the residency is undefined until an update succeeds, as for
+/// qmoe_cuda_expert_set_update_residency). *finished = 1 when no update is pending. Not capturable.
+/// INVALID_ARGUMENT for a NULL or destroyed set, a NULL `finished`, a capturing stream or one of
+/// another device. After a CUDA error the residency is undefined until an update succeeds, as for
 /// qmoe_cuda_expert_set_update_residency.
 QMOE_API qmoe_status qmoe_cuda_expert_set_finish_residency_update(qmoe_cuda_expert_set* set,
                                                                   qmoe_cuda_stream stream, int wait,
@@ -205,6 +206,17 @@ typedef struct qmoe_cuda_moe_params {
    * to the same experts. It changes the time only, never the results. 0, or finite in
    * [1, m_capacity]. */
   float expected_tokens_per_expert;
+  /** Optional (NULL, the default: nothing written): E uint32_t in device memory, 4-byte
+   * aligned, that every call overwrites with its routing's selections per expert:
+   * expert_counts[e] = the slots (t < m, j < k) routed to expert e with a nonzero weight,
+   * resident or not (the per-expert counts qmoe_expert_cache_observe_counts takes, so a runtime
+   * whose routing stays on the device feeds its expert cache with one copy of E words a layer
+   * instead of the ids). All E are written, 0 for an expert no slot selects and for every
+   * expert of a call whose device-side input was invalid (the error word set). Written after
+   * the kernels' wait for the preceding stream work, like y; it may not overlap x, y, the
+   * routing or the workspace. Added after expected_tokens_per_expert: a struct_size that ends
+   * before it gets NULL. */
+  uint32_t* expert_counts;
 } qmoe_cuda_moe_params;
 
 /// Fill `params` with the defaults: struct_size set, FAST, F32, renormalize 1, the rest 0.

@@ -146,12 +146,12 @@ qmoe_status moe_forward(const char* function, const void* set, const CudaMoeCall
   const struct {
     const char* name;
     const void* p;
-  } pointers[] = {{"params->m", c.m},          {"params->x", c.x},
-                  {"params->y", c.y},          {"params->workspace", c.workspace},
-                  {"params->ids", c.ids},      {"params->weights", c.weights},
-                  {"params->logits", c.logits}};
+  } pointers[] = {{"params->m", c.m},           {"params->x", c.x},
+                  {"params->y", c.y},           {"params->workspace", c.workspace},
+                  {"params->ids", c.ids},       {"params->weights", c.weights},
+                  {"params->logits", c.logits}, {"params->expert_counts", c.expert_counts}};
   for (const auto& p : pointers) {
-    if (p.p == nullptr) continue;  // the routing not taken
+    if (p.p == nullptr) continue;  // the routing not taken, or no counts asked for
     if (qmoe_status st = cuda::check_device_pointer(function, p.name, p.p, s->device);
         st != QMOE_STATUS_OK) {
       return st;
@@ -187,6 +187,7 @@ qmoe_status moe_forward(const char* function, const void* set, const CudaMoeCall
   p.residency = s->residency;
   p.inputs_ready_early = false;
   p.expected_tokens_per_expert = c.expected_tokens_per_expert;
+  p.expert_counts = c.expert_counts;
   p.workspace = c.workspace;
   p.workspace_bytes = c.workspace_bytes;
   const cudaError_t e = cuda::launch_moe_layer(p, static_cast<cudaStream_t>(c.stream));
@@ -342,11 +343,15 @@ qmoe_status offload_forward(const char* function, void* session, uint32_t layer,
   const struct {
     const char* name;
     const void* p;
-  } pointers[] = {{"params->m", c.m},     {"params->x", c.x},
-                  {"params->y", c.y},     {"params->workspace", c.workspace},
-                  {"params->ids", c.ids}, {"params->weights", c.weights}};
+  } pointers[] = {{"params->m", c.m},
+                  {"params->x", c.x},
+                  {"params->y", c.y},
+                  {"params->workspace", c.workspace},
+                  {"params->ids", c.ids},
+                  {"params->weights", c.weights},
+                  {"params->expert_counts", c.expert_counts}};
   for (const auto& p : pointers) {
-    if (p.p == nullptr) continue;  // the session's own workspace
+    if (p.p == nullptr) continue;  // the session's own workspace, or no counts asked for
     if (qmoe_status st = cuda::check_device_pointer(function, p.name, p.p, s->device);
         st != QMOE_STATUS_OK) {
       return st;

@@ -348,15 +348,16 @@ qmoe_status plan_update(const char* function, const DeviceExpertSet* set,
 
 // Enqueues on `stream` the copy of `map` (and, with the descriptions, of both description arrays
 // first: a forward that reads the new map reads the new slots) from the next staging image, after
-// that image's last copies have run; records the image's `read` event after them and returns it
-// in *read (also the point on `stream` after the new map).
+// that image's last copies have run; records the image's `read` event after them and, when
+// `read` is not NULL, returns it there (also the point on `stream` after the new map: the begun
+// update's lease).
 cudaError_t stage_map(DeviceExpertSet* set, const std::vector<int32_t>& map,
                       const std::vector<DeviceQuantMatrix>* fc1_host,
                       const std::vector<DeviceQuantMatrix>* fc2_host, cudaStream_t stream,
                       cudaEvent_t* read, const char** step) {
   DeviceExpertSet::StagingImage& image = set->staging[set->next_staging];
   set->next_staging = (set->next_staging + 1) % DeviceExpertSet::kStagingImages;
-  *read = image.read;
+  if (read != nullptr) *read = image.read;
   *step = "waiting for a staging image's last copies";
   cudaError_t err = cudaEventSynchronize(image.read);
   const size_t desc_bytes = size_t{set->num_slots} * sizeof(DeviceQuantMatrix);
@@ -414,10 +415,8 @@ qmoe_status update_device_expert_set(const char* function, DeviceExpertSet* set,
   if (qmoe_status s = plan_update(function, set, upload, &plan); s != QMOE_STATUS_OK) return s;
   const char* step = "copying the experts";
   cudaError_t err = copy_all(plan.copies, upload.batched, stream);
-  cudaEvent_t map_staged = nullptr;
   if (err == cudaSuccess) {
-    err =
-        stage_map(set, plan.slots.map, &plan.fc1_host, &plan.fc2_host, stream, &map_staged, &step);
+    err = stage_map(set, plan.slots.map, &plan.fc1_host, &plan.fc2_host, stream, nullptr, &step);
   }
   if (err != cudaSuccess) return forget_residency(set, err, function, step);
   set->map.swap(plan.slots.map);
@@ -498,10 +497,9 @@ qmoe_status finish_device_expert_set_update(const char* function, DeviceExpertSe
     }
   }
   // The joiners' descriptions, then the map that names them.
-  cudaEvent_t map_staged = nullptr;
   if (err == cudaSuccess) {
     err = stage_map(set, set->pending.map, &set->pending.fc1_host, &set->pending.fc2_host, stream,
-                    &map_staged, &step);
+                    nullptr, &step);
   }
   if (err != cudaSuccess) {
     *finished = false;

@@ -489,6 +489,20 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   __syncthreads();
   const bool failed = info.error != 0;
   const uint32_t items = failed ? 0 : info.items;
+  // The call's selections per expert (moe_layer.cuh, expert_counts), counted by block 0 in the
+  // logits area of its tables, which nothing reads once the routing is built; every selected
+  // slot of a valid call (ids in [0, E), weights finite) counts once if its weight is nonzero.
+  const bool counting = p.expert_counts != nullptr && blockIdx.x == 0;  // uniform in the block
+  int32_t* const counts = reinterpret_cast<int32_t*>(tab.logit);
+  if (counting) {
+    for (uint32_t e = threadIdx.x; e < p.num_experts; e += kThreads) counts[e] = 0;
+    __syncthreads();
+    const uint32_t selected = failed ? 0 : info.slots;
+    for (uint32_t s = threadIdx.x; s < selected; s += kThreads) {
+      if (tab.sel_w[s] != 0.0f) atomicAdd(&counts[tab.sel_id[s]], 1);
+    }
+    __syncthreads();
+  }
   for (uint32_t item = warp; item < items && item < kFc2PrefetchItemsPerWarp * kWarps;
        item += kWarps) {
     const WorkItem wi = find_item(p, tab, item, T);
@@ -502,6 +516,11 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   wait_for_preceding_grid();
   allow_dependent_launch();
   if (blockIdx.x == 0 && threadIdx.x == 0) *static_cast<uint32_t*>(p.workspace) = info.error;
+  if (counting) {
+    for (uint32_t e = threadIdx.x; e < p.num_experts; e += kThreads) {
+      p.expert_counts[e] = static_cast<uint32_t>(counts[e]);
+    }
+  }
 
   const size_t warp_stage = size_t(T) * kp.tc2 * record_bytes<L>();
   unsigned char* xs_all = smem + kp.tables_bytes;
@@ -851,6 +870,7 @@ cudaError_t launch_moe_layer(const MoeLayerParams& p, cudaStream_t stream,
       (reinterpret_cast<uintptr_t>(p.workspace) & 255) != 0 || p.num_slots == 0 ||
       p.num_slots > 0x7FFFFFFFu || p.fc1 == nullptr || p.fc2 == nullptr || p.m == nullptr ||
       p.x == nullptr || p.y == nullptr || p.residency == nullptr || !routing_ok ||
+      (reinterpret_cast<uintptr_t>(p.expert_counts) & 3) != 0 ||
       (p.accuracy != QMOE_ACCURACY_EXACT && p.accuracy != QMOE_ACCURACY_FAST) ||
       !is_activation_dtype_value(p.dtype) ||
       (p.fusion != QMOE_SWIGLU_INTERLEAVED && p.fusion != QMOE_SWIGLU_CONCATENATED) ||

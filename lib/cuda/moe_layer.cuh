@@ -125,6 +125,11 @@ struct MoeLayerParams {
   // each routed expert is expected to hold, 0 (uniform routing's expectation) or in
   // [1, m_capacity]. Like m_capacity, fixed when a graph is captured; it never changes the bits.
   float expected_tokens_per_expert;
+  // Optional [E] (NULL: not written): selections per expert of the call's routing, resident or
+  // not (slots t < m with a nonzero weight), every entry overwritten by (b)'s block 0 after its
+  // wait; all 0 when the error word is set. Counted in that block's shared memory before the
+  // wait, from the tables every block builds anyway, so only E stores follow the wait.
+  uint32_t* expert_counts;
   // Scratch of moe_layer_workspace_size bytes, 256-byte aligned; one call at a time.
   void* workspace;
   size_t workspace_bytes;
@@ -144,9 +149,10 @@ inline const uint32_t* moe_layer_error_word(const void* workspace) {
 /// cudaErrorInvalidValue (nothing launched) for host-side arguments out of range: sizes above,
 /// k outside [1, E], m_capacity 0, unknown enums (a format without decode kernels too), NULL
 /// pointers (ids/weights and logits: exactly
-/// one routing), a workspace too small or not 256-byte aligned, or ldx, ldy < H with capacity
-/// > 1. Otherwise the first launch error. `kernels_launched` (optional) gets how many of the two
-/// launched: 1 means (a) did and (b) did not, so a request (a) published has no wait.
+/// one routing), a workspace too small or not 256-byte aligned, expert_counts not 4-byte
+/// aligned, or ldx, ldy < H with capacity > 1. Otherwise the first launch error. `kernels_launched`
+/// (optional) gets how many of the two launched: 1 means (a) did and (b) did not, so a request (a)
+/// published has no wait.
 cudaError_t launch_moe_layer(const MoeLayerParams& params, cudaStream_t stream,
                              uint32_t* kernels_launched = nullptr);
 

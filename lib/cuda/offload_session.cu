@@ -257,6 +257,7 @@ qmoe_status enqueue_offload_layer(const char* function, OffloadSession* s, uint3
   p.residency = g.residency;
   p.inputs_ready_early = false;
   p.expected_tokens_per_expert = c.expected_tokens_per_expert;
+  p.expert_counts = c.expert_counts;
   p.workspace = c.workspace != nullptr ? c.workspace : s->workspace;
   p.workspace_bytes = c.workspace != nullptr ? c.workspace_bytes : s->workspace_bytes;
   // The layer's FC1 kernel carries the classify-publish (moe_layer.cuh): the resident experts

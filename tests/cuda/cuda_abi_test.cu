@@ -1,6 +1,7 @@
 // The CUDA C ABI on a device (include/qmoe/qmoe_cuda.h): resident expert sets made by both copy
 // modes, the layer through qmoe_cuda_moe_forward against the FP64 reference (all and some
-// experts resident), replayed in a captured graph with new routing each time, the device's
+// experts resident), replayed in a captured graph with new routing each time (with the
+// selections per expert it can leave in expert_counts), the device's
 // error word, host pointers refused, and qmoe_cuda_gemm at decode and prefill sizes against the
 // FP64 reference. Every test skips with the reason where no device is usable.
 #include <cuda_runtime_api.h>
@@ -202,6 +203,75 @@ TEST_F(CudaAbiLayer, CapturedGraphReplaysWithNewRoutingAsEager) {
     EXPECT_EQ(std::memcmp(replayed.data(), eager.data(), eager.size() * sizeof(float)), 0)
         << "replay " << replay << " seed " << seed;
   }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// expert_counts: a graph captured once, replayed with new routing (zero weights and experts
+// that are not resident among it), leaves each call's selections per expert, and an eager call
+// the same; the E words are all the call writes there (the buffer's tail keeps its fill), and
+// asking for them changes no bit of y.
+TEST_F(CudaAbiLayer, ExpertCountsFollowEachReplaysRouting) {
+  const std::vector<uint32_t> resident = {4, 1, 3};
+  GpuSet set = make_gpu_set(host.get(), resident, 0, QMOE_CUDA_COPY_BATCHED);
+  ASSERT_TRUE(set);
+  LayerCall call(set.get(), o, 4, 3, rng);
+  DeviceBuffer counts((o.experts + 4) * sizeof(uint32_t));
+  call.params.expert_counts = counts.as<uint32_t>();
+  cudaStream_t stream = nullptr;
+  QMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  QMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const qmoe_status captured = qmoe_cuda_moe_forward(set.get(), &call.params, stream);
+  QMOE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_EQ(captured, QMOE_STATUS_OK) << qmoe_last_error_message();
+  cudaGraphExec_t exec = nullptr;
+  QMOE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  const auto read_counts = [&] {
+    std::vector<uint32_t> got(o.experts + 4);
+    EXPECT_TRUE(counts.download(got.data(), got.size() * sizeof(uint32_t)));
+    return got;
+  };
+  std::uniform_int_distribution<int32_t> expert(0, static_cast<int32_t>(o.experts) - 1);
+  for (int replay = 0; replay < 5; ++replay) {
+    for (int32_t& id : call.ids) id = expert(rng);
+    call.ids[0] = 0;  // not resident
+    call.weights[replay % call.weights.size()] = 0.0f;
+    call.upload_routing();
+    std::vector<uint32_t> want(o.experts + 4, 0xFFFFFFFFu);
+    std::fill_n(want.begin(), o.experts, 0u);
+    for (size_t s = 0; s < call.ids.size(); ++s) {
+      if (call.weights[s] != 0.0f) ++want[static_cast<size_t>(call.ids[s])];
+    }
+    const std::string what = "replay " + std::to_string(replay) + " " + where();
+    QMOE_CUDA_OK(cudaMemset(counts.data(), 0xFF, counts.bytes()));
+    QMOE_CUDA_OK(cudaDeviceSynchronize());  // the legacy stream's uploads and fill
+    QMOE_CUDA_OK(cudaGraphLaunch(exec, stream));
+    QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(read_counts(), want) << "graph " << what;
+    const std::vector<float> counted = call.y();
+    QMOE_CUDA_OK(cudaMemset(counts.data(), 0xFF, counts.bytes()));
+    QMOE_CUDA_OK(cudaDeviceSynchronize());
+    ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, stream), QMOE_STATUS_OK);
+    QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(read_counts(), want) << "eager " << what;
+    qmoe_cuda_moe_params plain = call.params;
+    plain.expert_counts = nullptr;
+    ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &plain, stream), QMOE_STATUS_OK);
+    QMOE_CUDA_OK(cudaStreamSynchronize(stream));
+    const std::vector<float> y = call.y();
+    EXPECT_EQ(std::memcmp(counted.data(), y.data(), y.size() * sizeof(float)), 0) << what;
+  }
+  // A device-side error (an id outside [0, E)) zeroes every count.
+  call.ids[1] = static_cast<int32_t>(o.experts);
+  call.upload_routing();
+  QMOE_CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_EQ(qmoe_cuda_moe_forward(set.get(), &call.params, stream), QMOE_STATUS_OK);
+  EXPECT_EQ(qmoe_cuda_moe_check(call.workspace.data(), stream), QMOE_STATUS_INVALID_ARGUMENT);
+  const std::vector<uint32_t> after_error = read_counts();
+  EXPECT_EQ(std::vector<uint32_t>(after_error.begin(), after_error.begin() + o.experts),
+            std::vector<uint32_t>(o.experts, 0u));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

@@ -297,6 +297,8 @@ TEST(CudaApiChecks, LayerCallsRefuseBadHandlesAndParams) {
   EXPECT_EQ(p.accumulate, 0);
   EXPECT_EQ(p.m, nullptr);
   EXPECT_EQ(p.workspace, nullptr);
+  EXPECT_EQ(p.expected_tokens_per_expert, 0.0f);
+  EXPECT_EQ(p.expert_counts, nullptr);
   qmoe_cuda_moe_params_init(nullptr);
   qmoe_cuda_expert_set_desc_init(nullptr);
   EXPECT_EQ(qmoe_cuda_moe_forward(nullptr, &p, nullptr), QMOE_STATUS_INVALID_ARGUMENT);

@@ -260,6 +260,28 @@ TEST(CudaOffloadChecks, CreateAndForwardCheckAgainstGpuSets) {
     EXPECT_NE(std::string(qmoe_last_error_message()).find("not device memory"), std::string::npos)
         << size << ": " << qmoe_last_error_message();
   }
+  // expert_counts: 4-byte words. The struct before it is a version (the field is not read: a
+  // misaligned value there passes to the pointer checks); a size ending inside it is none.
+  auto* odd_counts = reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(yh) + 2);
+  EXPECT_EQ(forward(0, [&](auto& q) { q.expert_counts = odd_counts; }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("expert_counts"), std::string::npos)
+      << qmoe_last_error_message();
+  EXPECT_EQ(forward(0,
+                    [&](auto& q) {
+                      q.struct_size = offsetof(qmoe_cuda_moe_params, expert_counts) + 4;
+                      q.expert_counts = odd_counts;
+                    }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("struct_size"), std::string::npos);
+  EXPECT_EQ(forward(0,
+                    [&](auto& q) {
+                      q.struct_size = offsetof(qmoe_cuda_moe_params, expert_counts);
+                      q.expert_counts = odd_counts;
+                    }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("not device memory"), std::string::npos)
+      << qmoe_last_error_message();
   EXPECT_EQ(forward(0, [](auto&) {}), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qmoe_last_error_message()).find("not device memory"), std::string::npos)
       << qmoe_last_error_message();

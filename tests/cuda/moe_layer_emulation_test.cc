@@ -54,7 +54,23 @@ struct MoeCase {
 struct MoeRun {
   std::vector<unsigned char> y;  // [capacity][ldy] in the dtype
   uint32_t error = 0;
+  std::vector<uint32_t> counts;  // [E] the call's expert_counts (empty when not asked for)
 };
+
+// Fill of the expert_counts buffer and of the two words past it, which no call may change.
+constexpr uint32_t kCountsPoison = 0xA5A5A5A5u;
+
+// The selections per expert a call's expert_counts must hold: slots of the m tokens with a
+// nonzero weight, resident or not.
+std::vector<uint32_t> expected_counts(const std::vector<int32_t>& ids,
+                                      const std::vector<float>& weights, uint32_t m, uint32_t k,
+                                      uint32_t experts) {
+  std::vector<uint32_t> counts(experts, 0);
+  for (size_t s = 0; s < size_t{m} * k; ++s) {
+    if (weights[s] != 0.0f) ++counts[static_cast<size_t>(ids[s])];
+  }
+  return counts;
+}
 
 // An offload session's device side in ordinary memory (lib/offload/device_state.h,
 // ring_layout.h), for a layer call whose FC1 carries the offload's classify-publish.
@@ -119,6 +135,8 @@ class MoeFixture {
   void set_lean_walk(bool on) { lean_walk_ = on; }
   // The calls' expected_tokens_per_expert (0: none), and the T the last call's launcher chose.
   void set_tokens_hint(float hint) { tokens_hint_ = hint; }
+  // Whether the calls ask for expert_counts (on by default; MoeRun::counts holds them).
+  void set_counting(bool on) { counting_ = on; }
   uint32_t last_tokens_per_item() const { return last_tokens_per_item_; }
   // The calls must be refused by the launcher (cudaErrorInvalidValue, nothing launched).
   void expect_refusal(bool on) { expect_refusal_ = on; }
@@ -200,6 +218,8 @@ class MoeFixture {
     p.residency = residency_.data();
     p.inputs_ready_early = c.early;
     p.expected_tokens_per_expert = tokens_hint_;
+    std::vector<uint32_t> counts(E + 2, kCountsPoison);
+    if (counting_) p.expert_counts = counts.data();
     last_tokens_per_item_ = emu::tokens_per_item(p);
     p.workspace = workspace;
     p.workspace_bytes = ws;
@@ -217,6 +237,9 @@ class MoeFixture {
     EXPECT_EQ(launch, expect_refusal_ ? cudaErrorInvalidValue : cudaSuccess);
     EXPECT_EQ(launched, expect_refusal_ ? 0u : 2u);
     std::memcpy(&out.error, workspace, 4);
+    EXPECT_EQ(counts[E], kCountsPoison) << "a word past expert_counts changed";
+    EXPECT_EQ(counts[E + 1], kCountsPoison) << "a word past expert_counts changed";
+    if (counting_) out.counts.assign(counts.begin(), counts.begin() + E);
     return out;
   }
 
@@ -227,7 +250,7 @@ class MoeFixture {
   std::vector<emu::DeviceQuantMatrix> fc1_, fc2_;
   std::vector<uint8_t> mask_;
   qmoe_weight_format format_ = QMOE_WEIGHT_FORMAT_INT4;
-  bool lean_ = false, lean_walk_ = true, expect_refusal_ = false;
+  bool lean_ = false, lean_walk_ = true, expect_refusal_ = false, counting_ = true;
   float tokens_hint_ = 0.0f;
   uint32_t last_tokens_per_item_ = 0;
 };
@@ -314,6 +337,7 @@ void check_moe_case(const MoeCase& c, const MoeOptions& base, std::mt19937_64& r
     const std::string what =
         std::string(format == QMOE_WEIGHT_FORMAT_INT3 ? "int3 " : "") + describe_moe(c, o, sms);
     EXPECT_EQ(r.error, 0u) << what;
+    EXPECT_EQ(r.counts, expected_counts(ids, weights, c.m, c.k, E)) << "expert_counts; " << what;
     size_t bad = 0;
     for (size_t el = 0; el < r.y.size() / es; ++el) {
       const uint32_t t = static_cast<uint32_t>(el / ldy), n = static_cast<uint32_t>(el % ldy);
@@ -432,6 +456,7 @@ TEST_F(EmulatedDevice, MoeLayerErrorWordAndZeroOutput) {
   const auto expect = [&](uint32_t m_call, uint32_t bits, const char* what) {
     const MoeRun r = f.run(c, x, ids, weights, logits, y0, m_call, 2);
     EXPECT_EQ(r.error, bits) << what;
+    EXPECT_EQ(r.counts, std::vector<uint32_t>(o.experts, 0u)) << "expert_counts; " << what;
     const uint32_t rows = std::min(m_call, c.capacity);
     for (uint32_t t = 0; t < c.capacity; ++t) {
       for (uint32_t n = 0; n < H + 5; ++n) {
@@ -478,6 +503,53 @@ TEST_F(EmulatedDevice, MoeLayerErrorWordAndZeroOutput) {
   f.fc2()[saved_slot] = saved;
   const MoeRun ok = f.run(c, x, ids, weights, logits, y0, 3, 2);
   EXPECT_EQ(ok.error, 0u);
+  EXPECT_EQ(ok.counts, expected_counts(ids, weights, 3, c.k, o.experts));
+}
+
+// expert_counts: every expert's selections (weight 0 excluded, resident or not, a token that
+// lists an expert twice counted twice) whatever the residency, the device size or the routing
+// mode, and asking for them changes no bit of y.
+TEST_F(EmulatedDevice, MoeLayerCountsEverySelectedExpert) {
+  MoeOptions o;
+  o.experts = 7;
+  o.hidden = 64;
+  o.intermediate = 32;
+  MoeFixture f(o, true, rng_);
+  const uint32_t H = o.hidden, E = o.experts;
+  for (bool logits_mode : {false, true}) {
+    const MoeCase c{
+        QMOE_ACCURACY_FAST, QMOE_DTYPE_F32, false, logits_mode, true, true, false, 6, 5, 3};
+    std::vector<float> x = random_activations(c.m, H, rng_), y0, logits;
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+    const auto cold_expert = static_cast<int32_t>(
+        std::find_if(f.residency().begin(), f.residency().end(), [](int32_t s) { return s < 0; }) -
+        f.residency().begin());
+    ASSERT_LT(cold_expert, static_cast<int32_t>(E)) << "partial residency leaves one out";
+    random_routing(c.m, E, c.k, rng_, &ids, &weights);
+    ids[0] = cold_expert;  // token 0 selects an expert that is not resident
+    weights[0] = 0.5f;
+    weights[1] = 0.0f;  // not a selection
+    ids[4] = ids[3];    // token 1 lists one expert twice
+    if (logits_mode) {
+      std::normal_distribution<float> normal(0.0f, 2.0f);
+      logits.resize(size_t{c.m} * E);
+      for (auto& v : logits) v = normal(rng_);
+      logits[static_cast<size_t>(cold_expert)] = 10.0f;  // token 0's top expert
+      route(logits, c.m, E, c.k, true, &ids, &weights);
+    }
+    const std::vector<uint32_t> want = expected_counts(ids, weights, c.m, c.k, E);
+    ASSERT_GT(want[static_cast<size_t>(cold_expert)], 0u);
+    for (int sms : {1, 3}) {
+      const MoeRun counted = f.run(c, x, ids, weights, logits, y0, c.m, sms);
+      EXPECT_EQ(counted.error, 0u);
+      EXPECT_EQ(counted.counts, want) << (logits_mode ? "logits" : "ids") << " sms " << sms;
+      f.set_counting(false);
+      const MoeRun plain = f.run(c, x, ids, weights, logits, y0, c.m, sms);
+      f.set_counting(true);
+      EXPECT_TRUE(plain.y == counted.y) << "expert_counts changed y; sms " << sms;
+    }
+  }
 }
 
 // The offload's classify-publish carried by FC1's extra block 0 (moe_layer.cuh). With cold

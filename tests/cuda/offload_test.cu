@@ -5,8 +5,9 @@
 //    the rows with a cold selection, and, in FP32, within the FP64 reference's bound.
 //  - The short circuit gives the bits of a session without it, and a no-cold layer leaves the
 //    (poisoned) ring byte for byte as it was.
-//  - A graph of 8 chained layers captured once and replayed 5 times with new routing equals
-//    eager execution, and each replay issues new requests.
+//  - A graph of 48 chained layers captured once and replayed 5 times with new routing equals
+//    eager execution, each replay issues new requests, and each layer's expert_counts hold its
+//    routing's selections per expert, cold ones included.
 //  - A stopped service: the call times out within the deadline, the session reports TIMEOUT,
 //    later calls fail fast; destroying a session with calls in flight returns.
 // Telemetry conservation is checked after each. Every test skips where no device is usable.
@@ -360,11 +361,26 @@ TEST(Offload, GraphReplayWithNewRoutingEqualsEager) {
   }
   cudaStream_t stream = nullptr;
   QMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // Every layer's selections per expert (expert_counts), cold ones included.
+  DeviceBuffer counts(size_t{layers} * experts * sizeof(uint32_t));
+  auto expect_counts = [&](const char* what, int replay) {
+    std::vector<uint32_t> got(size_t{layers} * experts);
+    ASSERT_TRUE(counts.download(got.data(), got.size() * sizeof(uint32_t)));
+    for (uint32_t l = 0; l < layers; ++l) {
+      std::vector<uint32_t> want(experts, 0);
+      for (size_t s = 0; s < size_t{io[l]->m} * kK; ++s) {
+        if (io[l]->weights[s] != 0.0f) ++want[static_cast<size_t>(io[l]->ids[s])];
+      }
+      const std::vector<uint32_t> layer(got.begin() + size_t{l} * experts,
+                                        got.begin() + size_t{l + 1} * experts);
+      EXPECT_EQ(layer, want) << what << " expert_counts, replay " << replay << " layer " << l;
+    }
+  };
   auto enqueue = [&] {
     for (uint32_t l = 0; l < layers; ++l) {
       const void* x = l == 0 ? io[0]->d_x.data() : io[l - 1]->d_y.data();
-      const qmoe_cuda_moe_params p =
-          io[l]->params(hidden, QMOE_ACCURACY_FAST, x, io[l]->d_y.data());
+      qmoe_cuda_moe_params p = io[l]->params(hidden, QMOE_ACCURACY_FAST, x, io[l]->d_y.data());
+      p.expert_counts = counts.as<uint32_t>() + size_t{l} * experts;
       const qmoe_status st = qmoe_cuda_offload_forward(session.get(), l, &p, stream);
       if (st != QMOE_STATUS_OK) return st;
     }
@@ -388,6 +404,7 @@ TEST(Offload, GraphReplayWithNewRoutingEqualsEager) {
       io[l]->randomize(rng, 1 + (replay + l) % kCapacity, all_experts(experts), hidden);
       QMOE_CUDA_OK(cudaMemset(io[l]->d_y.data(), 0, io[l]->d_y.bytes()));
     }
+    QMOE_CUDA_OK(cudaMemset(counts.data(), 0xFF, counts.bytes()));
     // The uploads ran on the legacy stream, which a non-blocking stream does not wait for.
     QMOE_CUDA_OK(cudaDeviceSynchronize());
     ASSERT_EQ(qmoe_cuda_offload_wake(session.get()), QMOE_STATUS_OK);
@@ -396,6 +413,8 @@ TEST(Offload, GraphReplayWithNewRoutingEqualsEager) {
     ASSERT_EQ(qmoe_cuda_offload_check(session.get(), stream), QMOE_STATUS_OK)
         << qmoe_last_error_message();
     const auto replayed = outputs();
+    expect_counts("graph", replay);
+    QMOE_CUDA_OK(cudaMemsetAsync(counts.data(), 0xFF, counts.bytes(), stream));
     const uint64_t after_replay = telemetry(session.get(), stream).published_requests;
     EXPECT_GT(after_replay, published) << "replay " << replay << ": no new request";
     for (uint32_t l = 0; l < layers; ++l) {
@@ -404,6 +423,7 @@ TEST(Offload, GraphReplayWithNewRoutingEqualsEager) {
     ASSERT_EQ(enqueue(), QMOE_STATUS_OK) << qmoe_last_error_message();
     QMOE_CUDA_OK(cudaStreamSynchronize(stream));
     const auto eager = outputs();
+    expect_counts("eager", replay);
     for (uint32_t l = 0; l < layers; ++l) {
       EXPECT_EQ(replayed[l], eager[l]) << "replay " << replay << " layer " << l << " seed " << seed;
     }

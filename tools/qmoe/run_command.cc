@@ -88,10 +88,11 @@ int run_run_command(int argc, char** argv) {
     }
     if (const int code = measure_buffer_bandwidth_again(run, &bandwidth); code != 0) return code;
     print_gpu_report(out, options, run, model, bandwidth, gpu, seconds_since(run_start));
-    if (!gpu.conserved || !gpu.finite) {
+    if (!gpu.conserved || !gpu.finite || !gpu.counts_match) {
       std::fprintf(stderr, "qmoe run: %s\n",
                    !gpu.conserved ? "the offload telemetry is not conserved"
-                                  : "the hidden state is not finite");
+                   : !gpu.finite  ? "the hidden state is not finite"
+                                  : "the device's expert counts differ from the routing");
       return 1;
     }
     return 0;

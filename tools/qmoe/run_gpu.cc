@@ -323,9 +323,10 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
 
   // Device buffers: every step's routing, the layers' routing, the hidden states (layer l reads
   // row block l and writes l + 1), the token count, the resident-only graph's workspace.
-  DeviceBuffer all_ids, all_weights, ids, weights, acts, count, workspace;
+  DeviceBuffer all_ids, all_weights, ids, weights, acts, count, workspace, expert_counts;
   const size_t act_rows = size_t{L + 1} * M;
   if (device_alloc(routing.ids.size() * sizeof(int32_t), &all_ids) != 0 ||
+      device_alloc(size_t{L} * E * sizeof(uint32_t), &expert_counts) != 0 ||
       device_alloc(routing.weights.size() * sizeof(float), &all_weights) != 0 ||
       device_alloc(per_step * sizeof(int32_t), &ids) != 0 ||
       device_alloc(per_step * sizeof(float), &weights) != 0 ||
@@ -358,6 +359,7 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
     p.k = K;
     p.ids = static_cast<const int32_t*>(ids.get()) + l * per_layer;
     p.weights = static_cast<const float*>(weights.get()) + l * per_layer;
+    p.expert_counts = static_cast<uint32_t*>(expert_counts.get()) + size_t{l} * E;
     p.workspace = ws;
     p.workspace_bytes = ws_bytes;
     return p;
@@ -405,6 +407,21 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   const bool any_cold = resident < E;
+  // The device's selections per expert after a pass against the last step's routing.
+  auto last_step_counts_match = [&](bool* match) -> int {
+    std::vector<uint32_t> got(size_t{L} * E), want(size_t{L} * E, 0);
+    CUDA_CHECK(cudaMemcpy(got.data(), expert_counts.get(), got.size() * sizeof(uint32_t),
+                          cudaMemcpyDeviceToHost));
+    const size_t at = size_t{steps - 1} * per_step;
+    for (uint32_t l = 0; l < L; ++l) {
+      for (size_t j = 0; j < per_layer; ++j) {
+        if (routing.weights[at + l * per_layer + j] == 0.0f) continue;
+        ++want[size_t{l} * E + static_cast<uint32_t>(routing.ids[at + l * per_layer + j])];
+      }
+    }
+    *match = got == want;
+    return 0;
+  };
   // --cache (residency_schedule.h): before step s's graph, each layer's update to the list the
   // schedule begins there, its copies on copy_stream (step 0 restores the placement the pass
   // starts from); once the graph is launched, every begun update finished behind it (the stream
@@ -507,12 +524,17 @@ int run_gpu_decode(const RunOptions& options, qmoe_context* context, const RunMo
                         cudaMemcpyDeviceToHost));
   result->checksum = fnv1a(last.data(), last.size() * sizeof(float));
   for (float v : last) result->finite = result->finite && std::isfinite(v);
+  bool hybrid_counts = false, resident_counts = false;
+  if (const int code = last_step_counts_match(&hybrid_counts); code != 0) return code;
+  CUDA_CHECK(cudaMemset(expert_counts.get(), 0xFF, size_t{L} * E * sizeof(uint32_t)));
   if (const int code = run_pass(resident_only.get(), false, &result->resident_ms, nullptr,
                                 "resident layers alone");
       code != 0) {
     return code;
   }
   QMOE_CHECK(qmoe_cuda_moe_check(workspace.get(), stream));
+  if (const int code = last_step_counts_match(&resident_counts); code != 0) return code;
+  result->counts_match = hybrid_counts && resident_counts;
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   // The CPU's share alone, after the GPU passes so that their numbers are as before. The
@@ -676,6 +698,8 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       "offload per step", wakeups, published, shorted, host_bytes);
   std::fprintf(out, "  %-28s %s: %s\n", "telemetry conservation", g.conserved ? "holds" : "FAILS",
                g.conservation.c_str());
+  std::fprintf(out, "  %-28s %s\n", "expert counts (device)",
+               g.counts_match ? "the last step's routing, both graphs" : "DIFFER from the routing");
   std::fprintf(out, "  %-28s %.1f s\n", "total", total_s);
   std::fflush(out);
   if (!options.json) return;
@@ -703,7 +727,8 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       " \"wakeups_per_step\": %.3f, \"requests_per_step\": %.3f, \"short_circuits_per_step\": "
       "%.3f, "
       "\"host_bytes_per_step\": %.0f,\n"
-      " \"conservation\": %s, \"checksum\": \"%016" PRIx64 "\", \"finite\": %s}\n",
+      " \"conservation\": %s, \"expert_counts_match\": %s, \"checksum\": \"%016" PRIx64
+      "\", \"finite\": %s}\n",
       qmoe_version_string(), json_escape(g.device_name.c_str()).c_str(),
       json_escape(run.host.cpu_brand).c_str(), qmoe_isa_name(run.tier), run.threads,
       accuracy_name(options.accuracy), options.shape.model, options.shape.layers,
@@ -719,5 +744,6 @@ void print_gpu_report(std::FILE* out, const RunOptions& options, const RunContex
       json_number(alone_ran && cpu_alone > 0, "%.4f", hybrid / cpu_alone).c_str(),
       json_number(alone_ran && cpu_floor > 0, "%.4f", cpu_alone / cpu_floor).c_str(), service,
       cold_bytes, resident_bytes, wakeups, published, shorted, host_bytes,
-      g.conserved ? "true" : "false", g.checksum, g.finite ? "true" : "false");
+      g.conserved ? "true" : "false", g.counts_match ? "true" : "false", g.checksum,
+      g.finite ? "true" : "false");
 }

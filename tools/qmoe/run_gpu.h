@@ -44,6 +44,10 @@ struct GpuDecodeResult {
   std::string conservation;  // what was checked, or what failed
   uint64_t checksum = 0;     // FNV-1a of the last hidden state (hybrid)
   bool finite = true;
+  // Every layer of both graphs writes its selections per expert (expert_counts, what a
+  // runtime's expert cache observes) into one [layers, E] buffer: after each pass, the last
+  // step's counts equal the routing's (false, or the run fails).
+  bool counts_match = false;
   // --cache: experts the schedule promotes over the timed steps, and those the hybrid pass's
   // begun updates copied (the same, or the conservation check fails).
   uint64_t scheduled_promotions = 0, copied_promotions = 0;
