@@ -210,10 +210,10 @@ qmoe_status check_forward(const qmoe_cuda_offload* h, uint32_t layer,
                 : p->x == nullptr ? "x"
                                   : "y");
   }
-  if (p->ids == nullptr || p->weights == nullptr || p->logits != nullptr) {
+  const bool given = p->ids != nullptr || p->weights != nullptr;
+  if (given == (p->logits != nullptr) || (given && (p->ids == nullptr || p->weights == nullptr))) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "the hybrid layer takes params->ids and params->weights (route logits first, "
-                "e.g. with qmoe_moe_route_topk's rule on the device)");
+                "pass either params->ids and params->weights, or params->logits");
   }
   if (p->m_capacity > 1 && (p->ldx < h->hidden || p->ldy < h->hidden)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,

@@ -338,11 +338,11 @@ QMOE_API qmoe_status qmoe_cuda_offload_destroy(qmoe_cuda_offload* session);
 /// residency map its run mask), wait-accumulate (a kernel; waits for the
 /// CPU's answer, at most timeout_us, and adds it into the rows of tokens with a cold selection:
 /// y = dtype(y + cold) with the resident part already in y, so a 16-bit y is rounded twice).
-/// params as for qmoe_cuda_moe_forward, except: ids and weights are required (no logits), k at
-/// most the session's k, m_capacity at most the session's, workspace may be NULL (the
-/// session's own). No host synchronisation. TIMEOUT (or INTERNAL_ERROR) without enqueueing
-/// anything once the session's sticky error is known to the host; INVALID_ARGUMENT as
-/// qmoe_cuda_moe_forward's host-side checks.
+/// params as for qmoe_cuda_moe_forward (ids and weights, or router logits: then the request
+/// carries the ids and weights the GPU routed, and the CPU runs those), except: k at most the
+/// session's k, m_capacity at most the session's, workspace may be NULL (the session's own). No
+/// host synchronisation. TIMEOUT (or INTERNAL_ERROR) without enqueueing anything once the session's
+/// sticky error is known to the host; INVALID_ARGUMENT as qmoe_cuda_moe_forward's host-side checks.
 QMOE_API qmoe_status qmoe_cuda_offload_forward(qmoe_cuda_offload* session, uint32_t layer,
                                                const qmoe_cuda_moe_params* params,
                                                qmoe_cuda_stream stream);

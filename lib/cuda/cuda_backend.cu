@@ -343,15 +343,12 @@ qmoe_status offload_forward(const char* function, void* session, uint32_t layer,
   const struct {
     const char* name;
     const void* p;
-  } pointers[] = {{"params->m", c.m},
-                  {"params->x", c.x},
-                  {"params->y", c.y},
-                  {"params->workspace", c.workspace},
-                  {"params->ids", c.ids},
-                  {"params->weights", c.weights},
-                  {"params->expert_counts", c.expert_counts}};
+  } pointers[] = {{"params->m", c.m},           {"params->x", c.x},
+                  {"params->y", c.y},           {"params->workspace", c.workspace},
+                  {"params->ids", c.ids},       {"params->weights", c.weights},
+                  {"params->logits", c.logits}, {"params->expert_counts", c.expert_counts}};
   for (const auto& p : pointers) {
-    if (p.p == nullptr) continue;  // the session's own workspace, or no counts asked for
+    if (p.p == nullptr) continue;  // the session's workspace, the routing not taken, no counts
     if (qmoe_status st = cuda::check_device_pointer(function, p.name, p.p, s->device);
         st != QMOE_STATUS_OK) {
       return st;

@@ -330,13 +330,25 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   // The offload's classify-publish is block 0's whole work (moe_layer.cuh). It reads m, the
-  // routing and x, which the preceding kernel may write: it waits first.
+  // routing and x, which the preceding kernel may write: it waits first. Given router logits,
+  // the block first routes them as every block of both kernels does (moe_routes.cuh), and the
+  // request carries the ids and weights of its tables (the CPU runs what the GPU routed); a
+  // call whose routing the tables found invalid is refused, as the kernels refuse it.
   if (p.offload.enabled && blockIdx.x == 0) {
     wait_for_preceding_grid();
     allow_dependent_launch();
     DeviceCta cta;
-    offload::classify_publish(cta, *reinterpret_cast<offload::ClassifyShared*>(smem),
-                              classify_args(p));
+    offload::ClassifyArgs a = classify_args(p);
+    unsigned char* classify_smem = smem;
+    if (p.logits != nullptr) {
+      const RouteTables tab = carve_route_tables(smem, kp.slots_cap, p.num_experts);
+      build_routes(p, tab, info, T);
+      a.ids = tab.sel_id;
+      a.weights = tab.sel_w;
+      a.routing_invalid = info.error != 0 ? 1u : 0u;
+      classify_smem = smem + kp.tables_bytes;  // 16-byte aligned (route_table_bytes)
+    }
+    offload::classify_publish(cta, *reinterpret_cast<offload::ClassifyShared*>(classify_smem), a);
     return;
   }
   const uint32_t first_block = p.offload.enabled ? 1 : 0;
@@ -809,9 +821,10 @@ bool plan_moe_launch(const MoeLayerParams& p, const DeviceLimits& d, MoeLaunchPl
   const uint32_t fc2_grid = std::min<uint32_t>(kp.fc2_groups, fc2_per_sm * d.sms);
   kp.fc2_rounds = (kp.fc2_groups + fc2_grid - 1) / fc2_grid;
   kp.y2_in_smem = uint64_t{kp.slots_cap} * kp.fc2_rounds <= kSmemY2MaxEntries;
-  // (a)'s classify-publish block keeps its offload::ClassifyShared there too.
+  // (a)'s classify-publish block keeps its offload::ClassifyShared there too, after the tables
+  // (where it routes logits itself).
   const size_t smem1 =
-      std::max(kp.tables_bytes + size_t{T} * kp.tc1 * record, sizeof(offload::ClassifyShared));
+      kp.tables_bytes + std::max(size_t{T} * kp.tc1 * record, sizeof(offload::ClassifyShared));
   const size_t smem2 = kp.tables_bytes + size_t{kWarps} * T * kp.tc2 * record +
                        (kp.y2_in_smem ? size_t{kp.slots_cap} * kp.fc2_rounds * kGroupRows * 4 : 0);
   constexpr size_t kStaticAndReserved = kStaticSmemBoundBytes + kBlockSmemReserveBytes;

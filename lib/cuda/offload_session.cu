@@ -252,8 +252,8 @@ qmoe_status enqueue_offload_layer(const char* function, OffloadSession* s, uint3
   p.ldy = c.ldy;
   p.ids = c.ids;
   p.weights = c.weights;
-  p.logits = nullptr;
-  p.renormalize = false;
+  p.logits = c.logits;
+  p.renormalize = c.renormalize;
   p.residency = g.residency;
   p.inputs_ready_early = false;
   p.expected_tokens_per_expert = c.expected_tokens_per_expert;

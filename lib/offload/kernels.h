@@ -68,8 +68,8 @@ struct ClassifyArgs {
   unsigned char* ring;        // the ring as the device addresses it
   RingLayout layout;
   const uint32_t* m;         // the call's token count
-  const int32_t* ids;        // [m, k]
-  const float* weights;      // [m, k]
+  const int32_t* ids;        // [m, k] (the MoE layer routing logits: its block's routed tables)
+  const float* weights;      // [m, k] (likewise)
   const int32_t* residency;  // [num_experts]: expert -> slot, or -1
   const void* x;             // [m, hidden], row t at x + t * ldx elements
   uint64_t ldx;
@@ -79,6 +79,9 @@ struct ClassifyArgs {
   uint32_t num_experts, num_slots;
   uint32_t dtype, accuracy;  // qmoe_dtype, qmoe_accuracy
   uint32_t short_circuit;    // nonzero: a call with no cold selection publishes nothing
+  // Nonzero: the caller found the routing invalid (the MoE layer's own checks of the router
+  // logits it routed into ids and weights): the call is refused and reads neither.
+  uint32_t routing_invalid;
 };
 
 struct ClassifyShared {
@@ -160,9 +163,9 @@ QMOE_OFFLOAD_BODY void copy_tile(uint32_t tid, uint32_t nt, uint32_t m, uint64_t
 ///
 /// Outcomes, decided alike by every thread: refused (the sticky error is set, or the routing is
 /// invalid: m above the capacity, an id outside [0, E), a non-finite weight, a residency entry
-/// outside [-1, slots); nothing read past that, nothing published), short-circuited (no cold
-/// selection: nothing written to the ring, no slot used, the record says no request), or
-/// published. The record's seq tells the wait which.
+/// outside [-1, slots), or routing_invalid; nothing read past that, nothing published),
+/// short-circuited (no cold selection: nothing written to the ring, no slot used, the record says
+/// no request), or published. The record's seq tells the wait which.
 template <class Cta>
 QMOE_OFFLOAD_BODY void classify_publish(Cta& cta, ClassifyShared& sh, const ClassifyArgs& a) {
   const uint32_t tid = cta.thread();
@@ -176,11 +179,11 @@ QMOE_OFFLOAD_BODY void classify_publish(Cta& cta, ClassifyShared& sh, const Clas
   }
   cta.sync();
   const uint32_t m = sh.m;
-  const bool m_ok = m <= a.m_capacity;
+  const bool routing_ok = m <= a.m_capacity && a.routing_invalid == 0;
   // After an error nothing more is read: later calls fail fast.
-  const uint32_t slots = m_ok && sh.error == 0 ? m * a.k : 0;
+  const uint32_t slots = routing_ok && sh.error == 0 ? m * a.k : 0;
   uint32_t selections = 0;
-  int invalid = m_ok ? 0 : 1;
+  int invalid = routing_ok ? 0 : 1;
   // Every thread runs the same number of rounds, so each barrier is reached by all of them.
   for (uint32_t base = 0; base < slots; base += nt) {
     const uint32_t i = base + tid;

@@ -91,6 +91,9 @@ struct Device {
   int smem_per_block_optin = 227 * 1024;
   int major = 9;
   uint64_t launches = 0;
+  // What shared memory holds when a block starts (block b: smem_garbage ^ b). A test sets it to
+  // make what a kernel must not read look like valid data (0: ids 0 and weights 0, say).
+  uint8_t smem_garbage = 0xA5;
 };
 inline Device& device() {
   static Device d;
@@ -305,9 +308,10 @@ cudaError_t qmoe_host_emulator_launch(void (*fn)(Params), dim3 grid, dim3 block,
   }
   const uint64_t launch = qmoe_emu::device().launches++;
   auto& buffer = qmoe_emu::smem_buffer();
-  buffer.assign(smem + 16, 0xA5);  // shared memory starts out with garbage
+  const uint8_t garbage = qmoe_emu::device().smem_garbage;
+  buffer.assign(smem + 16, garbage);  // shared memory starts out with garbage
   for (uint32_t b = 0; b < grid.x; ++b) {
-    std::fill(buffer.begin(), buffer.end(), static_cast<unsigned char>(0xA5 ^ b));
+    std::fill(buffer.begin(), buffer.end(), static_cast<unsigned char>(garbage ^ b));
     qmoe_emu::Block state;
     state.barrier.reset(block.x);
     for (uint32_t w = 0; w < block.x / 32; ++w) {

@@ -217,6 +217,18 @@ TEST(CudaOffloadChecks, CreateAndForwardCheckAgainstGpuSets) {
   EXPECT_EQ(forward(0, [&](auto& q) { q.logits = xh; }), QMOE_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qmoe_last_error_message()).find("ids and params->weights"),
             std::string::npos);
+  EXPECT_EQ(forward(0, [](auto& q) { q.weights = nullptr; }), QMOE_STATUS_INVALID_ARGUMENT);
+  // Router logits alone are a routing: the call passes the host's checks and reaches the
+  // device-pointer check (host pointers here).
+  EXPECT_EQ(forward(0,
+                    [&](auto& q) {
+                      q.ids = nullptr;
+                      q.weights = nullptr;
+                      q.logits = xh;
+                    }),
+            QMOE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qmoe_last_error_message()).find("not device memory"), std::string::npos)
+      << qmoe_last_error_message();
   EXPECT_EQ(forward(0,
                     [](auto& q) {
                       q.m_capacity = 2;

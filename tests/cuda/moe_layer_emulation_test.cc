@@ -621,6 +621,86 @@ TEST_F(EmulatedDevice, MoeLayerCarriesTheOffloadClassify) {
   }
 }
 
+// The hybrid layer given router logits: the classify block routes them as the layer's kernels
+// do, so the request carries the routing the CPU's rule gives (the ids exactly, the weights to
+// the last bits of the softmax) and its cold set, y is the resident layer's with the same
+// logits bit for bit, and a row with a NaN logit refuses the call (nothing on the ring, the
+// error word set, y zero). Device sizes 1 and 3.
+TEST_F(EmulatedDevice, MoeLayerOffloadRoutesLogits) {
+  MoeOptions o = small_layer_a();
+  use_qwen3_swiglu(&o);
+  MoeFixture f(o, true, rng_);
+  const uint32_t H = o.hidden, E = o.experts;
+  std::vector<int32_t> hot, cold;
+  for (uint32_t e = 0; e < E; ++e) (f.residency()[e] >= 0 ? hot : cold).push_back(e);
+  ASSERT_GE(hot.size(), 2u);
+  ASSERT_GE(cold.size(), 1u);
+  const MoeCase c{QMOE_ACCURACY_FAST, QMOE_DTYPE_F32, false, true, true, true, false, 4, 3, 2};
+  const std::vector<float> x = random_activations(c.m, H, rng_), none;
+  const std::vector<int32_t> no_ids;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> logits(size_t{c.m} * E);
+  for (float& v : logits) v = normal(rng_);
+  // Token 0 tops at a cold expert, token 1 at two resident ones, token 2 at a cold one.
+  logits[static_cast<size_t>(cold[0])] = 6.0f;
+  logits[E + static_cast<size_t>(hot[0])] = 6.0f;
+  logits[E + static_cast<size_t>(hot[1])] = 5.5f;
+  logits[2 * E + static_cast<size_t>(cold.back())] = 6.0f;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  route(logits, c.m, E, c.k, true, &ids, &weights);
+  uint32_t cold_selections = 0;
+  std::vector<uint8_t> token_cold(c.m, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const bool is_cold = f.residency()[static_cast<size_t>(ids[i])] < 0;
+    cold_selections += is_cold;
+    token_cold[i / c.k] |= is_cold;
+  }
+  for (int sms : {1, 3}) {
+    const std::string what = "sms=" + std::to_string(sms);
+    const MoeRun resident = f.run(c, x, no_ids, none, logits, none, c.m, sms);
+    EmulatedOffload offload(c.capacity, c.k, E, H);
+    const MoeRun hybrid = f.run(c, x, no_ids, none, logits, none, c.m, sms, &offload);
+    EXPECT_EQ(hybrid.error, 0u) << what;
+    EXPECT_TRUE(hybrid.y == resident.y) << what;
+    EXPECT_EQ(offload.state.telemetry.published, 1u) << what;
+    EXPECT_EQ(offload.state.telemetry.cold_selections, cold_selections) << what;
+    const emu_offload::RingLayout& l = offload.layout;
+    unsigned char* entry = emu_offload::ring_entry(offload.ring, l, 0);
+    EXPECT_EQ(*emu_offload::entry_field<uint64_t>(entry, l.req), 1u) << what;
+    const int32_t* sent_ids = emu_offload::entry_field<int32_t>(entry, l.ids);
+    const float* sent_weights = emu_offload::entry_field<float>(entry, l.weights);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(sent_ids[i], ids[i]) << what << " slot " << i;
+      EXPECT_NEAR(sent_weights[i], weights[i], 1e-6f) << what << " slot " << i;
+    }
+    for (uint32_t t = 0; t < c.m; ++t) EXPECT_EQ(offload.token_cold[t], token_cold[t]) << what;
+
+    // Block 0's tables hold token 0's routing (a cold selection) and, past the bad row, what
+    // shared memory held: zeros here, which read as routing (ids 0, weights 0), so only the
+    // refusal keeps the request off the ring.
+    std::vector<float> bad = logits;
+    bad[E + 3] = NAN;
+    EmulatedOffload refused(c.capacity, c.k, E, H);
+    qmoe_emu::device().smem_garbage = 0;
+    const MoeRun r = f.run(c, x, no_ids, none, bad, none, c.m, sms, &refused);
+    qmoe_emu::device().smem_garbage = 0xA5;
+    EXPECT_EQ(r.error, emu::kMoeErrorLogits) << what;
+    EXPECT_EQ(refused.state.telemetry.refused, 1u) << what;
+    EXPECT_EQ(refused.state.telemetry.published, 0u) << what;
+    EXPECT_EQ(refused.record.seq, 0u) << what;
+    EXPECT_TRUE(std::all_of(refused.ring_memory.begin(), refused.ring_memory.end(),
+                            [](unsigned char b) { return b == 0; }))
+        << what;
+    for (uint32_t t = 0; t < c.m; ++t) {
+      for (uint32_t n = 0; n < H; ++n) {
+        ASSERT_EQ(element(c.dtype, r.y.data(), size_t{t} * (H + 5) + n), 0.0f) << what;
+      }
+    }
+    if (HasFailure()) return;
+  }
+}
+
 // Qwen3's layer shape (H 2048, I 768, block 32, FP16 grouped scales) at a reduced expert count,
 // both levels, m = 1 and 4 (capacities 1 and 4): the model-size walks, tiles and task ranges.
 TEST_F(EmulatedDevice, MoeLayerQwen3Shape) {

@@ -3,6 +3,8 @@
 //  - All-cold, no-cold and mixed residency against the CPU: y is bit for bit the resident
 //    layer's output plus the CPU layer with the cold run mask (rounded once to the dtype) on
 //    the rows with a cold selection, and, in FP32, within the FP64 reference's bound.
+//  - Router logits routed on the device: the CPU's routing rule's selections, within the FP64
+//    reference; a NaN logit refuses the call.
 //  - The short circuit gives the bits of a session without it, and a no-cold layer leaves the
 //    (poisoned) ring byte for byte as it was.
 //  - A graph of 48 chained layers captured once and replayed 5 times with new routing equals
@@ -260,6 +262,101 @@ TEST(Offload, HybridLayerIsTheResidentLayerPlusTheCpuColdPart) {
     EXPECT_EQ(t.short_circuits, calls - cold_calls);
     if (residency == Residency::kNoCold) EXPECT_EQ(t.requests_served, 0u);
   }
+}
+
+// Router logits: the classify block routes them on the device, so the hybrid layer runs the
+// routing the CPU's rule gives (its selections per expert equal qmoe_moe_route_topk's), within
+// the FP64 reference of that routing; a row with a NaN logit refuses the call (no request, y
+// zero, the error word set) and the session goes on.
+TEST(Offload, HybridLayerRoutesRouterLogits) {
+  QMOE_SKIP_WITHOUT_CUDA();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const uint32_t experts = layer_options().experts, hidden = layer_options().hidden;
+  Model model(rng, {{0, 2, 5, 7}});
+  Session session = model.session(true);
+  ASSERT_TRUE(session);
+  DeviceBuffer d_logits(size_t{kCapacity} * experts * sizeof(float));
+  DeviceBuffer counts(experts * sizeof(uint32_t)), workspace;
+  size_t ws = 0;
+  ASSERT_EQ(
+      qmoe_cuda_moe_workspace_size(model.gpu[0].get(), QMOE_ACCURACY_EXACT, kCapacity, kK, &ws),
+      QMOE_STATUS_OK);
+  workspace = DeviceBuffer(ws);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  uint64_t calls = 0;
+  for (qmoe_accuracy accuracy : {QMOE_ACCURACY_FAST, QMOE_ACCURACY_EXACT}) {
+    for (uint32_t m : {1u, kCapacity}) {
+      const std::string where = std::string(accuracy == QMOE_ACCURACY_FAST ? "fast" : "exact") +
+                                " m " + std::to_string(m) + " seed " + std::to_string(seed);
+      Io io(QMOE_DTYPE_F32, hidden);
+      io.randomize(rng, m, all_experts(experts), hidden);
+      std::vector<float> logits(size_t{kCapacity} * experts);
+      for (float& v : logits) v = normal(rng);
+      logits[1] = 8.0f;  // token 0 tops at expert 1, which is not resident
+      ASSERT_TRUE(d_logits.upload(logits.data(), logits.size() * sizeof(float)));
+      std::vector<int32_t> ids(size_t{m} * kK);
+      std::vector<float> weights(ids.size());
+      ASSERT_EQ(qmoe_moe_route_topk(logits.data(), m, experts, kK, 1, ids.data(), weights.data()),
+                QMOE_STATUS_OK);
+      qmoe_cuda_moe_params p = io.params(hidden, accuracy, io.d_x.data(), io.d_y.data());
+      p.ids = nullptr;
+      p.weights = nullptr;
+      p.logits = d_logits.data();
+      p.renormalize = 1;
+      p.expert_counts = counts.as<uint32_t>();
+      p.workspace = workspace.data();
+      p.workspace_bytes = ws;
+      QMOE_CUDA_OK(cudaMemset(counts.data(), 0xFF, counts.bytes()));
+      QMOE_CUDA_OK(cudaDeviceSynchronize());
+      ASSERT_EQ(qmoe_cuda_offload_forward(session.get(), 0, &p, nullptr), QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+      ASSERT_EQ(qmoe_cuda_offload_check(session.get(), nullptr), QMOE_STATUS_OK)
+          << qmoe_last_error_message() << " " << where;
+      ASSERT_EQ(qmoe_cuda_moe_check(workspace.data(), nullptr), QMOE_STATUS_OK)
+          << qmoe_last_error_message() << " " << where;
+      ++calls;
+      std::vector<uint32_t> got(experts), want(experts, 0);
+      ASSERT_TRUE(counts.download(got.data(), got.size() * sizeof(uint32_t)));
+      for (size_t s = 0; s < ids.size(); ++s) want[static_cast<size_t>(ids[s])] += weights[s] != 0;
+      EXPECT_EQ(got, want) << where;
+      const std::vector<unsigned char> y = io.y_bytes(hidden);
+      const MoeReference ref =
+          reference_moe(*model.models[0], accuracy, io.x, m, ids, weights, kK, nullptr, {});
+      expect_within_layer_reference(
+          m, hidden,
+          [&](uint32_t t, uint32_t h) {
+            return element(QMOE_DTYPE_F32, y, size_t{t} * hidden + h);
+          },
+          ref, where);
+      if (HasFatalFailure()) return;
+
+      // A NaN logit in the last token's row: refused, nothing published, y zero.
+      const uint64_t refused_before = telemetry(session.get(), nullptr).refused_calls;
+      logits[size_t{m - 1} * experts + 3] = NAN;
+      ASSERT_TRUE(d_logits.upload(logits.data(), logits.size() * sizeof(float)));
+      QMOE_CUDA_OK(cudaDeviceSynchronize());
+      ASSERT_EQ(qmoe_cuda_offload_forward(session.get(), 0, &p, nullptr), QMOE_STATUS_OK)
+          << qmoe_last_error_message();
+      ASSERT_EQ(qmoe_cuda_offload_check(session.get(), nullptr), QMOE_STATUS_OK)
+          << qmoe_last_error_message() << " " << where;
+      EXPECT_EQ(qmoe_cuda_moe_check(workspace.data(), nullptr), QMOE_STATUS_INVALID_ARGUMENT)
+          << where;
+      ++calls;
+      const qmoe_cuda_offload_telemetry t = telemetry(session.get(), nullptr);
+      EXPECT_EQ(t.refused_calls, refused_before + 1) << where;
+      const std::vector<unsigned char> zeroed = io.y_bytes(hidden);
+      for (uint32_t i = 0; i < m * hidden; ++i) {
+        ASSERT_EQ(element(QMOE_DTYPE_F32, zeroed, i), 0.0f) << where << " y element " << i;
+      }
+    }
+  }
+  const qmoe_cuda_offload_telemetry t = telemetry(session.get(), nullptr);
+  EXPECT_EQ(t.published_requests + t.short_circuits + t.refused_calls, t.classify_calls);
+  EXPECT_EQ(t.published_requests, t.requests_served);
+  EXPECT_EQ(t.cold_selections, t.selections_served);
+  EXPECT_EQ(t.classify_calls, calls);
+  EXPECT_GT(t.published_requests, 0u);
 }
 
 // The short circuit on and off give the same bits, no-cold and mixed alike; off, every call goes
