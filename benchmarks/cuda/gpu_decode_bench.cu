@@ -37,6 +37,9 @@
 //                                      writing its selections per expert (expert_counts) into
 //                                      a [48, E] buffer, copied to pinned host memory after
 //                                      each replay (what a runtime's expert cache reads)
+//   .../logits                         the same stack routed from FP16 router logits (each
+//                                      block of both kernels ranks them), whose top 8 are the
+//                                      ids of the rows above; its counts checked the same way
 //   .../general_walk                   the layer and the stack (M = 1, routing not early) on
 //                                      the kernels that also hold the general INT4 walk, on
 //                                      the same bytes: the others run the lean walk's
@@ -45,6 +48,7 @@
 // Counters: bytes_per_second (weights the calls must read: codes + scales), frac_of_roof
 // (that over gpu/read_roof's rate), us_per_call (per launch, layer or replay).
 #include <benchmark/benchmark.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -511,7 +515,7 @@ void BM_MoeLayer(benchmark::State& state, MoeShape shape, qmoe_accuracy accuracy
 }
 
 void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, bool lean,
-                   qmoe_swiglu_fusion fusion, bool counts) {
+                   qmoe_swiglu_fusion fusion, bool counts, bool logits) {
   constexpr uint32_t kLayers = 48, m = 1, kSets = 16;
   const MoeShape& shape = kQwen3;
   const uint32_t kExperts = shape.experts, kTopK = shape.top_k, kHidden = shape.hidden;
@@ -538,6 +542,21 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
       residency(kExperts * 4), count(4), acts(size_t{kLayers + 1} * kHidden * 2),
       ws(shape.workspace_bytes(m)), d_counts(size_t{kLayers} * kExperts * 4);
   const std::vector<float> h_w(kTopK, 1.0f / kTopK);
+  // /logits: per set, FP16 router logits whose top k are that set's ids (4, 3.75, ... in slot
+  // order; every other expert below -1), so the layers read the same experts as from the ids.
+  std::vector<uint16_t> h_logits(size_t{kSets} * kExperts);
+  for (uint32_t set = 0; set < kSets; ++set) {
+    uint16_t* row = h_logits.data() + size_t{set} * kExperts;
+    for (uint32_t e = 0; e < kExperts; ++e) {
+      row[e] = __half_as_ushort(__float2half_rn(-1.0f - 0.01f * float(e % 7)));
+    }
+    for (uint32_t j = 0; j < kTopK; ++j) {
+      row[h_ids[size_t{set} * kTopK + j]] = __half_as_ushort(__float2half_rn(4.0f - 0.25f * j));
+    }
+  }
+  DeviceMemory all_logits(h_logits.size() * 2), layer_logits(size_t{kLayers} * kExperts * 2);
+  BENCH_CUDA(cudaMemcpy(all_logits.p, h_logits.data(), h_logits.size() * 2, cudaMemcpyHostToDevice),
+             state);
   uint32_t* h_counts = nullptr;  // pinned: the copy after each replay is asynchronous
   if (counts) BENCH_CUDA(cudaMallocHost(&h_counts, size_t{kLayers} * kExperts * 4), state);
   struct PinnedFree {
@@ -568,8 +587,13 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
     p.m = count.as<const uint32_t>();
     p.x = acts.as<uint16_t>() + size_t{l} * kHidden;
     p.y = acts.as<uint16_t>() + size_t{l + 1} * kHidden;
-    p.ids = ids.as<const int32_t>() + size_t{l} * kTopK;
-    p.weights = wts.as<const float>();
+    if (logits) {
+      p.logits = layer_logits.as<const uint16_t>() + size_t{l} * kExperts;
+      p.renormalize = true;
+    } else {
+      p.ids = ids.as<const int32_t>() + size_t{l} * kTopK;
+      p.weights = wts.as<const float>();
+    }
     p.residency = residency.as<const int32_t>();
     p.workspace = ws.p;
     p.inputs_ready_early = early;  // the routing is written before the graph launch
@@ -586,9 +610,15 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
   uint32_t replay = 0;
   const auto set_routing = [&]() {
     for (uint32_t l = 0; l < kLayers; ++l) {
-      cudaMemcpyAsync(ids.as<int32_t>() + size_t{l} * kTopK,
-                      all_ids.as<int32_t>() + size_t{(replay + l) % kSets} * kTopK, kTopK * 4,
-                      cudaMemcpyDeviceToDevice, stream);
+      const size_t set = (replay + l) % kSets;
+      if (logits) {
+        cudaMemcpyAsync(layer_logits.as<uint16_t>() + size_t{l} * kExperts,
+                        all_logits.as<uint16_t>() + set * kExperts, kExperts * 2,
+                        cudaMemcpyDeviceToDevice, stream);
+      } else {
+        cudaMemcpyAsync(ids.as<int32_t>() + size_t{l} * kTopK, all_ids.as<int32_t>() + set * kTopK,
+                        kTopK * 4, cudaMemcpyDeviceToDevice, stream);
+      }
     }
     ++replay;
   };
@@ -745,22 +775,27 @@ void register_all() {
     for (bool early : {false, true}) {
       const std::string name = std::string("gpu/moe_stack48/qwen3/") + level(a) + "/m:1" +
                                (early ? "/early_routing" : "");
-      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early, true, kInterleaved, false)
+      benchmark::RegisterBenchmark(name.c_str(), BM_MoeStack48, a, early, true, kInterleaved, false,
+                                   false)
           ->UseManualTime()
           ->MinTime(0.3);
       if (!early) {
         benchmark::RegisterBenchmark((name + "/general_walk").c_str(), BM_MoeStack48, a, early,
-                                     false, kInterleaved, false)
+                                     false, kInterleaved, false, false)
             ->UseManualTime()
             ->MinTime(0.3);
         benchmark::RegisterBenchmark((name + "/concatenated").c_str(), BM_MoeStack48, a, early,
-                                     true, QMOE_SWIGLU_CONCATENATED, false)
+                                     true, QMOE_SWIGLU_CONCATENATED, false, false)
             ->UseManualTime()
             ->MinTime(0.3);
       }
       if (!early && a == QMOE_ACCURACY_FAST) {
         benchmark::RegisterBenchmark((name + "/expert_counts").c_str(), BM_MoeStack48, a, early,
-                                     true, kInterleaved, true)
+                                     true, kInterleaved, true, false)
+            ->UseManualTime()
+            ->MinTime(0.3);
+        benchmark::RegisterBenchmark((name + "/logits").c_str(), BM_MoeStack48, a, early, true,
+                                     kInterleaved, true, true)
             ->UseManualTime()
             ->MinTime(0.3);
       }
