@@ -37,7 +37,7 @@
 //                                      writing its selections per expert (expert_counts) into
 //                                      a [48, E] buffer, copied to pinned host memory after
 //                                      each replay (what a runtime's expert cache reads)
-//   .../logits                         the same stack routed from FP16 router logits (each
+//   .../logits                         the same stack routed from BF16 router logits (each
 //                                      block of both kernels ranks them), whose top 8 are the
 //                                      ids of the rows above; its counts checked the same way
 //   .../general_walk                   the layer and the stack (M = 1, routing not early) on
@@ -48,7 +48,7 @@
 // Counters: bytes_per_second (weights the calls must read: codes + scales), frac_of_roof
 // (that over gpu/read_roof's rate), us_per_call (per launch, layer or replay).
 #include <benchmark/benchmark.h>
-#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -542,17 +542,16 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
       residency(kExperts * 4), count(4), acts(size_t{kLayers + 1} * kHidden * 2),
       ws(shape.workspace_bytes(m)), d_counts(size_t{kLayers} * kExperts * 4);
   const std::vector<float> h_w(kTopK, 1.0f / kTopK);
-  // /logits: per set, FP16 router logits whose top k are that set's ids (4, 3.75, ... in slot
-  // order; every other expert below -1), so the layers read the same experts as from the ids.
+  // /logits: per set, router logits in the layers' dtype (BF16) whose top k are that set's ids
+  // (4, 3.75, ... in slot order; every other expert at -1 or below), so the layers read the same
+  // experts as from the ids.
   std::vector<uint16_t> h_logits(size_t{kSets} * kExperts);
+  const auto bf16 = [](float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); };
   for (uint32_t set = 0; set < kSets; ++set) {
     uint16_t* row = h_logits.data() + size_t{set} * kExperts;
-    for (uint32_t e = 0; e < kExperts; ++e) {
-      row[e] = __half_as_ushort(__float2half_rn(-1.0f - 0.01f * float(e % 7)));
-    }
-    for (uint32_t j = 0; j < kTopK; ++j) {
-      row[h_ids[size_t{set} * kTopK + j]] = __half_as_ushort(__float2half_rn(4.0f - 0.25f * j));
-    }
+    for (uint32_t e = 0; e < kExperts; ++e) row[e] = bf16(-1.0f - 0.125f * float(e % 7));
+    for (uint32_t j = 0; j < kTopK; ++j)
+      row[h_ids[size_t{set} * kTopK + j]] = bf16(4.0f - 0.25f * j);
   }
   DeviceMemory all_logits(h_logits.size() * 2), layer_logits(size_t{kLayers} * kExperts * 2);
   BENCH_CUDA(cudaMemcpy(all_logits.p, h_logits.data(), h_logits.size() * 2, cudaMemcpyHostToDevice),
