@@ -58,6 +58,8 @@
 namespace qmoe::bench {
 namespace {
 
+// One shape a line.
+// clang-format off
 constexpr GemmBenchShape kShapes[] = {
     {"qwen3_fc1", 1536, 2048, true},
     {"qwen3_fc2", 2048, 768, true},
@@ -66,6 +68,7 @@ constexpr GemmBenchShape kShapes[] = {
     {"deepseek_v3_fc1", 4096, 7168, true},
     {"mixtral_fc2", 4096, 14336, true},
 };
+// clang-format on
 constexpr uint32_t kBatchSizes[] = {1, 2, 4, 8, 32};
 
 void register_gemm_int4_benchmarks() {
