@@ -55,6 +55,15 @@ qmoe_status check_tokens_per_expert_hint(const qmoe_cuda_moe_params& p, const ch
   return QMOE_STATUS_OK;
 }
 
+qmoe_status check_one_routing(const qmoe_cuda_moe_params& p, const char* function) {
+  const bool given = p.ids != nullptr || p.weights != nullptr;
+  if (given == (p.logits != nullptr) || (given && (p.ids == nullptr || p.weights == nullptr))) {
+    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
+                "pass either params->ids and params->weights, or params->logits");
+  }
+  return QMOE_STATUS_OK;
+}
+
 CudaMoeCall moe_call_of(const qmoe_cuda_moe_params& p, qmoe_cuda_stream stream) {
   CudaMoeCall c{};
   c.accuracy = p.accuracy;

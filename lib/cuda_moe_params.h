@@ -17,6 +17,9 @@ qmoe_status read_moe_params(const qmoe_cuda_moe_params* params, const char* func
 /// expected_tokens_per_expert: 0, or finite in [1, m_capacity] (m_capacity already checked).
 qmoe_status check_tokens_per_expert_hint(const qmoe_cuda_moe_params& p, const char* function);
 
+/// Exactly one routing: ids and weights (both), or logits.
+qmoe_status check_one_routing(const qmoe_cuda_moe_params& p, const char* function);
+
 /// The backend's call for checked params on `stream`.
 CudaMoeCall moe_call_of(const qmoe_cuda_moe_params& p, qmoe_cuda_stream stream);
 

@@ -210,11 +210,7 @@ qmoe_status check_forward(const qmoe_cuda_offload* h, uint32_t layer,
                 : p->x == nullptr ? "x"
                                   : "y");
   }
-  const bool given = p->ids != nullptr || p->weights != nullptr;
-  if (given == (p->logits != nullptr) || (given && (p->ids == nullptr || p->weights == nullptr))) {
-    return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
-                "pass either params->ids and params->weights, or params->logits");
-  }
+  if (qmoe_status s = check_one_routing(*p, function); s != QMOE_STATUS_OK) return s;
   if (p->m_capacity > 1 && (p->ldx < h->hidden || p->ldy < h->hidden)) {
     return fail(QMOE_STATUS_INVALID_ARGUMENT, function,
                 "ldx = %zu and ldy = %zu must be >= hidden = %u", p->ldx, p->ldy, h->hidden);

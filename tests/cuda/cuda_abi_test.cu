@@ -112,6 +112,17 @@ std::vector<int32_t> residency_map(const qmoe_cuda_expert_set* set, uint32_t exp
   return m;
 }
 
+// One forward captured on `stream` into *graph and instantiated into *exec (the caller destroys
+// both).
+void capture_forward(const qmoe_cuda_expert_set* set, const qmoe_cuda_moe_params& params,
+                     cudaStream_t stream, cudaGraph_t* graph, cudaGraphExec_t* exec) {
+  QMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const qmoe_status captured = qmoe_cuda_moe_forward(set, &params, stream);
+  QMOE_CUDA_OK(cudaStreamEndCapture(stream, graph));
+  ASSERT_EQ(captured, QMOE_STATUS_OK) << qmoe_last_error_message();
+  QMOE_CUDA_OK(cudaGraphInstantiate(exec, *graph, 0));
+}
+
 // A small random layer (6 experts, H = 64, I = 32) and its host expert set; each test makes
 // the device sets it needs from it. Skips where no device is usable.
 class CudaAbiLayer : public ::testing::Test {
@@ -184,12 +195,8 @@ TEST_F(CudaAbiLayer, CapturedGraphReplaysWithNewRoutingAsEager) {
   cudaStream_t stream = nullptr;
   QMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
-  QMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const qmoe_status captured = qmoe_cuda_moe_forward(set.get(), &call.params, stream);
-  QMOE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  ASSERT_EQ(captured, QMOE_STATUS_OK) << qmoe_last_error_message();
   cudaGraphExec_t exec = nullptr;
-  QMOE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  ASSERT_NO_FATAL_FAILURE(capture_forward(set.get(), call.params, stream, &graph, &exec));
   std::uniform_int_distribution<int32_t> expert(0, static_cast<int32_t>(o.experts) - 1);
   for (int replay = 0; replay < 6; ++replay) {
     for (int32_t& id : call.ids) id = expert(rng);
@@ -222,12 +229,8 @@ TEST_F(CudaAbiLayer, ExpertCountsFollowEachReplaysRouting) {
   cudaStream_t stream = nullptr;
   QMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
-  QMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const qmoe_status captured = qmoe_cuda_moe_forward(set.get(), &call.params, stream);
-  QMOE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  ASSERT_EQ(captured, QMOE_STATUS_OK) << qmoe_last_error_message();
   cudaGraphExec_t exec = nullptr;
-  QMOE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  ASSERT_NO_FATAL_FAILURE(capture_forward(set.get(), call.params, stream, &graph, &exec));
   const auto read_counts = [&] {
     std::vector<uint32_t> got(o.experts + 4);
     EXPECT_TRUE(counts.download(got.data(), got.size() * sizeof(uint32_t)));
@@ -239,11 +242,10 @@ TEST_F(CudaAbiLayer, ExpertCountsFollowEachReplaysRouting) {
     call.ids[0] = 0;  // not resident
     call.weights[replay % call.weights.size()] = 0.0f;
     call.upload_routing();
-    std::vector<uint32_t> want(o.experts + 4, 0xFFFFFFFFu);
-    std::fill_n(want.begin(), o.experts, 0u);
-    for (size_t s = 0; s < call.ids.size(); ++s) {
-      if (call.weights[s] != 0.0f) ++want[static_cast<size_t>(call.ids[s])];
-    }
+    // The call's counts, then the buffer's tail still at its fill.
+    std::vector<uint32_t> want =
+        selections_per_expert(call.ids, call.weights, call.m, call.k, o.experts);
+    want.resize(o.experts + 4, 0xFFFFFFFFu);
     const std::string what = "replay " + std::to_string(replay) + " " + where();
     QMOE_CUDA_OK(cudaMemset(counts.data(), 0xFF, counts.bytes()));
     QMOE_CUDA_OK(cudaDeviceSynchronize());  // the legacy stream's uploads and fill

@@ -60,18 +60,6 @@ struct MoeRun {
 // Fill of the expert_counts buffer and of the two words past it, which no call may change.
 constexpr uint32_t kCountsPoison = 0xA5A5A5A5u;
 
-// The selections per expert a call's expert_counts must hold: slots of the m tokens with a
-// nonzero weight, resident or not.
-std::vector<uint32_t> expected_counts(const std::vector<int32_t>& ids,
-                                      const std::vector<float>& weights, uint32_t m, uint32_t k,
-                                      uint32_t experts) {
-  std::vector<uint32_t> counts(experts, 0);
-  for (size_t s = 0; s < size_t{m} * k; ++s) {
-    if (weights[s] != 0.0f) ++counts[static_cast<size_t>(ids[s])];
-  }
-  return counts;
-}
-
 // An offload session's device side in ordinary memory (lib/offload/device_state.h,
 // ring_layout.h), for a layer call whose FC1 carries the offload's classify-publish.
 struct EmulatedOffload {
@@ -337,7 +325,8 @@ void check_moe_case(const MoeCase& c, const MoeOptions& base, std::mt19937_64& r
     const std::string what =
         std::string(format == QMOE_WEIGHT_FORMAT_INT3 ? "int3 " : "") + describe_moe(c, o, sms);
     EXPECT_EQ(r.error, 0u) << what;
-    EXPECT_EQ(r.counts, expected_counts(ids, weights, c.m, c.k, E)) << "expert_counts; " << what;
+    EXPECT_EQ(r.counts, selections_per_expert(ids, weights, c.m, c.k, E))
+        << "expert_counts; " << what;
     size_t bad = 0;
     for (size_t el = 0; el < r.y.size() / es; ++el) {
       const uint32_t t = static_cast<uint32_t>(el / ldy), n = static_cast<uint32_t>(el % ldy);
@@ -503,7 +492,7 @@ TEST_F(EmulatedDevice, MoeLayerErrorWordAndZeroOutput) {
   f.fc2()[saved_slot] = saved;
   const MoeRun ok = f.run(c, x, ids, weights, logits, y0, 3, 2);
   EXPECT_EQ(ok.error, 0u);
-  EXPECT_EQ(ok.counts, expected_counts(ids, weights, 3, c.k, o.experts));
+  EXPECT_EQ(ok.counts, selections_per_expert(ids, weights, 3, c.k, o.experts));
 }
 
 // expert_counts: every expert's selections (weight 0 excluded, resident or not, a token that
@@ -538,7 +527,7 @@ TEST_F(EmulatedDevice, MoeLayerCountsEverySelectedExpert) {
       logits[static_cast<size_t>(cold_expert)] = 10.0f;  // token 0's top expert
       route(logits, c.m, E, c.k, true, &ids, &weights);
     }
-    const std::vector<uint32_t> want = expected_counts(ids, weights, c.m, c.k, E);
+    const std::vector<uint32_t> want = selections_per_expert(ids, weights, c.m, c.k, E);
     ASSERT_GT(want[static_cast<size_t>(cold_expert)], 0u);
     for (int sms : {1, 3}) {
       const MoeRun counted = f.run(c, x, ids, weights, logits, y0, c.m, sms);

@@ -316,10 +316,9 @@ TEST(Offload, HybridLayerRoutesRouterLogits) {
       ASSERT_EQ(qmoe_cuda_moe_check(workspace.data(), nullptr), QMOE_STATUS_OK)
           << qmoe_last_error_message() << " " << where;
       ++calls;
-      std::vector<uint32_t> got(experts), want(experts, 0);
+      std::vector<uint32_t> got(experts);
       ASSERT_TRUE(counts.download(got.data(), got.size() * sizeof(uint32_t)));
-      for (size_t s = 0; s < ids.size(); ++s) want[static_cast<size_t>(ids[s])] += weights[s] != 0;
-      EXPECT_EQ(got, want) << where;
+      EXPECT_EQ(got, selections_per_expert(ids, weights, m, kK, experts)) << where;
       const std::vector<unsigned char> y = io.y_bytes(hidden);
       const MoeReference ref =
           reference_moe(*model.models[0], accuracy, io.x, m, ids, weights, kK, nullptr, {});
@@ -464,13 +463,10 @@ TEST(Offload, GraphReplayWithNewRoutingEqualsEager) {
     std::vector<uint32_t> got(size_t{layers} * experts);
     ASSERT_TRUE(counts.download(got.data(), got.size() * sizeof(uint32_t)));
     for (uint32_t l = 0; l < layers; ++l) {
-      std::vector<uint32_t> want(experts, 0);
-      for (size_t s = 0; s < size_t{io[l]->m} * kK; ++s) {
-        if (io[l]->weights[s] != 0.0f) ++want[static_cast<size_t>(io[l]->ids[s])];
-      }
       const std::vector<uint32_t> layer(got.begin() + size_t{l} * experts,
                                         got.begin() + size_t{l + 1} * experts);
-      EXPECT_EQ(layer, want) << what << " expert_counts, replay " << replay << " layer " << l;
+      EXPECT_EQ(layer, selections_per_expert(io[l]->ids, io[l]->weights, io[l]->m, kK, experts))
+          << what << " expert_counts, replay " << replay << " layer " << l;
     }
   };
   auto enqueue = [&] {

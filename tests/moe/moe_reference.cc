@@ -355,4 +355,14 @@ void random_routing(uint32_t m, uint32_t experts, uint32_t k, std::mt19937_64& r
   }
 }
 
+std::vector<uint32_t> selections_per_expert(const std::vector<int32_t>& ids,
+                                            const std::vector<float>& weights, uint32_t m,
+                                            uint32_t k, uint32_t experts) {
+  std::vector<uint32_t> counts(experts, 0);
+  for (size_t s = 0; s < size_t{m} * k; ++s) {
+    if (weights[s] != 0.0f) ++counts[static_cast<size_t>(ids[s])];
+  }
+  return counts;
+}
+
 }  // namespace qmoe::testing

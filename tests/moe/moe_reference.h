@@ -127,6 +127,12 @@ MoeReference reference_moe_routed(const MoeModel& model, qmoe_accuracy accuracy,
 void random_routing(uint32_t m, uint32_t experts, uint32_t k, std::mt19937_64& rng,
                     std::vector<int32_t>* ids, std::vector<float>* weights);
 
+/// Selections per expert of m tokens' routing (slots with a nonzero weight, whatever the
+/// residency): what a layer call's expert_counts must hold.
+std::vector<uint32_t> selections_per_expert(const std::vector<int32_t>& ids,
+                                            const std::vector<float>& weights, uint32_t m,
+                                            uint32_t k, uint32_t experts);
+
 }  // namespace qmoe::testing
 
 #endif  // QMOE_TESTS_MOE_REFERENCE_H_
