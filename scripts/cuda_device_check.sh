@@ -34,7 +34,7 @@ step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Rele
   echo "configure failed; see $out/configure.log" >&2
   exit 1
 }
-step build 300 cmake --build "$build" -j"$jobs" --target qmoe_cuda_tests qmoe_cuda_bench \
+step build 300 cmake --build "$build" -j"$jobs" --target qmoe_cuda_tests qmoe_tests qmoe_cuda_bench \
   qmoe_offload_latency || {
   echo "build failed; see $out/build.log" >&2
   exit 1
@@ -49,6 +49,9 @@ if grep -q "SKIPPED" "$out/tests.log"; then
   echo "tests: some tests skipped on the GPU host (no usable device?)" | tee -a "$out/summary.txt"
   failed+=("tests-skipped")
 fi
+# The host-side checks of the CUDA ABI in the main test binary: on a machine without a GPU (CI)
+# their set-dependent parts skip, so they must run here too.
+step host_checks 60 "$build/tests/qmoe_tests" --gtest_filter='Cuda*'
 
 # 3. The decode benchmarks (JSON), before the slower sanitizer steps, then the same layer rows
 # with programmatic dependent launch off (and a GEMV row: the GEMV now launches with it too).

@@ -111,7 +111,10 @@ DeviceQuantMatrix place_projection(const qmoe_quant_matrix& w, const ProjectionR
 // Every copy on `stream`: one batch where the runtime has it, else (or when asked) a loop.
 cudaError_t copy_all(const std::vector<Copy>& copies, bool batched, cudaStream_t stream) {
 #if CUDART_VERSION >= 12080
-  if (batched && !copies.empty()) {
+  // cudaMemcpyBatchAsync refuses the legacy default stream (cudaErrorInvalidValue), which a
+  // caller's NULL stream is: the loop below serves it.
+  const bool legacy_stream = stream == nullptr || stream == cudaStreamLegacy;
+  if (batched && !copies.empty() && !legacy_stream) {
     std::vector<void*> dsts;
     std::vector<const void*> srcs;
     std::vector<size_t> sizes;
