@@ -690,6 +690,132 @@ TEST_F(EmulatedDevice, MoeLayerOffloadRoutesLogits) {
   }
 }
 
+// ---- Routing from logits ------------------------------------------------------------------
+
+// The routing tables one block builds (moe_routes.cuh), read back: sel_id and sel_w for every
+// slot of a valid call, and the error bits.
+struct RouteProbe {
+  emu::MoeLayerParams p;
+  uint32_t slots_cap;
+  int32_t* ids;
+  float* weights;
+  uint32_t* error;
+};
+
+void route_probe_kernel(const RouteProbe probe) {
+  QMOE_DECODE_DYNAMIC_SMEM(smem);
+  __shared__ emu::RouteInfo info;
+  const emu::RouteTables tab = emu::carve_route_tables(smem, probe.slots_cap, probe.p.num_experts);
+  emu::build_routes(probe.p, tab, info, 1);
+  for (uint32_t s = threadIdx.x; s < info.slots; s += blockDim.x) {
+    probe.ids[s] = tab.sel_id[s];
+    probe.weights[s] = tab.sel_w[s];
+  }
+  if (threadIdx.x == 0) *probe.error = info.error;
+}
+
+struct RoutedRows {
+  uint32_t error = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+
+// Routes m rows of E logits (given in FP32, passed in dtype) on one emulated block of `threads`.
+RoutedRows route_on_device(const std::vector<float>& logits, uint32_t m, uint32_t E, uint32_t k,
+                           bool renormalize, qmoe_dtype dtype, uint32_t threads) {
+  const std::vector<unsigned char> bytes = to_bytes(dtype, logits);
+  const std::vector<int32_t> residency(E, -1);
+  RoutedRows out;
+  out.ids.assign(size_t{m} * k, -7);
+  out.weights.assign(size_t{m} * k, NAN);
+  out.error = 0xEEEEu;
+  RouteProbe probe{};
+  probe.p.num_experts = E;
+  probe.p.top_k = k;
+  probe.p.m_capacity = m;
+  probe.p.m = &m;
+  probe.p.dtype = dtype;
+  probe.p.logits = bytes.data();
+  probe.p.renormalize = renormalize;
+  probe.p.residency = residency.data();
+  probe.slots_cap = m * k;
+  probe.ids = out.ids.data();
+  probe.weights = out.weights.data();
+  probe.error = &out.error;
+  const size_t smem = emu::route_table_bytes(probe.slots_cap, E);
+  EXPECT_EQ(qmoe_host_emulator_launch(route_probe_kernel, dim3(1), dim3(threads), smem, probe),
+            cudaSuccess);
+  return out;
+}
+
+// Every block routes router logits exactly as qmoe_moe_route_topk (the ids bit for bit, the
+// weights to the last bits of the softmax), over expert counts that do and do not fill whole
+// 16-byte loads and pass a block's thread pairs, with ties (the lower id first, +0 and -0
+// equal), -inf logits (selected, with weight 0, when fewer than k are finite) and equal rows;
+// and refuses a row with a NaN or +inf logit, or of -inf only, wherever it sits.
+TEST_F(EmulatedDevice, MoeRoutesLogitsAsTheCpu) {
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (uint32_t E : {1u, 2u, 3u, 5u, 8u, 13u, 32u, 127u, 128u, 130u, 300u, 1024u}) {
+    for (uint32_t k : {1u, 2u, 3u, 8u, 13u}) {
+      if (k > E) continue;
+      const uint32_t m = 6;
+      std::vector<float> logits(size_t{m} * E);
+      for (float& v : logits) v = normal(rng_);
+      std::uniform_int_distribution<uint32_t> pick(0, E - 1);
+      float* row = logits.data();
+      for (uint32_t i = 0; i < 2 * E; ++i) row[pick(rng_)] = row[pick(rng_)];  // row 0: ties
+      row = logits.data() + E;  // row 1: coarse values, many equal, +0 and -0
+      for (uint32_t e = 0; e < E; ++e) row[e] = std::round(normal(rng_) / 2.0f);
+      for (uint32_t e = 0; e < E; e += 3) row[e] = e % 2 ? 0.0f : -0.0f;
+      row = logits.data() + 2 * E;  // row 2: -inf everywhere but two experts
+      for (uint32_t e = 0; e < E; ++e) row[e] = -INFINITY;
+      row[pick(rng_)] = 1.5f;
+      row[pick(rng_)] = -3.0f;
+      row = logits.data() + 3 * E;  // row 3: one value everywhere
+      for (uint32_t e = 0; e < E; ++e) row[e] = 0.25f;
+      row = logits.data() + 4 * E;  // row 4: large and tiny magnitudes, some -inf
+      for (uint32_t e = 0; e < E; ++e) row[e] = normal(rng_) * (e % 2 ? 1e37f : 1e-42f);
+      for (uint32_t e = 1; e < E; e += 4) row[e] = -INFINITY;
+      // row 5 stays normal.
+      for (qmoe_dtype dtype : {QMOE_DTYPE_F32, QMOE_DTYPE_BF16}) {
+        const std::vector<float> rows = round_trip(dtype, logits);
+        for (bool renormalize : {true, false}) {
+          std::vector<int32_t> ids;
+          std::vector<float> weights;
+          route(rows, m, E, k, renormalize, &ids, &weights);
+          const RoutedRows got = route_on_device(rows, m, E, k, renormalize, dtype, 256);
+          const std::string what = "E " + std::to_string(E) + " k " + std::to_string(k) + " " +
+                                   label(dtype) + (renormalize ? " renormalized" : " over E");
+          ASSERT_EQ(got.error, 0u) << what;
+          for (size_t s = 0; s < ids.size(); ++s) {
+            ASSERT_EQ(got.ids[s], ids[s]) << what << " slot " << s;
+            ASSERT_NEAR(got.weights[s], weights[s], 2e-6f * std::max(1.0f, weights[s]))
+                << what << " slot " << s;
+          }
+        }
+      }
+    }
+  }
+  // Invalid rows: the bad value first, last, in the middle, and the row's other token valid.
+  for (uint32_t E : {1u, 5u, 128u, 130u}) {
+    const uint32_t k = std::min(E, 8u);
+    for (uint32_t at : {0u, E / 2, E - 1}) {
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        std::vector<float> logits(size_t{2} * E);
+        for (float& v : logits) v = normal(rng_);
+        float* row = logits.data() + E;
+        if (bad == -INFINITY) {
+          for (uint32_t e = 0; e < E; ++e) row[e] = -INFINITY;
+        } else {
+          row[at] = bad;
+        }
+        const RoutedRows got = route_on_device(logits, 2, E, k, true, QMOE_DTYPE_F32, 256);
+        EXPECT_EQ(got.error, emu::kMoeErrorLogits) << "E " << E << " at " << at << " " << bad;
+      }
+    }
+  }
+}
+
 // Qwen3's layer shape (H 2048, I 768, block 32, FP16 grouped scales) at a reduced expert count,
 // both levels, m = 1 and 4 (capacities 1 and 4): the model-size walks, tiles and task ranges.
 TEST_F(EmulatedDevice, MoeLayerQwen3Shape) {
