@@ -149,21 +149,18 @@ __device__ inline bool route_token_logits(const MoeLayerParams& p, const RouteTa
     const uint32_t lane = threadIdx.x;
     const float max = tab.sel_w[t * k];  // rank 0's logit
     __syncwarp();                        // read by every lane before sel_w is rewritten
+    // The k exponentials side by side.
+    for (uint32_t j = lane; j < k; j += 32) tab.sel_w[t * k + j] = expf(tab.sel_w[t * k + j] - max);
     float sum = 0.0f;
     if (p.renormalize) {
-      // The k exponentials side by side; their sum in rank order (lib/moe/routing.cc's order).
-      for (uint32_t j = lane; j < k; j += 32)
-        tab.sel_w[t * k + j] = expf(tab.sel_w[t * k + j] - max);
-      __syncwarp();
-      if (lane == 0) {
+      __syncwarp();     // every exponential written before lane 0 reads them
+      if (lane == 0) {  // their sum in rank order (lib/moe/routing.cc's order)
         for (uint32_t j = 0; j < k; ++j) sum += tab.sel_w[t * k + j];
       }
       sum = __shfl_sync(0xFFFFFFFFu, sum, 0);
     } else {
       for (uint32_t e = lane; e < E; e += 32) sum += expf(tab.logit[e] - max);
       for (int d = 16; d >= 1; d /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, d);
-      for (uint32_t j = lane; j < k; j += 32)
-        tab.sel_w[t * k + j] = expf(tab.sel_w[t * k + j] - max);
     }
     const float scale = 1.0f / sum;  // sum >= 1: the top expert contributes exp(0)
     for (uint32_t j = lane; j < k; j += 32) tab.sel_w[t * k + j] *= scale;

@@ -720,9 +720,10 @@ struct RoutedRows {
   std::vector<float> weights;
 };
 
-// Routes m rows of E logits (given in FP32, passed in dtype) on one emulated block of `threads`.
+// Routes m rows of E logits (given in FP32, passed in dtype) on one emulated block of the MoE
+// kernels' size.
 RoutedRows route_on_device(const std::vector<float>& logits, uint32_t m, uint32_t E, uint32_t k,
-                           bool renormalize, qmoe_dtype dtype, uint32_t threads) {
+                           bool renormalize, qmoe_dtype dtype) {
   const std::vector<unsigned char> bytes = to_bytes(dtype, logits);
   const std::vector<int32_t> residency(E, -1);
   RoutedRows out;
@@ -743,8 +744,9 @@ RoutedRows route_on_device(const std::vector<float>& logits, uint32_t m, uint32_
   probe.weights = out.weights.data();
   probe.error = &out.error;
   const size_t smem = emu::route_table_bytes(probe.slots_cap, E);
-  EXPECT_EQ(qmoe_host_emulator_launch(route_probe_kernel, dim3(1), dim3(threads), smem, probe),
-            cudaSuccess);
+  EXPECT_EQ(
+      qmoe_host_emulator_launch(route_probe_kernel, dim3(1), dim3(emu::kBlockThreads), smem, probe),
+      cudaSuccess);
   return out;
 }
 
@@ -783,7 +785,7 @@ TEST_F(EmulatedDevice, MoeRoutesLogitsAsTheCpu) {
           std::vector<int32_t> ids;
           std::vector<float> weights;
           route(rows, m, E, k, renormalize, &ids, &weights);
-          const RoutedRows got = route_on_device(rows, m, E, k, renormalize, dtype, 256);
+          const RoutedRows got = route_on_device(rows, m, E, k, renormalize, dtype);
           const std::string what = "E " + std::to_string(E) + " k " + std::to_string(k) + " " +
                                    label(dtype) + (renormalize ? " renormalized" : " over E");
           ASSERT_EQ(got.error, 0u) << what;
@@ -809,7 +811,7 @@ TEST_F(EmulatedDevice, MoeRoutesLogitsAsTheCpu) {
         } else {
           row[at] = bad;
         }
-        const RoutedRows got = route_on_device(logits, 2, E, k, true, QMOE_DTYPE_F32, 256);
+        const RoutedRows got = route_on_device(logits, 2, E, k, true, QMOE_DTYPE_F32);
         EXPECT_EQ(got.error, emu::kMoeErrorLogits) << "E " << E << " at " << at << " " << bad;
       }
     }
