@@ -45,6 +45,23 @@
 //                                      the same bytes: the others run the lean walk's
 //                                      (MoeLayerParams::lean_walk), as a device expert set
 //                                      of these experts does
+//   gpu/moe_stack48/qwen3/read_only/<structure>  the stack's replay with every layer's kernels
+//                                      replaced by reads of the same bytes (each layer's 8
+//                                      routed experts' FC1, then FC2, codes and scales; ids from
+//                                      device memory) and no arithmetic: what the structure
+//                                      alone leaves of the roof. two_kernels: FC1's bytes,
+//                                      then FC2's, each a kernel that starts when the one
+//                                      before it ends (stream order); /pdl: launched with
+//                                      programmatic serialization, each waiting for the one
+//                                      before it (griddepcontrol) before it reads, as the
+//                                      layer's kernels do; /pdl_prefetch: and each first
+//                                      prefetching its bytes into the L2 before its wait, as
+//                                      FC2 (and FC1 with early routing) do; /flags: each
+//                                      waiting instead for a counter the blocks of the one
+//                                      before it add to when done (release / acquire at GPU
+//                                      scope), not for its grid. one_kernel/pdl: one
+//                                      kernel a layer reads both. one_launch: one kernel reads
+//                                      all 48 layers' bytes, with no dependency
 // Counters: bytes_per_second (weights the calls must read: codes + scales), frac_of_roof
 // (that over gpu/read_roof's rate), us_per_call (per launch, layer or replay).
 #include <benchmark/benchmark.h>
@@ -57,10 +74,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/cuda/decode_formats.cuh"
 #include "lib/cuda/device_quant_matrix.cuh"
+#include "lib/cuda/grid_dependency.cuh"
 #include "lib/cuda/int4_gemv.cuh"
 #include "lib/cuda/int4_tile.cuh"
 #include "lib/cuda/moe_layer.cuh"
@@ -514,6 +533,35 @@ void BM_MoeLayer(benchmark::State& state, MoeShape shape, qmoe_accuracy accuracy
   report(state, bytes, kSets);
 }
 
+// Times each iteration as one replay of `exec` on `stream` (CUDA events around it): `before()`
+// enqueues the replay's routing ahead of the first event, `after()` what the replay's time
+// includes behind the launch. One untimed replay first.
+template <class Before, class After>
+void time_replays(benchmark::State& state, cudaGraphExec_t exec, cudaStream_t stream,
+                  const Before& before, const After& after) {
+  before();
+  BENCH_CUDA(cudaGraphLaunch(exec, stream), state);  // warm-up
+  BENCH_CUDA(cudaStreamSynchronize(stream), state);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (auto _ : state) {
+    before();
+    cudaEventRecord(a, stream);
+    cudaGraphLaunch(exec, stream);
+    after();
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    state.SetIterationTime(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  BENCH_CUDA(cudaStreamSynchronize(stream), state);
+  BENCH_CUDA(cudaGetLastError(), state);
+}
+
 void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, bool lean,
                    qmoe_swiglu_fusion fusion, bool counts, bool logits) {
   constexpr uint32_t kLayers = 48, m = 1, kSets = 16;
@@ -603,9 +651,6 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
   BENCH_CUDA(launched, state);
   BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0), state);
   const double bytes = double(kLayers) * kTopK * shape.expert_weight_bytes();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
   uint32_t replay = 0;
   const auto set_routing = [&]() {
     for (uint32_t l = 0; l < kLayers; ++l) {
@@ -621,25 +666,13 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
     }
     ++replay;
   };
-  set_routing();
-  BENCH_CUDA(cudaGraphLaunch(exec, stream), state);  // warm-up
-  BENCH_CUDA(cudaStreamSynchronize(stream), state);
-  for (auto _ : state) {
-    set_routing();
-    cudaEventRecord(a, stream);
-    cudaGraphLaunch(exec, stream);
+  time_replays(state, exec, stream, set_routing, [&]() {
     if (counts) {
       cudaMemcpyAsync(h_counts, d_counts.p, size_t{kLayers} * kExperts * 4, cudaMemcpyDeviceToHost,
                       stream);
     }
-    cudaEventRecord(b, stream);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    state.SetIterationTime(ms * 1e-3);
-  }
-  BENCH_CUDA(cudaStreamSynchronize(stream), state);
-  BENCH_CUDA(cudaGetLastError(), state);
+  });
+  if (state.error_occurred()) return;
   uint32_t error = 0;
   BENCH_CUDA(cudaMemcpy(&error, ws.p, 4, cudaMemcpyDeviceToHost), state);
   if (error != 0) state.SkipWithError("the layer reported an input error");
@@ -653,14 +686,206 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
       state.SkipWithError("expert_counts differ from the routing");
     }
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
   report(state, bytes, kLayers);
   state.counters["us_per_token"] = benchmark::Counter(
       1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+// ---- The stack's structure, read only -----------------------------------------------------
+
+// What one read kernel reads: for each of `layers` consecutive layers, each of its K routed
+// experts' spans (offsets and sizes within an expert, multiples of 16 bytes).
+struct RoutedRead {
+  const unsigned char* experts;  // layer 0's expert 0; expert e of layer l at l * layer_bytes +
+  size_t expert_stride;          // e * expert_stride
+  size_t layer_bytes;
+  const int32_t* ids;  // [layers][K]
+  uint32_t layers;
+  uint32_t spans;
+  size_t span_offset[2], span_bytes[2];
+  bool prefetch;  // every byte into the L2 before the wait
+  // Flags instead of the grid dependency (both null: griddepcontrol.wait). Each block adds 1
+  // to *done_out (release, GPU scope) when its reads are done; the blocks wait (acquire) until
+  // *done_in reaches *epoch times the preceding kernel's blocks (the benchmark writes the
+  // replay's number to *epoch before each replay; the counters only grow).
+  const uint32_t* done_in;
+  uint32_t* done_out;
+  const uint32_t* epoch;
+  uint32_t blocks_in;
+  uint32_t* sink;
+};
+
+__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Each thread loads one 16-byte word of all K experts' span at a time (K loads in flight), over
+// the span's words grid-strided; one word a block keeps the loads alive. Reads nothing the
+// preceding grid writes, but waits for it first: the dependency the layer's kernels have.
+template <uint32_t K>
+__global__ void read_routed(const __grid_constant__ RoutedRead r) {
+  const size_t threads = size_t{gridDim.x} * blockDim.x;
+  const size_t tid = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const auto span = [&r](uint32_t l, uint32_t j, uint32_t s) {
+    return r.experts + l * r.layer_bytes + size_t(r.ids[l * K + j]) * r.expert_stride +
+           r.span_offset[s];
+  };
+  if (r.prefetch) {  // 64 KiB pieces, one a warp at a time
+    constexpr size_t kPiece = size_t{64} << 10;
+    const size_t warps = threads / 32, warp = tid / 32;
+    for (uint32_t l = 0; l < r.layers; ++l) {
+      for (uint32_t s = 0; s < r.spans; ++s) {
+        const size_t pieces = (r.span_bytes[s] + kPiece - 1) / kPiece;
+        for (size_t q = warp; q < K * pieces; q += warps) {
+          const size_t at = (q % pieces) * kPiece;
+          const size_t left = r.span_bytes[s] - at;
+          prefetch_l2(span(l, static_cast<uint32_t>(q / pieces), s) + at,
+                      left < kPiece ? left : kPiece, threadIdx.x % 32);
+        }
+      }
+    }
+  }
+  if (r.done_in != nullptr) {
+    allow_dependent_launch();
+    if (threadIdx.x == 0) {
+      const uint32_t target = *r.epoch * r.blocks_in;
+      while (static_cast<int32_t>(load_acquire_gpu(r.done_in) - target) < 0) __nanosleep(32);
+    }
+    __syncthreads();
+  } else {
+    wait_for_preceding_grid();
+    allow_dependent_launch();
+  }
+  uint32_t acc = 0;
+  for (uint32_t l = 0; l < r.layers; ++l) {
+    for (uint32_t s = 0; s < r.spans; ++s) {
+      const uint4* base[K];
+#pragma unroll
+      for (uint32_t j = 0; j < K; ++j) base[j] = reinterpret_cast<const uint4*>(span(l, j, s));
+      for (size_t i = tid; i < r.span_bytes[s] / 16; i += threads) {
+        uint4 v[K];
+#pragma unroll
+        for (uint32_t j = 0; j < K; ++j) v[j] = __ldcs(base[j] + i);
+#pragma unroll
+        for (uint32_t j = 0; j < K; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+      }
+    }
+  }
+  if (acc == 0x12345678u) r.sink[blockIdx.x] = acc;
+  if (r.done_out != nullptr) {
+    __syncthreads();  // every thread's reads are done
+    if (threadIdx.x == 0) {
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(r.done_out) : "memory");
+    }
+  }
+}
+
+enum class StackStructure {
+  kTwoKernels,
+  kTwoKernelsPdl,
+  kTwoKernelsPdlPrefetch,
+  kTwoKernelsFlags,
+  kOneKernelPdl,
+  kOneLaunch
+};
+
+// The 48-layer stack's weights and routing as BM_MoeStack48 (the same bytes a replay reads, the
+// routing copied into device memory before each replay), read by read_routed in `structure`.
+void BM_StackReadOnly(benchmark::State& state, StackStructure structure) {
+  constexpr uint32_t kLayers = 48, kSets = 16;
+  constexpr uint32_t kTopK = 8;
+  const MoeShape& shape = kQwen3;
+  static_assert(kQwen3.top_k == kTopK, "read_routed's K");
+  const size_t layer_bytes = size_t{shape.experts} * shape.expert_stride();
+  DeviceMemory weights(kLayers * layer_bytes), sink(size_t{4} << 16);
+  if (weights.p == nullptr || sink.p == nullptr) {
+    state.SkipWithError("cannot allocate 48 layers x 128 experts of INT4 (about 16 GB)");
+    return;
+  }
+  BENCH_CUDA(cudaMemset(weights.p, 1, kLayers * layer_bytes), state);
+  const std::vector<int32_t> h_ids = routing_ids(shape, kSets, 1);
+  DeviceMemory all_ids(h_ids.size() * 4), ids(size_t{kLayers} * kTopK * 4),
+      done(size_t{2} * kLayers * 4), epoch(4);
+  BENCH_CUDA(cudaMemcpy(all_ids.p, h_ids.data(), h_ids.size() * 4, cudaMemcpyHostToDevice), state);
+  BENCH_CUDA(cudaMemset(done.p, 0, size_t{2} * kLayers * 4), state);
+
+  RoutedRead r{};
+  r.experts = weights.as<const unsigned char>();
+  r.expert_stride = shape.expert_stride();
+  r.layer_bytes = layer_bytes;
+  r.sink = sink.as<uint32_t>();
+  const size_t fc1 = shape.fc1().bytes(), fc2 = shape.fc2().bytes();
+  // Threads: one a 16-byte word of the longest span (FC1's), in blocks of 256.
+  const dim3 block(256), grid(static_cast<unsigned>((fc1 / 16 + 255) / 256));
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), state);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), state);
+  cudaError_t launched = cudaSuccess;
+  const bool pdl = structure != StackStructure::kTwoKernels;
+  uint32_t kernels = 0;
+  const auto launch = [&](uint32_t first_layer, uint32_t layers, bool with_fc1, bool with_fc2) {
+    RoutedRead a = r;
+    if (structure == StackStructure::kTwoKernelsFlags) {
+      a.done_in = kernels == 0 ? nullptr : done.as<const uint32_t>() + kernels - 1;
+      a.done_out = done.as<uint32_t>() + kernels;
+      a.epoch = epoch.as<const uint32_t>();
+      a.blocks_in = grid.x;
+    }
+    ++kernels;
+    a.experts += first_layer * layer_bytes;
+    a.ids = ids.as<const int32_t>() + size_t{first_layer} * kTopK;
+    a.layers = layers;
+    a.spans = 0;
+    if (with_fc1) {
+      a.span_offset[a.spans] = 0;
+      a.span_bytes[a.spans++] = fc1;
+    }
+    if (with_fc2) {
+      a.span_offset[a.spans] = shape.fc2_offset();
+      a.span_bytes[a.spans++] = fc2;
+    }
+    a.prefetch = structure == StackStructure::kTwoKernelsPdlPrefetch;
+    if (launched == cudaSuccess) {
+      launched = launch_decode_kernel(read_routed<kTopK>, grid, block, 0, pdl, a, stream);
+    }
+  };
+  if (structure == StackStructure::kOneLaunch) {
+    launch(0, kLayers, true, true);
+  } else {
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      if (structure == StackStructure::kOneKernelPdl) {
+        launch(l, 1, true, true);
+      } else {
+        launch(l, 1, true, false);
+        launch(l, 1, false, true);
+      }
+    }
+  }
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph), state);
+  BENCH_CUDA(launched, state);
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0), state);
+  uint32_t replay = 0;
+  const auto set_routing = [&]() {
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      cudaMemcpyAsync(ids.as<int32_t>() + size_t{l} * kTopK,
+                      all_ids.as<int32_t>() + size_t{(replay + l) % kSets} * kTopK, kTopK * 4,
+                      cudaMemcpyDeviceToDevice, stream);
+    }
+    ++replay;
+    cudaMemcpyAsync(epoch.p, &replay, 4, cudaMemcpyHostToDevice, stream);  // pageable: copied now
+  };
+  time_replays(state, exec, stream, set_routing, []() {});
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  report(state, double(kLayers) * kTopK * shape.expert_weight_bytes(), kLayers);
 }
 
 const char* level(qmoe_accuracy a) {
@@ -799,6 +1024,19 @@ void register_all() {
             ->MinTime(0.3);
       }
     }
+  }
+  const std::pair<const char*, StackStructure> structures[] = {
+      {"two_kernels", StackStructure::kTwoKernels},
+      {"two_kernels/pdl", StackStructure::kTwoKernelsPdl},
+      {"two_kernels/pdl_prefetch", StackStructure::kTwoKernelsPdlPrefetch},
+      {"two_kernels/flags", StackStructure::kTwoKernelsFlags},
+      {"one_kernel/pdl", StackStructure::kOneKernelPdl},
+      {"one_launch", StackStructure::kOneLaunch}};
+  for (const auto& [name, structure] : structures) {
+    benchmark::RegisterBenchmark((std::string("gpu/moe_stack48/qwen3/read_only/") + name).c_str(),
+                                 BM_StackReadOnly, structure)
+        ->UseManualTime()
+        ->MinTime(0.3);
   }
 }
 
