@@ -290,6 +290,37 @@ void report(benchmark::State& state, double bytes_per_iteration, double calls_pe
                                                          benchmark::Counter::kInvert);
 }
 
+// Times each iteration by CUDA events on `stream` around what `timed()` enqueues (it returns
+// the first failed call's error, which ends the run); `untimed()` enqueues what each iteration
+// needs ahead of the first event.
+template <class Untimed, class Timed>
+void time_iterations(benchmark::State& state, cudaStream_t stream, const Untimed& untimed,
+                     const Timed& timed) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (auto _ : state) {
+    untimed();
+    cudaEventRecord(a, stream);
+    const cudaError_t e = timed();
+    if (e != cudaSuccess) {
+      state.SkipWithError(cudaGetErrorString(e));
+      break;
+    }
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    state.SetIterationTime(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  BENCH_CUDA(cudaStreamSynchronize(stream), state);
+  BENCH_CUDA(cudaGetLastError(), state);
+}
+
+const auto kNothing = []() {};
+
 // ---- GEMV ------------------------------------------------------------------------------------
 
 void BM_Gemv(benchmark::State& state, qmoe_weight_format format, uint32_t n, uint32_t k,
@@ -310,28 +341,14 @@ void BM_Gemv(benchmark::State& state, qmoe_weight_format format, uint32_t n, uin
   }
   fill_u32_value<<<64, 256>>>(x.as<uint32_t>(), size_t{8} * k, 0x3F800000u);  // x = 1.0f
   BENCH_CUDA(cudaDeviceSynchronize(), state);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (auto _ : state) {
-    cudaEventRecord(a);
-    for (size_t c = 0; c < copies; ++c) {
-      const cudaError_t e = launch_int4_gemv(w[c], accuracy, m, QMOE_DTYPE_F32, x.p, k,
-                                             QMOE_DTYPE_F32, y.p, n, 0, n, nullptr);
-      if (e != cudaSuccess) {
-        state.SkipWithError(cudaGetErrorString(e));
-        break;
-      }
+  time_iterations(state, nullptr, kNothing, [&]() {
+    cudaError_t e = cudaSuccess;
+    for (size_t c = 0; c < copies && e == cudaSuccess; ++c) {
+      e = launch_int4_gemv(w[c], accuracy, m, QMOE_DTYPE_F32, x.p, k, QMOE_DTYPE_F32, y.p, n, 0, n,
+                           nullptr);
     }
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    state.SetIterationTime(ms * 1e-3);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  BENCH_CUDA(cudaGetLastError(), state);
+    return e;
+  });
   report(state, double(copies) * l.bytes(), double(copies));
 }
 
@@ -508,28 +525,14 @@ void BM_MoeLayer(benchmark::State& state, MoeShape shape, qmoe_accuracy accuracy
   for (uint32_t s = 0; s < kSets; ++s) {
     bytes += double(distinct_experts(h_ids, m, kTopK, s)) * shape.expert_weight_bytes();
   }
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (auto _ : state) {
-    cudaEventRecord(a);
-    for (uint32_t s = 0; s < kSets; ++s) {
+  time_iterations(state, nullptr, kNothing, [&]() {
+    cudaError_t e = cudaSuccess;
+    for (uint32_t s = 0; s < kSets && e == cudaSuccess; ++s) {
       p.ids = ids.as<const int32_t>() + size_t{s} * m * kTopK;
-      const cudaError_t e = launch_moe_layer(p, nullptr);
-      if (e != cudaSuccess) {
-        state.SkipWithError(cudaGetErrorString(e));
-        break;
-      }
+      e = launch_moe_layer(p, nullptr);
     }
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    state.SetIterationTime(ms * 1e-3);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  BENCH_CUDA(cudaGetLastError(), state);
+    return e;
+  });
   report(state, bytes, kSets);
 }
 
@@ -542,24 +545,46 @@ void time_replays(benchmark::State& state, cudaGraphExec_t exec, cudaStream_t st
   before();
   BENCH_CUDA(cudaGraphLaunch(exec, stream), state);  // warm-up
   BENCH_CUDA(cudaStreamSynchronize(stream), state);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (auto _ : state) {
-    before();
-    cudaEventRecord(a, stream);
-    cudaGraphLaunch(exec, stream);
+  time_iterations(state, stream, before, [&]() {
+    const cudaError_t e = cudaGraphLaunch(exec, stream);
     after();
-    cudaEventRecord(b, stream);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    state.SetIterationTime(ms * 1e-3);
+    return e;
+  });
+}
+
+// The 48-layer stacks' graph: what `launch_layers(stream)` enqueues (it returns the first failed
+// launch's error), captured on a stream of its own and replayed there.
+struct StackGraph {
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+
+  template <class LaunchLayers>
+  cudaError_t capture(const LaunchLayers& launch_layers) {
+    cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+    if (e != cudaSuccess) return e;
+    const cudaError_t launched = launch_layers(stream);
+    e = cudaStreamEndCapture(stream, &graph);
+    if (launched != cudaSuccess) return launched;
+    return e == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : e;
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  BENCH_CUDA(cudaStreamSynchronize(stream), state);
-  BENCH_CUDA(cudaGetLastError(), state);
+  ~StackGraph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+// A replay's routing, enqueued on `stream`: layer l's row of `layer_rows` (row_bytes each) from
+// row (replay + l) % sets of `set_rows`.
+void copy_replay_routing(void* layer_rows, const void* set_rows, size_t row_bytes, uint32_t layers,
+                         uint32_t sets, uint32_t replay, cudaStream_t stream) {
+  for (uint32_t l = 0; l < layers; ++l) {
+    cudaMemcpyAsync(static_cast<unsigned char*>(layer_rows) + l * row_bytes,
+                    static_cast<const unsigned char*>(set_rows) + (replay + l) % sets * row_bytes,
+                    row_bytes, cudaMemcpyDeviceToDevice, stream);
+  }
 }
 
 void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, bool lean,
@@ -622,54 +647,46 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
   fill_f16_value<<<64, 256>>>(acts.as<uint16_t>(), size_t{kLayers + 1} * kHidden, 0x3F80);
   BENCH_CUDA(cudaDeviceSynchronize(), state);
 
-  cudaStream_t stream;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), state);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), state);
-  cudaError_t launched = cudaSuccess;
-  for (uint32_t l = 0; l < kLayers && launched == cudaSuccess; ++l) {
-    MoeLayerParams p =
-        layer_params(shape, accuracy, m, *descs[2 * l], *descs[2 * l + 1], lean, fusion);
-    p.m = count.as<const uint32_t>();
-    p.x = acts.as<uint16_t>() + size_t{l} * kHidden;
-    p.y = acts.as<uint16_t>() + size_t{l + 1} * kHidden;
-    if (logits) {
-      p.logits = layer_logits.as<const uint16_t>() + size_t{l} * kExperts;
-      p.renormalize = true;
-    } else {
-      p.ids = ids.as<const int32_t>() + size_t{l} * kTopK;
-      p.weights = wts.as<const float>();
+  const auto launch_layers = [&](cudaStream_t stream) {
+    cudaError_t launched = cudaSuccess;
+    for (uint32_t l = 0; l < kLayers && launched == cudaSuccess; ++l) {
+      MoeLayerParams p =
+          layer_params(shape, accuracy, m, *descs[2 * l], *descs[2 * l + 1], lean, fusion);
+      p.m = count.as<const uint32_t>();
+      p.x = acts.as<uint16_t>() + size_t{l} * kHidden;
+      p.y = acts.as<uint16_t>() + size_t{l + 1} * kHidden;
+      if (logits) {
+        p.logits = layer_logits.as<const uint16_t>() + size_t{l} * kExperts;
+        p.renormalize = true;
+      } else {
+        p.ids = ids.as<const int32_t>() + size_t{l} * kTopK;
+        p.weights = wts.as<const float>();
+      }
+      p.residency = residency.as<const int32_t>();
+      p.workspace = ws.p;
+      p.inputs_ready_early = early;  // the routing is written before the graph launch
+      if (counts) p.expert_counts = d_counts.as<uint32_t>() + size_t{l} * kExperts;
+      launched = launch_moe_layer(p, stream);
     }
-    p.residency = residency.as<const int32_t>();
-    p.workspace = ws.p;
-    p.inputs_ready_early = early;  // the routing is written before the graph launch
-    if (counts) p.expert_counts = d_counts.as<uint32_t>() + size_t{l} * kExperts;
-    launched = launch_moe_layer(p, stream);
-  }
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph), state);
-  BENCH_CUDA(launched, state);
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0), state);
+    return launched;
+  };
+  StackGraph g;
+  BENCH_CUDA(g.capture(launch_layers), state);
   const double bytes = double(kLayers) * kTopK * shape.expert_weight_bytes();
   uint32_t replay = 0;
   const auto set_routing = [&]() {
-    for (uint32_t l = 0; l < kLayers; ++l) {
-      const size_t set = (replay + l) % kSets;
-      if (logits) {
-        cudaMemcpyAsync(layer_logits.as<uint16_t>() + size_t{l} * kExperts,
-                        all_logits.as<uint16_t>() + set * kExperts, kExperts * 2,
-                        cudaMemcpyDeviceToDevice, stream);
-      } else {
-        cudaMemcpyAsync(ids.as<int32_t>() + size_t{l} * kTopK, all_ids.as<int32_t>() + set * kTopK,
-                        kTopK * 4, cudaMemcpyDeviceToDevice, stream);
-      }
+    if (logits) {
+      copy_replay_routing(layer_logits.p, all_logits.p, kExperts * 2, kLayers, kSets, replay,
+                          g.stream);
+    } else {
+      copy_replay_routing(ids.p, all_ids.p, kTopK * 4, kLayers, kSets, replay, g.stream);
     }
     ++replay;
   };
-  time_replays(state, exec, stream, set_routing, [&]() {
+  time_replays(state, g.exec, g.stream, set_routing, [&]() {
     if (counts) {
       cudaMemcpyAsync(h_counts, d_counts.p, size_t{kLayers} * kExperts * 4, cudaMemcpyDeviceToHost,
-                      stream);
+                      g.stream);
     }
   });
   if (state.error_occurred()) return;
@@ -686,9 +703,6 @@ void BM_MoeStack48(benchmark::State& state, qmoe_accuracy accuracy, bool early, 
       state.SkipWithError("expert_counts differ from the routing");
     }
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
   report(state, bytes, kLayers);
   state.counters["us_per_token"] = benchmark::Counter(
       1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
@@ -822,17 +836,14 @@ void BM_StackReadOnly(benchmark::State& state, StackStructure structure) {
   const size_t fc1 = shape.fc1().bytes(), fc2 = shape.fc2().bytes();
   // Threads: one a 16-byte word of the longest span (FC1's), in blocks of 256.
   const dim3 block(256), grid(static_cast<unsigned>((fc1 / 16 + 255) / 256));
-  cudaStream_t stream;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), state);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), state);
-  cudaError_t launched = cudaSuccess;
   const bool pdl = structure != StackStructure::kTwoKernels;
+  const bool flags = structure == StackStructure::kTwoKernelsFlags;
   uint32_t kernels = 0;
-  const auto launch = [&](uint32_t first_layer, uint32_t layers, bool with_fc1, bool with_fc2) {
+  cudaError_t launched = cudaSuccess;
+  const auto launch = [&](uint32_t first_layer, uint32_t layers, bool with_fc1, bool with_fc2,
+                          cudaStream_t stream) {
     RoutedRead a = r;
-    if (structure == StackStructure::kTwoKernelsFlags) {
+    if (flags) {
       a.done_in = kernels == 0 ? nullptr : done.as<const uint32_t>() + kernels - 1;
       a.done_out = done.as<uint32_t>() + kernels;
       a.epoch = epoch.as<const uint32_t>();
@@ -856,35 +867,32 @@ void BM_StackReadOnly(benchmark::State& state, StackStructure structure) {
       launched = launch_decode_kernel(read_routed<kTopK>, grid, block, 0, pdl, a, stream);
     }
   };
-  if (structure == StackStructure::kOneLaunch) {
-    launch(0, kLayers, true, true);
-  } else {
-    for (uint32_t l = 0; l < kLayers; ++l) {
-      if (structure == StackStructure::kOneKernelPdl) {
-        launch(l, 1, true, true);
-      } else {
-        launch(l, 1, true, false);
-        launch(l, 1, false, true);
+  const auto launch_layers = [&](cudaStream_t stream) {
+    if (structure == StackStructure::kOneLaunch) {
+      launch(0, kLayers, true, true, stream);
+    } else {
+      for (uint32_t l = 0; l < kLayers; ++l) {
+        if (structure == StackStructure::kOneKernelPdl) {
+          launch(l, 1, true, true, stream);
+        } else {
+          launch(l, 1, true, false, stream);
+          launch(l, 1, false, true, stream);
+        }
       }
     }
-  }
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph), state);
-  BENCH_CUDA(launched, state);
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0), state);
+    return launched;
+  };
+  StackGraph g;
+  BENCH_CUDA(g.capture(launch_layers), state);
   uint32_t replay = 0;
   const auto set_routing = [&]() {
-    for (uint32_t l = 0; l < kLayers; ++l) {
-      cudaMemcpyAsync(ids.as<int32_t>() + size_t{l} * kTopK,
-                      all_ids.as<int32_t>() + size_t{(replay + l) % kSets} * kTopK, kTopK * 4,
-                      cudaMemcpyDeviceToDevice, stream);
-    }
+    copy_replay_routing(ids.p, all_ids.p, kTopK * 4, kLayers, kSets, replay, g.stream);
     ++replay;
-    cudaMemcpyAsync(epoch.p, &replay, 4, cudaMemcpyHostToDevice, stream);  // pageable: copied now
+    if (flags) {  // the counters' target for this replay; pageable: copied now
+      cudaMemcpyAsync(epoch.p, &replay, 4, cudaMemcpyHostToDevice, g.stream);
+    }
   };
-  time_replays(state, exec, stream, set_routing, []() {});
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  time_replays(state, g.exec, g.stream, set_routing, kNothing);
   report(state, double(kLayers) * kTopK * shape.expert_weight_bytes(), kLayers);
 }
 
